@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# A local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver,
+# kube-controller-manager (Jobs, garbage collection), kube-scheduler and kwok with
+# one fake node. No containers run; kwok plays the kubelet.
+#
+#   hack/cluster.sh up      start (or reuse a healthy running one); writes .flowline/kubeconfig
+#   hack/cluster.sh down    stop it and delete its data
+#   hack/cluster.sh status  exit 0 when it is up and healthy
+#
+# With FLOWLINE_USE_EXISTING_CLUSTER=1 and KUBECONFIG set, `up` only checks that
+# cluster is reachable and nothing is started.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+state="$repo/.flowline"
+dir="$state/cluster"
+bin="$state/bin"
+kubeconfig="$state/kubeconfig"
+etcd_port=${FLOWLINE_ETCD_PORT:-12379}
+api_port=${FLOWLINE_APISERVER_PORT:-16443}
+
+log() { echo "[cluster] $*" >&2; }
+die() { echo "[cluster] error: $*" >&2; exit 1; }
+
+kubectl_() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+healthy() {
+  [ -f "$kubeconfig" ] && [ -x "$bin/kubectl" ] || return 1
+  for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+    pid=$(cat "$dir/$c.pid" 2>/dev/null) || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+  done
+  kubectl_ get --raw /readyz >/dev/null 2>&1
+}
+
+stop() {
+  for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    pid=$(cat "$dir/$c.pid" 2>/dev/null) || continue
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$dir/$c.pid"
+  done
+}
+
+start_bg() { # name args...
+  local name=$1; shift
+  setsid "$bin/$name" "$@" >"$dir/logs/$name.log" 2>&1 < /dev/null &
+  echo $! >"$dir/$name.pid"
+}
+
+wait_for() { # description seconds command...
+  local what=$1 seconds=$2; shift 2
+  for _ in $(seq $((seconds * 5))); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  die "$what did not become ready in ${seconds}s; see $dir/logs/"
+}
+
+make_certs() {
+  local pki="$dir/pki"
+  mkdir -p "$pki"
+  [ -f "$pki/admin.crt" ] && return 0
+  (
+    cd "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=flowline-local-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' > server.ext
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout server.key -out server.csr 2>/dev/null
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile server.ext -out server.crt 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' > client.ext
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=flowline-admin" \
+      -keyout admin.key -out admin.csr 2>/dev/null
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile client.ext -out admin.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  )
+}
+
+write_kubeconfig() {
+  local pki="$dir/pki"
+  cat >"$kubeconfig.tmp" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: flowline-local
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority-data: $(base64 -w0 < "$pki/ca.crt")
+users:
+- name: flowline-admin
+  user:
+    client-certificate-data: $(base64 -w0 < "$pki/admin.crt")
+    client-key-data: $(base64 -w0 < "$pki/admin.key")
+contexts:
+- name: flowline-local
+  context: {cluster: flowline-local, user: flowline-admin, namespace: default}
+current-context: flowline-local
+KC
+  mv "$kubeconfig.tmp" "$kubeconfig"
+}
+
+up() {
+  if [ "${FLOWLINE_USE_EXISTING_CLUSTER:-}" = 1 ]; then
+    [ -n "${KUBECONFIG:-}" ] || die "FLOWLINE_USE_EXISTING_CLUSTER=1 needs KUBECONFIG"
+    kubectl get --raw /readyz >/dev/null || die "the cluster in $KUBECONFIG is not reachable"
+    log "using the existing cluster from $KUBECONFIG"
+    return 0
+  fi
+  "$repo/hack/k8s/build.sh"
+  exec 8>"$state/cluster.lock"
+  flock 8
+  if healthy; then
+    log "reusing the running control plane (kubeconfig: $kubeconfig)"
+    return 0
+  fi
+  stop
+  rm -rf "$dir/etcd"
+  mkdir -p "$dir/logs" "$dir/etcd"
+  make_certs
+  write_kubeconfig
+  local pki="$dir/pki"
+
+  log "starting etcd on 127.0.0.1:$etcd_port"
+  start_bg etcd --name flowline --data-dir "$dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+    --initial-cluster "flowline=http://127.0.0.1:$((etcd_port + 1))" \
+    --listen-metrics-urls "" --unsafe-no-fsync --log-level warn
+  wait_for etcd 30 curl -fsS "http://127.0.0.1:$etcd_port/health"
+
+  log "starting kube-apiserver on 127.0.0.1:$api_port"
+  start_bg kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --tls-cert-file "$pki/server.crt" --tls-private-key-file "$pki/server.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range 10.96.0.0/16 --authorization-mode RBAC \
+    --allow-privileged=true --profiling=false --cert-dir "$pki"
+  wait_for kube-apiserver 90 kubectl_ get --raw /readyz
+
+  log "starting kube-controller-manager, kube-scheduler and kwok"
+  start_bg kube-controller-manager --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" \
+    --authorization-kubeconfig "$kubeconfig" --bind-address 127.0.0.1 --secure-port "$((api_port + 1))" \
+    --leader-elect=false --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --use-service-account-credentials=true --controllers '*'
+  start_bg kube-scheduler --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" \
+    --authorization-kubeconfig "$kubeconfig" --bind-address 127.0.0.1 --secure-port "$((api_port + 2))" \
+    --leader-elect=false
+  start_bg kwok --kubeconfig "$kubeconfig" --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --server-address "127.0.0.1:$((api_port + 3))" --cidr 10.244.0.1/24 --node-ip 10.244.0.1
+  kubectl_ apply -f - >/dev/null <<'NODE'
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-0
+  annotations:
+    kwok.x-k8s.io/node: fake
+  labels:
+    type: kwok
+    kubernetes.io/hostname: kwok-node-0
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+status:
+  allocatable: {cpu: "32", memory: 256Gi, pods: "1000"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "1000"}
+NODE
+  wait_for "the kwok node" 60 bash -c "'$bin/kubectl' --kubeconfig '$kubeconfig' get node kwok-node-0 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  wait_for "the default service account" 60 kubectl_ get serviceaccount default -n default
+  log "control plane up; kubeconfig: $kubeconfig"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down)
+    if [ "${FLOWLINE_USE_EXISTING_CLUSTER:-}" = 1 ]; then log "existing cluster: nothing to stop"; exit 0; fi
+    stop; rm -rf "$dir" "$kubeconfig"; log "stopped; data removed" ;;
+  status) healthy && log "up" || { log "down"; exit 1; } ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

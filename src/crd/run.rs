@@ -1,0 +1,162 @@
+use jiff::Timestamp;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Condition, PendingEvent, any_value, schemaless_object};
+use super::workflow::Action;
+
+/// One execution of a workflow. Created by the API, by a schedule tick, or with kubectl;
+/// owned by its Workflow, so deleting the workflow deletes its history.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "flowline.io",
+    version = "v1",
+    kind = "Run",
+    plural = "runs",
+    shortname = "flrun",
+    category = "flowline",
+    namespaced,
+    status = "RunStatus",
+    printcolumn(name = "Workflow", type_ = "string", json_path = ".spec.workflowRef"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Duration(ms)", type_ = "integer", json_path = ".status.durationMs"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.spec.workflowRef == oldSelf.spec.workflowRef").message("spec.workflowRef is immutable"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSpec {
+    /// Name of the Workflow (in this namespace) this run executes.
+    #[schemars(length(min = 1, max = 253))]
+    pub workflow_ref: String,
+    /// What started the run.
+    #[serde(default)]
+    pub trigger: RunTrigger,
+    /// Trigger payload, available to steps as `trigger.payload.*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schemaless_object")]
+    pub payload: Option<serde_json::Value>,
+    /// Set to true to cancel the run: in-flight work stops, completed steps stay.
+    #[serde(default)]
+    pub cancel: bool,
+}
+
+/// What started a run.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunTrigger {
+    #[default]
+    Manual,
+    Schedule,
+}
+
+/// Status of a run. A run without status has been accepted and is `running`
+/// as far as clients are concerned; the run controller fills in the rest.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunPhase {
+    #[default]
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl RunPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunPhase::Running => "running",
+            RunPhase::Succeeded => "succeeded",
+            RunPhase::Failed => "failed",
+            RunPhase::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        self != RunPhase::Running
+    }
+}
+
+/// Status of one step.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StepPhase {
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+    Cancelled,
+}
+
+/// Observed state of a run, written by the run controller only.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    /// `running`, `succeeded`, `failed` or `cancelled`.
+    #[serde(default)]
+    pub phase: RunPhase,
+    /// Why the run failed: names the step, its action and the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When execution started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    /// When the run reached a final status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
+    /// `finishedAt - startedAt` in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// The workflow generation whose steps this run executes (snapshotted at start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_generation: Option<i64>,
+    /// One record per workflow step, in order.
+    #[serde(default)]
+    pub steps: Vec<StepRecord>,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Events recorded but not yet delivered to every matching webhook.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_events: Vec<PendingEvent>,
+}
+
+/// Execution record of one step.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepRecord {
+    /// The step's id.
+    pub step_id: String,
+    /// The step's display name.
+    pub name: String,
+    /// The step's action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
+    /// `pending`, `running`, `succeeded`, `failed`, `skipped` or `cancelled`.
+    #[serde(default)]
+    pub status: StepPhase,
+    /// Attempts made so far.
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Output of the action (capped at 64 KiB; see `outputTruncated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub output: Option<serde_json::Value>,
+    /// True when the stored output was truncated to respect size limits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
+    /// Why the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the next attempt is due, while waiting out a retry backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<Timestamp>,
+}

@@ -1,0 +1,130 @@
+use jiff::Timestamp;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::EventKind;
+
+/// An outbound notification endpoint. Deliveries are signed with the secret held in
+/// the Secret named by `secretRef`, which the Webhook owns.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "flowline.io",
+    version = "v1",
+    kind = "Webhook",
+    plural = "webhooks",
+    shortname = "flhook",
+    category = "flowline",
+    namespaced,
+    status = "WebhookStatus",
+    printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
+    printcolumn(name = "Events", type_ = "string", json_path = ".spec.events"),
+    printcolumn(name = "Enabled", type_ = "boolean", json_path = ".status.enabled"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.url.startsWith('https://') || (has(self.allowInsecureHttp) && self.allowInsecureHttp && self.url.startsWith('http://'))").message("spec.url must be an https:// URL"))]
+pub struct WebhookSpec {
+    /// HTTPS address that receives the notifications.
+    #[schemars(length(min = 9, max = 2048))]
+    pub url: String,
+    /// Development only: accept an `http://` url. Deliveries to it are still refused
+    /// unless the operator runs with `--allow-http`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_http: bool,
+    /// Event kinds delivered: run.started, run.succeeded, run.failed, run.cancelled,
+    /// workflow.activated, workflow.paused.
+    #[schemars(length(min = 1, max = 6))]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("spec.events must list at least one event kind"))]
+    pub events: Vec<EventKind>,
+    /// Only events of this workflow (by name) are delivered; unset means all workflows
+    /// of the namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub workflow_ref: Option<String>,
+    /// The Secret (same namespace) holding the signing secret under key `secret`.
+    /// Generated when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretReference>,
+}
+
+/// Reference to a Secret in the Webhook's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct SecretReference {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Observed delivery state of a webhook, written by the delivery worker only.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookStatus {
+    /// False once deliveries are disabled (410 Gone, or 5 days of failures).
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+    /// Why deliveries were disabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+    /// Time of the last delivery attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_delivery_at: Option<Timestamp>,
+    /// HTTP status of the last attempt (absent when it got no response).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status_code: Option<u16>,
+    /// Attempts failed in a row.
+    #[serde(default)]
+    pub consecutive_failures: u32,
+    /// When the current run of failures began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<Timestamp>,
+    /// The most recent attempts, newest first (bounded).
+    #[serde(default)]
+    pub recent_attempts: Vec<DeliveryAttempt>,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+impl Default for WebhookStatus {
+    fn default() -> Self {
+        WebhookStatus {
+            enabled: true,
+            disabled_reason: None,
+            last_delivery_at: None,
+            last_status_code: None,
+            consecutive_failures: 0,
+            failing_since: None,
+            recent_attempts: Vec::new(),
+        }
+    }
+}
+
+/// One delivery attempt.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryAttempt {
+    /// Id of this attempt.
+    pub id: String,
+    /// Id of the event delivered.
+    pub event_id: String,
+    /// Kind of the event.
+    pub event: EventKind,
+    /// Attempt number of this event, from 1.
+    pub attempt: u32,
+    /// HTTP status received, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<u16>,
+    /// Transport error, if no status was received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How long the attempt took.
+    pub duration_ms: u64,
+    /// When the attempt was made.
+    pub at: Timestamp,
+}

@@ -1,0 +1,313 @@
+use jiff::Timestamp;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Condition, PendingEvent, schemaless_object};
+
+/// Most steps one workflow may hold; bounds the cost of the CEL rules and the size
+/// of a Run's status.
+pub const MAX_STEPS: usize = 100;
+const _: () = assert!(
+    MAX_STEPS == 100,
+    "keep the schema bound on spec.steps in step"
+);
+
+/// A stored automation: a trigger and ordered steps.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "flowline.io",
+    version = "v1",
+    kind = "Workflow",
+    plural = "workflows",
+    shortname = "flw",
+    category = "flowline",
+    namespaced,
+    status = "WorkflowStatus",
+    printcolumn(name = "Display Name", type_ = "string", json_path = ".spec.name"),
+    printcolumn(name = "State", type_ = "string", json_path = ".spec.state"),
+    printcolumn(name = "Trigger", type_ = "string", json_path = ".spec.trigger.type"),
+    printcolumn(name = "Last Run", type_ = "date", json_path = ".status.lastRunAt"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowSpec {
+    /// Display name; any text.
+    #[schemars(length(min = 1, max = 200))]
+    pub name: String,
+    /// Free-form description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2000))]
+    pub description: Option<String>,
+    /// Lifecycle state: `draft` (editable, manual runs allowed), `active` (schedule
+    /// fires, manual runs allowed, deletion refused) or `paused` (no runs).
+    #[serde(default)]
+    pub state: WorkflowState,
+    /// What starts a run besides a manual trigger.
+    #[serde(default)]
+    pub trigger: Trigger,
+    /// Where steps execute: `inline` in the operator, or `job` as one Kubernetes Job
+    /// per step attempt. Unset means the operator's `--default-executor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<Executor>,
+    /// Steps, executed in order. Step ids must be unique.
+    #[serde(default)]
+    #[schemars(length(max = 100))]
+    #[x_kube(validation = Rule::new("self.all(s, self.filter(t, t.id == s.id).size() == 1)").message("steps[].id must be unique within the workflow"))]
+    pub steps: Vec<Step>,
+    /// How many finished runs to keep.
+    #[serde(default)]
+    pub history: History,
+}
+
+/// Lifecycle state of a workflow.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkflowState {
+    #[default]
+    Draft,
+    Active,
+    Paused,
+}
+
+impl WorkflowState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkflowState::Draft => "draft",
+            WorkflowState::Active => "active",
+            WorkflowState::Paused => "paused",
+        }
+    }
+}
+
+/// What starts runs of a workflow.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.type == 'schedule' ? has(self.cron) : !has(self.cron)").message("trigger.cron is required when trigger.type is schedule, and not allowed otherwise"))]
+#[x_kube(validation = Rule::new("self.type == 'schedule' || !has(self.timezone)").message("trigger.timezone is only allowed when trigger.type is schedule"))]
+pub struct Trigger {
+    /// `manual` (runs start only through the API or by creating a Run) or
+    /// `schedule` (runs also start at each cron tick while the workflow is active).
+    #[serde(rename = "type")]
+    pub type_: TriggerType,
+    /// Standard 5-field cron expression, e.g. `*/5 * * * *`. Required for `schedule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 9, max = 100))]
+    pub cron: Option<String>,
+    /// IANA time zone the cron expression is read in; default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub timezone: Option<String>,
+}
+
+impl Default for Trigger {
+    fn default() -> Self {
+        Trigger {
+            type_: TriggerType::Manual,
+            cron: None,
+            timezone: None,
+        }
+    }
+}
+
+/// Kind of trigger.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerType {
+    #[default]
+    Manual,
+    Schedule,
+}
+
+/// Where a workflow's steps execute.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Executor {
+    /// Built-in actions run as tasks inside the operator.
+    Inline,
+    /// Each step attempt runs as a Kubernetes Job owned by the Run.
+    Job,
+}
+
+/// One step of a workflow.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// Step id, unique in the workflow; a DNS label (lowercase letters, digits, `-`).
+    /// Later steps read this step's output as `steps.<id>.output`.
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("steps[].id must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit"))]
+    pub id: String,
+    /// Display name of the step; defaults to its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 200))]
+    pub name: Option<String>,
+    /// Built-in action the step performs.
+    pub action: Action,
+    /// Inputs of the action; string values may hold `{{ … }}` templates.
+    /// `http.request`: method, url, headers, query, body, expect_status.
+    /// `transform`: value. `delay`: ms. `fail`: message.
+    /// `container`: image, command, args, env.
+    #[serde(default, rename = "with", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schemaless_object")]
+    pub with: Option<serde_json::Value>,
+    /// Retry policy for failed attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Timeout of one attempt in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400_000))]
+    pub timeout_ms: Option<u64>,
+    /// Boolean expression over the template context; when false the step is skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub when: Option<String>,
+}
+
+impl Step {
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.id)
+    }
+}
+
+/// Built-in actions.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Action {
+    /// An HTTP request; output `status`, `headers`, `body`.
+    #[serde(rename = "http.request")]
+    HttpRequest,
+    /// Output is the rendered `value`.
+    #[serde(rename = "transform")]
+    Transform,
+    /// Waits `ms` milliseconds.
+    #[serde(rename = "delay")]
+    Delay,
+    /// Fails with `message`.
+    #[serde(rename = "fail")]
+    Fail,
+    /// Runs a container image as a Job; output is the JSON it writes to /dev/termination-log.
+    #[serde(rename = "container")]
+    Container,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::HttpRequest => "http.request",
+            Action::Transform => "transform",
+            Action::Delay => "delay",
+            Action::Fail => "fail",
+            Action::Container => "container",
+        }
+    }
+}
+
+/// Retry policy of a step.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    #[serde(default = "default_max_attempts")]
+    #[schemars(range(min = 1, max = 20))]
+    pub max_attempts: u32,
+    /// Delay before the second attempt, in milliseconds.
+    #[serde(default = "default_backoff_ms")]
+    #[schemars(range(min = 0, max = 3_600_000))]
+    pub backoff_ms: u64,
+    /// Factor the delay grows by after each attempt (jitter is added).
+    #[serde(default = "default_backoff_factor")]
+    #[schemars(range(min = 1.0, max = 10.0))]
+    pub backoff_factor: f64,
+}
+
+fn default_max_attempts() -> u32 {
+    1
+}
+fn default_backoff_ms() -> u64 {
+    1000
+}
+fn default_backoff_factor() -> f64 {
+    2.0
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: default_max_attempts(),
+            backoff_ms: default_backoff_ms(),
+            backoff_factor: default_backoff_factor(),
+        }
+    }
+}
+
+/// Retention of finished runs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct History {
+    /// Newest succeeded (and cancelled) runs to keep.
+    #[serde(default = "default_history")]
+    #[schemars(range(min = 0, max = 10_000))]
+    pub succeeded: u32,
+    /// Newest failed runs to keep.
+    #[serde(default = "default_history")]
+    #[schemars(range(min = 0, max = 10_000))]
+    pub failed: u32,
+}
+
+fn default_history() -> u32 {
+    100
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History {
+            succeeded: default_history(),
+            failed: default_history(),
+        }
+    }
+}
+
+/// Observed state of a workflow, written by the workflow controller only.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The state the controller last acted on; a differing `spec.state` is a transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_state: Option<WorkflowState>,
+    /// Standard conditions (`Ready`).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// When the newest run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run_at: Option<Timestamp>,
+    /// The last cron tick a run was started for; guards against duplicate runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Timestamp>,
+    /// Runs currently kept, by status.
+    #[serde(default)]
+    pub run_counts: RunCounts,
+    /// Events recorded but not yet delivered to every matching webhook.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_events: Vec<PendingEvent>,
+}
+
+/// Number of kept runs per status.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunCounts {
+    #[serde(default)]
+    pub running: u32,
+    #[serde(default)]
+    pub succeeded: u32,
+    #[serde(default)]
+    pub failed: u32,
+    #[serde(default)]
+    pub cancelled: u32,
+}

@@ -1,0 +1,1 @@
+//! Webhook event delivery: signing, the durable outbox, retry schedule and the worker.

@@ -1,0 +1,2 @@
+//! The execution engine: templates, built-in actions, retries and executors
+//! (inline tasks and Kubernetes Jobs).

@@ -1,0 +1,16 @@
+//! Flowline: Kubernetes-native workflow automation.
+//!
+//! The folders follow the architecture: `crd` (the state), `controller`
+//! (reconcilers), `engine` (step execution), `delivery` (webhook events), `api`
+//! (the `/v1` HTTP facade), `telemetry` (health, metrics, logs), `operator` (wiring).
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod cli;
+pub mod controller;
+pub mod crd;
+pub mod delivery;
+pub mod engine;
+pub mod kubeutil;
+pub mod operator;
+pub mod telemetry;

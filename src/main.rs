@@ -1,0 +1,24 @@
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use flowline::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    flowline::telemetry::logging::init(cli.log_format);
+    let result = match cli.command {
+        Command::Crdgen => {
+            print!("{}", flowline::crd::render_yaml());
+            Ok(())
+        }
+        Command::Operator(args) => flowline::operator::run(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,14 @@
+use tracing_subscriber::{EnvFilter, fmt};
+
+use crate::cli::LogFormat;
+
+/// Structured logs on stderr; `RUST_LOG` overrides the default `info` level.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A second init (tests starting several servers in one process) is harmless.
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}

@@ -1,0 +1,5 @@
+//! Operational surface: logs, Prometheus metrics, health and readiness.
+
+pub mod health;
+pub mod logging;
+pub mod metrics;

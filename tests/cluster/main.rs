@@ -1,0 +1,5 @@
+//! Tests against a real kube-apiserver. They are `#[ignore]`d for a plain
+//! `cargo test`; `make test` starts the local control plane and runs them.
+
+mod foundation;
+mod support;
