@@ -46,7 +46,8 @@ stop() {
 
 start_bg() { # name args...
   local name=$1; shift
-  setsid "$bin/$name" "$@" >"$dir/logs/$name.log" 2>&1 < /dev/null &
+  # The daemons must not inherit the lock descriptors, or they hold the lock forever.
+  setsid "$bin/$name" "$@" >"$dir/logs/$name.log" 2>&1 </dev/null 8>&- 9>&- &
   echo $! >"$dir/$name.pid"
 }
 
@@ -54,6 +55,14 @@ wait_for() { # description seconds command...
   local what=$1 seconds=$2; shift 2
   for _ in $(seq $((seconds * 5))); do
     if "$@" >/dev/null 2>&1; then return 0; fi
+    for pidfile in "$dir"/*.pid; do
+      [ -e "$pidfile" ] || continue
+      if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        local name; name=$(basename "$pidfile" .pid)
+        tail -n 5 "$dir/logs/$name.log" >&2 || true
+        die "$name exited while waiting for $what; see $dir/logs/$name.log"
+      fi
+    done
     sleep 0.2
   done
   die "$what did not become ready in ${seconds}s; see $dir/logs/"
@@ -142,7 +151,8 @@ up() {
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range 10.96.0.0/16 --authorization-mode RBAC \
-    --allow-privileged=true --profiling=false --cert-dir "$pki"
+    --allow-privileged=true --profiling=false --cert-dir "$pki" \
+    --endpoint-reconciler-type none
   wait_for kube-apiserver 90 kubectl_ get --raw /readyz
 
   log "starting kube-controller-manager, kube-scheduler and kwok"
@@ -153,7 +163,8 @@ up() {
   start_bg kube-scheduler --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" \
     --authorization-kubeconfig "$kubeconfig" --bind-address 127.0.0.1 --secure-port "$((api_port + 2))" \
     --leader-elect=false
-  start_bg kwok --kubeconfig "$kubeconfig" --manage-all-nodes=false \
+  start_bg kwok --kubeconfig "$kubeconfig" --config "$repo/hack/kwok/stages.yaml" --manage-all-nodes=false \
+    --node-lease-duration-seconds 40 \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --server-address "127.0.0.1:$((api_port + 3))" --cidr 10.244.0.1/24 --node-ip 10.244.0.1
   kubectl_ apply -f - >/dev/null <<'NODE'

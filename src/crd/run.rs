@@ -1,3 +1,7 @@
+// kube-derive's printcolumn(...) lists repeat `type_ = ...`, which clippy mistakes for
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 use jiff::Timestamp;
 use kube::CustomResource;
 use schemars::JsonSchema;

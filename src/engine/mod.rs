@@ -1,2 +1,5 @@
-//! The execution engine: templates, built-in actions, retries and executors
-//! (inline tasks and Kubernetes Jobs).
+//! The execution engine: templates, `when` conditions, built-in actions, retries
+//! and executors (inline tasks and Kubernetes Jobs).
+
+pub mod expr;
+pub mod template;

@@ -11,10 +11,12 @@ use axum::routing::get;
 
 use super::metrics::Metrics;
 
+type NamedGates = Vec<(&'static str, Arc<AtomicBool>)>;
+
 /// Named readiness gates; the process is ready when every registered gate is open.
 #[derive(Clone, Default)]
 pub struct Readiness {
-    gates: Arc<std::sync::RwLock<Vec<(&'static str, Arc<AtomicBool>)>>>,
+    gates: Arc<std::sync::RwLock<NamedGates>>,
 }
 
 impl Readiness {

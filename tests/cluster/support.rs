@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 
 /// Repository root (where `crds/` and `.flowline/` live).
@@ -87,21 +87,9 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        let client = self.client.clone();
-        let name = self.name.clone();
-        // Drop cannot await; the namespace is deleted in the background.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let _ = Api::<Namespace>::all(client)
-                    .delete(&name, &DeleteParams::background())
-                    .await;
-            });
-        })
-        .join();
+        // Drop cannot await, and the client's connection worker lives on the test's
+        // runtime, so the namespace is deleted by a kubectl process instead.
+        let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"], None);
     }
 }
 
