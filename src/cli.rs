@@ -22,9 +22,50 @@ pub struct Cli {
 pub enum Command {
     /// Print the CustomResourceDefinitions as YAML (what `crds/` holds).
     Crdgen,
-    /// Run the controllers (and the /v1 API) against the cluster of the current
+    /// Run the controllers and the /v1 API against the cluster of the current
     /// kubeconfig or the in-cluster service account.
     Operator(OperatorArgs),
+    /// Run only the /v1 API (stateless; scale it apart from the controllers).
+    Api(OperatorArgs),
+    /// Manage API keys directly in the cluster (no running API needed).
+    ApiKey {
+        #[command(subcommand)]
+        command: ApiKeyCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ApiKeyCommand {
+    /// Create a key and print its value (shown only this once).
+    Create {
+        /// Namespace (account) the key belongs to.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        /// Display name of the key.
+        #[arg(long)]
+        name: String,
+        /// Comma-separated scopes: read, write, execute, admin.
+        #[arg(long, value_delimiter = ',', default_value = "read")]
+        scopes: Vec<String>,
+        /// Also write the value to this file (mode 0600). With --reuse, an existing
+        /// file holding a key that is still valid is kept and nothing is created.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Keep the key in --out if it is still valid (idempotent bootstrap).
+        #[arg(long, requires = "out")]
+        reuse: bool,
+    },
+    /// List the keys of a namespace (never their values).
+    List {
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+    },
+    /// Delete (revoke) a key by id.
+    Delete {
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        id: String,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,4 +82,34 @@ pub struct OperatorArgs {
     /// How long to wait for the CRDs to become Established before giving up.
     #[arg(long, default_value = "30", value_name = "SECONDS")]
     pub crd_wait_seconds: u64,
+    /// Rate-limit plan of accounts whose namespace has no `flowline.io/plan` annotation.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "free",
+        env = "FLOWLINE_DEFAULT_PLAN"
+    )]
+    pub default_plan: crate::api::ratelimit::Plan,
+    /// Requests per minute of the enterprise plan when the namespace does not say.
+    #[arg(long, default_value = "6000")]
+    pub enterprise_requests_per_minute: u32,
+    /// Length of a rate-limit window in seconds (60 in production; tests shorten it).
+    #[arg(long, default_value = "60", hide = true)]
+    pub rate_limit_window_seconds: u64,
+    /// Development only: accept and deliver to `http://` webhook URLs.
+    #[arg(long)]
+    pub allow_http: bool,
+}
+
+impl OperatorArgs {
+    pub fn api_config(&self) -> crate::api::state::ApiConfig {
+        crate::api::state::ApiConfig {
+            allow_http_webhooks: self.allow_http,
+            plans: crate::api::ratelimit::PlanDefaults {
+                plan: self.default_plan,
+                enterprise_requests: self.enterprise_requests_per_minute,
+            },
+            rate_limit_window_secs: self.rate_limit_window_seconds,
+        }
+    }
 }

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod api_key_command;
 pub mod cli;
 pub mod controller;
 pub mod crd;

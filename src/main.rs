@@ -12,7 +12,11 @@ async fn main() -> std::process::ExitCode {
             print!("{}", flowline::crd::render_yaml());
             Ok(())
         }
-        Command::Operator(args) => flowline::operator::run(args).await,
+        Command::Operator(args) => {
+            flowline::operator::run(args, flowline::operator::Role::Operator).await
+        }
+        Command::Api(args) => flowline::operator::run(args, flowline::operator::Role::Api).await,
+        Command::ApiKey { command } => flowline::api_key_command::run(command).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,36 +1,64 @@
-//! Wiring of `flowline operator`: connect, wait for the CRDs, serve the
-//! operational endpoints, run until SIGTERM.
+//! Wiring of `flowline operator` and `flowline api`: connect, wait for the CRDs,
+//! start the watch caches, serve the API and the operational endpoints, run until
+//! SIGTERM.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::cache::Caches;
+use crate::api::state::ApiState;
 use crate::cli::OperatorArgs;
 use crate::telemetry::{health, metrics::Metrics};
 
-pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
+/// Which parts of Flowline this process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Controllers and the API.
+    Operator,
+    /// The API alone.
+    Api,
+}
+
+pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
     let readiness = health::Readiness::default();
     let crds_gate = readiness.gate("crds");
+    let caches_gate = readiness.gate("caches");
     let metrics = Metrics::default();
 
     let client = crate::kubeutil::client().await?;
     crate::kubeutil::wait_for_crds(&client, Duration::from_secs(args.crd_wait_seconds)).await?;
     crds_gate.open();
-    tracing::info!("CRDs established");
+    tracing::info!(?role, "CRDs established");
+
+    let caches = Caches::start(client.clone(), shutdown.clone());
+    let watching = caches.clone();
+    tokio::spawn(async move {
+        while !watching.is_synced() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        caches_gate.open();
+    });
+    let state = ApiState::new(client, caches, args.api_config());
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(address = %args.listen, "serving /healthz, /readyz, /metrics");
-    let app = health::router(readiness, metrics);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await
-        .context("HTTP server failed")?;
+    tracing::info!(address = %args.listen, "serving /v1, /healthz, /readyz, /metrics");
+    let app = health::router(readiness, metrics).merge(crate::api::router(state));
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+    .await
+    .context("HTTP server failed")?;
+    shutdown.cancel();
     tracing::info!("shut down cleanly");
     Ok(())
 }

@@ -1,0 +1,287 @@
+//! The one error type of the HTTP layer, mapped in one place to the contract's
+//! status and error codes (CONTRACT §3).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// A field-level validation problem (`details[]` of a `validation_error`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Which kind of object was not found; each has its own code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    Workflow,
+    Run,
+    Webhook,
+    ApiKey,
+    Delivery,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("{message}")]
+    Validation {
+        message: String,
+        details: Vec<FieldError>,
+    },
+    #[error("cursor is invalid or expired; start again without a cursor")]
+    InvalidCursor,
+    #[error("a valid API key is required: send `Authorization: Bearer <key>`")]
+    Unauthenticated,
+    #[error("this API key lacks the `{0}` scope")]
+    InsufficientScope(&'static str),
+    #[error("{}", missing_message(*.0))]
+    NotFound(Missing),
+    #[error("no such route")]
+    RouteNotFound,
+    #[error("method not allowed on this path")]
+    MethodNotAllowed,
+    #[error("the workflow is active; pause it before deleting it")]
+    WorkflowActive,
+    #[error("the workflow is paused; activate it (or set it to draft) to start runs")]
+    WorkflowPaused,
+    #[error("the run is not running (status: {0})")]
+    RunNotRunning(&'static str),
+    #[error("request body is larger than 1 MiB")]
+    PayloadTooLarge,
+    #[error("rate limit exceeded; retry after {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("the service is temporarily unavailable; retry shortly")]
+    Unavailable,
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+fn missing_message(m: Missing) -> &'static str {
+    match m {
+        Missing::Workflow => "no workflow exists with this id",
+        Missing::Run => "no run exists with this id",
+        Missing::Webhook => "no webhook exists with this id",
+        Missing::ApiKey => "no API key exists with this id",
+        Missing::Delivery => "no delivery exists with this id",
+    }
+}
+
+impl ApiError {
+    /// A validation error about one field.
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let detail = FieldError::new(field, message);
+        ApiError::Validation {
+            message: format!("{}: {}", detail.field, detail.message),
+            details: vec![detail],
+        }
+    }
+
+    /// A validation error from several field problems (at least one).
+    pub fn fields(details: Vec<FieldError>) -> Self {
+        let message = match details.as_slice() {
+            [one] => format!("{}: {}", one.field, one.message),
+            many => format!("{} fields are invalid", many.len()),
+        };
+        ApiError::Validation { message, details }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidJson(_) | ApiError::Validation { .. } | ApiError::InvalidCursor => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ApiError::InsufficientScope(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) | ApiError::RouteNotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::WorkflowActive | ApiError::WorkflowPaused | ApiError::RunNotRunning(_) => {
+                StatusCode::CONFLICT
+            }
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::Validation { .. } => "validation_error",
+            ApiError::InvalidCursor => "invalid_cursor",
+            ApiError::Unauthenticated => "unauthenticated",
+            ApiError::InsufficientScope(_) => "insufficient_scope",
+            ApiError::NotFound(Missing::Workflow) => "workflow_not_found",
+            ApiError::NotFound(Missing::Run) => "run_not_found",
+            ApiError::NotFound(Missing::Webhook) => "webhook_not_found",
+            ApiError::NotFound(Missing::ApiKey) => "api_key_not_found",
+            ApiError::NotFound(Missing::Delivery) => "delivery_not_found",
+            ApiError::RouteNotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::WorkflowActive => "workflow_active",
+            ApiError::WorkflowPaused => "workflow_paused",
+            ApiError::RunNotRunning(_) => "run_not_running",
+            ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::Unavailable => "unavailable",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+}
+
+impl From<kube::Error> for ApiError {
+    fn from(err: kube::Error) -> Self {
+        match &err {
+            // The API server or its connection is down: a retryable condition, not a bug.
+            kube::Error::HyperError(_) | kube::Error::Service(_) => {
+                tracing::warn!(error = %err, "Kubernetes API unreachable");
+                ApiError::Unavailable
+            }
+            kube::Error::Api(status) if status.code == 503 || status.code == 504 => {
+                ApiError::Unavailable
+            }
+            _ => ApiError::Internal(err.into()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorObject<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorObject<'a> {
+    code: &'a str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<&'a [FieldError]>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(source) = &self {
+            // The chain goes to the log; the client only learns that something broke.
+            tracing::error!(error = ?source, "internal error");
+        }
+        let status = self.status();
+        let body = ErrorBody {
+            error: ErrorObject {
+                code: self.code(),
+                message: self.to_string(),
+                details: match &self {
+                    ApiError::Validation { details, .. } => Some(details),
+                    _ => None,
+                },
+            },
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        match self {
+            ApiError::Unauthenticated => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::RateLimited { retry_after_secs } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            ApiError::Unavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(err: ApiError) -> (StatusCode, axum::http::HeaderMap, serde_json::Value) {
+        let res = err.into_response();
+        let status = res.status();
+        let headers = res.headers().clone();
+        let bytes = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (status, headers, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn internal_errors_never_leak_their_source() {
+        let (status, _, body) = body_of(ApiError::Internal(anyhow::anyhow!(
+            "etcd password is hunter2"
+        )))
+        .await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error"]["code"], "internal_error");
+        assert!(!body.to_string().contains("hunter2"));
+    }
+
+    #[tokio::test]
+    async fn validation_errors_carry_field_details() {
+        let (status, _, body) = body_of(ApiError::field("steps[1].action", "unknown action")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body["error"]["code"], "validation_error");
+        assert_eq!(body["error"]["details"][0]["field"], "steps[1].action");
+        assert_eq!(body["error"]["message"], "steps[1].action: unknown action");
+    }
+
+    #[tokio::test]
+    async fn auth_rate_limit_and_unavailable_carry_their_headers() {
+        let (status, headers, _) = body_of(ApiError::Unauthenticated).await;
+        assert_eq!(
+            (status, &headers[header::WWW_AUTHENTICATE]),
+            (
+                StatusCode::UNAUTHORIZED,
+                &HeaderValue::from_static("Bearer")
+            )
+        );
+        let (status, headers, _) = body_of(ApiError::RateLimited {
+            retry_after_secs: 17,
+        })
+        .await;
+        assert_eq!(
+            (status, &headers[header::RETRY_AFTER]),
+            (StatusCode::TOO_MANY_REQUESTS, &HeaderValue::from(17))
+        );
+        let (status, headers, _) = body_of(ApiError::Unavailable).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(headers.contains_key(header::RETRY_AFTER));
+    }
+
+    #[test]
+    fn each_missing_kind_has_its_own_code() {
+        assert_eq!(
+            ApiError::NotFound(Missing::Workflow).code(),
+            "workflow_not_found"
+        );
+        assert_eq!(ApiError::NotFound(Missing::Run).code(), "run_not_found");
+        assert_eq!(
+            ApiError::NotFound(Missing::Webhook).code(),
+            "webhook_not_found"
+        );
+        assert_eq!(
+            ApiError::NotFound(Missing::ApiKey).code(),
+            "api_key_not_found"
+        );
+    }
+}

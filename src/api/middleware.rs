@@ -1,0 +1,84 @@
+//! Authentication and rate limiting, applied to every `/v1` request (unknown
+//! routes included), so every response carries the rate-limit headers.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::auth::{KeyRecord, Principal, bearer_token, hash_key};
+use super::error::ApiError;
+use super::ratelimit::{Decision, FREE_REQUESTS};
+use super::state::ApiState;
+use kube::runtime::reflector::ObjectRef;
+
+pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
+    let now = jiff::Timestamp::now().as_second().max(0) as u64;
+    let principal = if state.caches.is_synced() {
+        principal(&state, req.headers())
+    } else {
+        None
+    };
+    let (rate_key, limit) = match &principal {
+        Some(p) => {
+            let ns = state.caches.namespaces.get(&ObjectRef::new(&p.namespace));
+            let limit = state
+                .config
+                .plans
+                .limit_for(ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()));
+            (format!("ns:{}", p.namespace), limit)
+        }
+        None => (format!("ip:{}", client_ip(&req)), FREE_REQUESTS),
+    };
+    let decision = state.limiter.check(&rate_key, limit, now);
+    let mut response = if !decision.allowed {
+        ApiError::RateLimited {
+            retry_after_secs: decision.retry_after(now),
+        }
+        .into_response()
+    } else if !state.caches.is_synced() {
+        ApiError::Unavailable.into_response()
+    } else if let Some(p) = principal {
+        req.extensions_mut().insert(p);
+        next.run(req).await
+    } else {
+        ApiError::Unauthenticated.into_response()
+    };
+    add_headers(response.headers_mut(), &decision);
+    response
+}
+
+fn principal(state: &ApiState, headers: &HeaderMap) -> Option<Principal> {
+    let token = bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)?;
+    let presented = hash_key(token);
+    // Compare hashes before parsing a Secret: one cheap pass over the cached keys.
+    let secret = state.caches.api_keys.state().into_iter().find(|s| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("sha256"))
+            .is_some_and(|h| {
+                subtle::ConstantTimeEq::ct_eq(h.0.as_slice(), presented.as_bytes()).into()
+            })
+    })?;
+    let record = KeyRecord::from_secret(&secret)?;
+    Some(Principal {
+        namespace: record.namespace,
+        key_id: record.id,
+        scopes: record.scopes,
+    })
+}
+
+fn client_ip(req: &Request) -> String {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip().to_string())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn add_headers(headers: &mut HeaderMap, d: &Decision) {
+    headers.insert("x-ratelimit-limit", HeaderValue::from(d.limit));
+    headers.insert("x-ratelimit-remaining", HeaderValue::from(d.remaining));
+    headers.insert("x-ratelimit-reset", HeaderValue::from(d.reset));
+}

@@ -1,0 +1,64 @@
+//! Shared state of the API handlers.
+
+use std::sync::Arc;
+
+use kube::Client;
+
+use super::cache::Caches;
+use super::ratelimit::{PlanDefaults, RateLimiter};
+
+/// Field manager of every write the API makes.
+pub const FIELD_MANAGER: &str = "flowline-api";
+
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Accept `http://` webhook URLs (development only).
+    pub allow_http_webhooks: bool,
+    pub plans: PlanDefaults,
+    /// Length of a rate-limit window; 60 s in production, shorter in tests.
+    pub rate_limit_window_secs: u64,
+}
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub client: Client,
+    pub caches: Caches,
+    pub limiter: Arc<RateLimiter>,
+    pub config: Arc<ApiConfig>,
+}
+
+impl ApiState {
+    pub fn new(client: Client, caches: Caches, config: ApiConfig) -> Self {
+        ApiState {
+            client,
+            caches,
+            limiter: Arc::new(RateLimiter::new(config.rate_limit_window_secs)),
+            config: Arc::new(config),
+        }
+    }
+
+    pub fn post_params() -> kube::api::PostParams {
+        kube::api::PostParams {
+            dry_run: false,
+            field_manager: Some(FIELD_MANAGER.to_string()),
+        }
+    }
+
+    pub fn patch_params() -> kube::api::PatchParams {
+        kube::api::PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+/// A random id: `prefix-` and 10 lowercase alphanumerics (a valid object name).
+pub fn new_id(prefix: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut rng = rand::rng();
+    let tail: String = (0..10)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{prefix}-{tail}")
+}

@@ -1,0 +1,146 @@
+//! `/v1/webhooks`.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::DeleteParams;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::auth::{Principal, Scope};
+use super::cache;
+use super::error::{ApiError, ApiResult, Missing};
+use super::input;
+use super::json::ApiJson;
+use super::pagination::{self, SortKey};
+use super::state::{ApiState, new_id};
+use super::views;
+use super::workflows::{find as find_workflow, location, not_found_as, write_error};
+use crate::crd::{SecretReference, Webhook, WebhookSpec};
+use crate::delivery::signing::generate_secret;
+
+/// Key of the signing secret inside its Secret.
+pub const SECRET_KEY: &str = "secret";
+
+pub fn router() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/webhooks", get(list).post(create))
+        .route("/v1/webhooks/{id}", get(show).delete(remove))
+}
+
+fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Webhook>> {
+    cache::get(&state.caches.webhooks, namespace, id).ok_or(ApiError::NotFound(Missing::Webhook))
+}
+
+async fn list(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Value>> {
+    who.require(Scope::Read)?;
+    let q = pagination::parse_query(query.as_deref(), None)?;
+    let items = cache::in_namespace(&state.caches.webhooks, &who.namespace)
+        .into_iter()
+        .map(|h| {
+            (
+                SortKey::new(views::created_at(&h.metadata), &h.name_any()),
+                views::webhook(&h, None),
+            )
+        })
+        .collect();
+    Ok(Json(json!(pagination::paginate(items, &q))))
+}
+
+async fn show(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    who.require(Scope::Read)?;
+    Ok(Json(views::webhook(
+        &*find(&state, &who.namespace, &id)?,
+        None,
+    )))
+}
+
+async fn create(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<impl IntoResponse> {
+    who.require(Scope::Write)?;
+    let req = input::create_webhook(body, state.config.allow_http_webhooks)?;
+    if let Some(wf) = &req.workflow_id {
+        find_workflow(&state, &who.namespace, wf)?;
+    }
+    let id = new_id("wh");
+    let secret_name = format!("{id}-signing");
+    let mut hook = Webhook::new(
+        &id,
+        WebhookSpec {
+            allow_insecure_http: req.url.starts_with("http://"),
+            url: req.url,
+            events: req.events,
+            workflow_ref: req.workflow_id,
+            secret_ref: Some(SecretReference {
+                name: secret_name.clone(),
+            }),
+        },
+    );
+    hook.metadata.annotations = Some(views::creation_annotations(views::now_ms()));
+    let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
+    let created = hooks
+        .create(&ApiState::post_params(), &hook)
+        .await
+        .map_err(write_error)?;
+
+    // The Secret is owned by the Webhook, so deleting the webhook deletes it.
+    let value = generate_secret();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(secret_name),
+            owner_references: created.controller_owner_ref(&()).map(|o| vec![o]),
+            labels: Some(BTreeMap::from([(
+                "flowline.io/webhook".to_string(),
+                id.clone(),
+            )])),
+            ..Default::default()
+        },
+        type_: Some("flowline.io/webhook-secret".into()),
+        string_data: Some(BTreeMap::from([(SECRET_KEY.to_string(), value.clone())])),
+        ..Default::default()
+    };
+    let secrets: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
+    if let Err(err) = secrets.create(&ApiState::post_params(), &secret).await {
+        // Leave nothing half-made behind.
+        let _ = hooks.delete(&id, &DeleteParams::background()).await;
+        return Err(err.into());
+    }
+    cache::await_write(&state.caches.webhooks, &created).await;
+    Ok((
+        StatusCode::CREATED,
+        location(format!("/v1/webhooks/{id}")),
+        Json(views::webhook(&created, Some(&value))),
+    ))
+}
+
+async fn remove(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    who.require(Scope::Write)?;
+    find(&state, &who.namespace, &id)?;
+    let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
+    hooks
+        .delete(&id, &DeleteParams::background())
+        .await
+        .map_err(|e| not_found_as(e, Missing::Webhook))?;
+    cache::await_delete(&state.caches.webhooks, &who.namespace, &id).await;
+    Ok(StatusCode::NO_CONTENT)
+}

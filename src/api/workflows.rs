@@ -1,0 +1,218 @@
+//! `/v1/workflows`.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use kube::api::{DeleteParams, Patch};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use super::auth::{Principal, Scope};
+use super::cache;
+use super::error::{ApiError, ApiResult, Missing};
+use super::input;
+use super::json::ApiJson;
+use super::pagination::{self, SortKey};
+use super::state::{ApiState, new_id};
+use super::views;
+use crate::crd::{Trigger, TriggerType, Workflow, WorkflowSpec, WorkflowState};
+
+pub fn router() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/workflows", get(list).post(create))
+        .route("/v1/workflows/{id}", get(show).patch(update).delete(remove))
+}
+
+/// The workflow from the cache, or `workflow_not_found` (also for other accounts).
+pub fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Workflow>> {
+    cache::get(&state.caches.workflows, namespace, id).ok_or(ApiError::NotFound(Missing::Workflow))
+}
+
+pub fn location(path: String) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&path) {
+        headers.insert(header::LOCATION, v);
+    }
+    headers
+}
+
+async fn list(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Value>> {
+    who.require(Scope::Read)?;
+    let q = pagination::parse_query(
+        query.as_deref(),
+        Some(("state", &["draft", "active", "paused"])),
+    )?;
+    let items = cache::in_namespace(&state.caches.workflows, &who.namespace)
+        .into_iter()
+        .filter(|wf| {
+            q.filter
+                .as_deref()
+                .is_none_or(|s| wf.spec.state.as_str() == s)
+        })
+        .map(|wf| {
+            (
+                SortKey::new(views::created_at(&wf.metadata), &wf.name_any()),
+                views::WorkflowListItem::from(&*wf),
+            )
+        })
+        .collect();
+    Ok(Json(json!(pagination::paginate(items, &q))))
+}
+
+async fn show(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    who.require(Scope::Read)?;
+    Ok(Json(views::workflow(&*find(&state, &who.namespace, &id)?)))
+}
+
+async fn create(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<impl IntoResponse> {
+    who.require(Scope::Write)?;
+    let req = input::create_workflow(body)?;
+    let mut wf = Workflow::new(
+        &new_id("wf"),
+        WorkflowSpec {
+            name: req.name,
+            description: req.description,
+            state: WorkflowState::Draft,
+            trigger: Trigger {
+                type_: TriggerType::Manual,
+                cron: None,
+                timezone: None,
+            },
+            executor: None,
+            steps: Vec::new(),
+            history: Default::default(),
+        },
+    );
+    wf.metadata.annotations = Some(views::creation_annotations(views::now_ms()));
+    let api: Api<Workflow> = Api::namespaced(state.client.clone(), &who.namespace);
+    let created = api
+        .create(&ApiState::post_params(), &wf)
+        .await
+        .map_err(write_error)?;
+    cache::await_write(&state.caches.workflows, &created).await;
+    let id = created.name_any();
+    Ok((
+        StatusCode::CREATED,
+        location(format!("/v1/workflows/{id}")),
+        Json(views::workflow(&created)),
+    ))
+}
+
+async fn update(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Json<Value>> {
+    who.require(Scope::Write)?;
+    find(&state, &who.namespace, &id)?;
+    let patch = input::workflow_patch(body)?;
+    let mut spec = serde_json::Map::new();
+    if let Some(name) = patch.name {
+        spec.insert("name".into(), json!(name));
+    }
+    if let Some(description) = patch.description {
+        spec.insert("description".into(), json!(description));
+    }
+    if let Some(s) = patch.state {
+        spec.insert("state".into(), json!(s));
+    }
+    if let Some(t) = patch.trigger {
+        // Explicit nulls: a merge patch would otherwise keep a stale cron.
+        spec.insert(
+            "trigger".into(),
+            json!({"type": t.type_, "cron": t.cron, "timezone": t.timezone}),
+        );
+    }
+    if let Some(e) = patch.executor {
+        spec.insert("executor".into(), json!(e));
+    }
+    if let Some(steps) = patch.steps {
+        spec.insert("steps".into(), json!(steps));
+    }
+    let body = json!({
+        "metadata": {"annotations": {views::UPDATED_AT_ANNOTATION: views::format_ts(views::now_ms())}},
+        "spec": spec,
+    });
+    let api: Api<Workflow> = Api::namespaced(state.client.clone(), &who.namespace);
+    let updated = api
+        .patch(&id, &ApiState::patch_params(), &Patch::Merge(&body))
+        .await
+        .map_err(|e| not_found_as(e, Missing::Workflow))?;
+    cache::await_write(&state.caches.workflows, &updated).await;
+    Ok(Json(views::workflow(&updated)))
+}
+
+async fn remove(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    who.require(Scope::Write)?;
+    let wf = find(&state, &who.namespace, &id)?;
+    if wf.spec.state == WorkflowState::Active {
+        return Err(ApiError::WorkflowActive);
+    }
+    let api: Api<Workflow> = Api::namespaced(state.client.clone(), &who.namespace);
+    // Delete with a precondition on the version we checked, so a concurrent
+    // activation cannot slip through; on a conflict, look again.
+    let mut version = wf.resource_version();
+    for _ in 0..3 {
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: version.clone(),
+                uid: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&id, &params).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let fresh = api
+                    .get(&id)
+                    .await
+                    .map_err(|e| not_found_as(e, Missing::Workflow))?;
+                if fresh.spec.state == WorkflowState::Active {
+                    return Err(ApiError::WorkflowActive);
+                }
+                version = fresh.resource_version();
+            }
+            Err(e) => return Err(not_found_as(e, Missing::Workflow)),
+        }
+    }
+    cache::await_delete(&state.caches.workflows, &who.namespace, &id).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Maps a 404 from the API server (object deleted meanwhile) to `missing`.
+pub fn not_found_as(err: kube::Error, missing: Missing) -> ApiError {
+    match err {
+        kube::Error::Api(s) if s.code == 404 => ApiError::NotFound(missing),
+        other => write_error(other),
+    }
+}
+
+/// Errors of a write: the API server's own validation (CEL rules) becomes a 400.
+pub fn write_error(err: kube::Error) -> ApiError {
+    match err {
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => ApiError::Validation {
+            message: s.message.clone(),
+            details: vec![],
+        },
+        other => other.into(),
+    }
+}
