@@ -6,6 +6,8 @@ use flowline::cli::{Cli, Command};
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // One TLS crypto provider for every client (kube, webhook delivery, http.request).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     flowline::telemetry::logging::init(cli.log_format);
     let result = match cli.command {
         Command::Crdgen => {

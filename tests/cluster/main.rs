@@ -1,5 +1,6 @@
 //! Tests against a real kube-apiserver. They are `#[ignore]`d for a plain
 //! `cargo test`; `make test` starts the local control plane and runs them.
 
+mod api;
 mod foundation;
 mod support;
