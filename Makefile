@@ -20,8 +20,10 @@ help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: run
-run: build cluster install-crds ## Start the local control plane, install the CRDs, run the operator
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) ./target/debug/flowline operator
+run: build cluster install-crds ## Local control plane + CRDs + admin key + operator with the API on 127.0.0.1:8080
+	@KUBECONFIG=$(CLUSTER_KUBECONFIG) ./target/debug/flowline api-key create --namespace default \
+	  --name admin --scopes admin --out .flowline/admin-key --reuse
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) ./target/debug/flowline operator --listen 127.0.0.1:8080
 
 .PHONY: test
 test: lint unit-test cluster-test ## fmt, clippy, unit tests, then cluster tests against a real control plane
@@ -43,6 +45,11 @@ unit-test: ## Tests that need no cluster
 cluster-test: cluster install-crds ## Tests against the control plane (fails, never skips, without one)
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_REQUIRE_CLUSTER=1 \
 	  $(CARGO) test -- --ignored --test-threads 4
+	$(MAKE) --no-print-directory fuzz-api
+
+.PHONY: fuzz-api
+fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPLES per operation)
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/fuzz-api.sh
 
 .PHONY: crds
 crds: ## Regenerate crds/ from the Rust types

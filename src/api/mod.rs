@@ -8,6 +8,7 @@ pub mod input;
 pub mod json;
 pub mod keys;
 mod middleware;
+pub mod openapi;
 pub mod pagination;
 pub mod ratelimit;
 mod runs;
@@ -32,5 +33,52 @@ pub fn router(state: ApiState) -> Router {
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(from_fn_with_state(state.clone(), middleware::authenticate))
+        // Added after the layer: the description is public.
+        .route(
+            "/v1/openapi.json",
+            axum::routing::get(|| async { axum::Json(openapi::document()) }),
+        )
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    /// Before the watch caches have listed everything, the API refuses to answer
+    /// from an empty cache: 503 `unavailable`, with the rate-limit headers.
+    #[tokio::test]
+    async fn answers_503_until_the_caches_are_synced() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let caches = cache::Caches::start(client.clone(), shutdown.clone());
+        let api_config = state::ApiConfig {
+            allow_http_webhooks: false,
+            plans: ratelimit::PlanDefaults {
+                plan: ratelimit::Plan::Free,
+                enterprise_requests: 1,
+            },
+            rate_limit_window_secs: 60,
+        };
+        let app = router(ApiState::new(client, caches, api_config));
+        let req = Request::get("/v1/workflows")
+            .header("authorization", "Bearer flk_x")
+            .body(Body::empty())
+            .unwrap();
+        let res = app.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), 503);
+        assert!(res.headers().contains_key("retry-after"));
+        assert!(res.headers().contains_key("x-ratelimit-remaining"));
+        let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "unavailable");
+        shutdown.cancel();
+    }
 }

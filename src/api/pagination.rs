@@ -81,6 +81,8 @@ pub fn parse_query(
                     format!("must be an integer from 1 to {MAX_LIMIT}"),
                 )),
             },
+            // An empty cursor is the first page, as if it were absent.
+            "cursor" if value.is_empty() => {}
             "cursor" => query.after = Some(SortKey::decode(&value).ok_or(ApiError::InvalidCursor)?),
             name if filter.is_some_and(|(f, _)| f == name) => {
                 let allowed = filter.map(|(_, a)| a).unwrap_or_default();

@@ -16,18 +16,35 @@ async fn workflow_lifecycle_follows_the_seed_and_the_contract() {
     let api = TestApi::start("api-wf").await;
     let key = &api.admin_key;
 
-    let res = api.send("POST", key, "/v1/workflows", Some(json!({"name": "Order sync", "description": "d"}))).await;
+    let res = api
+        .send(
+            "POST",
+            key,
+            "/v1/workflows",
+            Some(json!({"name": "Order sync", "description": "d"})),
+        )
+        .await;
     assert_eq!(res.status(), 201);
     let location = res.headers()["location"].to_str().unwrap().to_string();
     let wf: Value = res.json().await.unwrap();
     let id = wf["id"].as_str().unwrap();
     assert!(id.starts_with("wf-"), "{wf}");
     assert_eq!(location, format!("/v1/workflows/{id}"));
-    assert_eq!((wf["state"].as_str(), wf["steps"].as_array().map(Vec::len)), (Some("draft"), Some(0)));
+    assert_eq!(
+        (wf["state"].as_str(), wf["steps"].as_array().map(Vec::len)),
+        (Some("draft"), Some(0))
+    );
     assert_eq!(wf["trigger"], json!({"type": "manual"}));
-    assert_eq!(wf["executor"], Value::Null, "absent values are null, not missing");
+    assert_eq!(
+        wf["executor"],
+        Value::Null,
+        "absent values are null, not missing"
+    );
     let created_at = wf["created_at"].as_str().unwrap();
-    assert!(created_at.ends_with('Z') && created_at.len() == 24, "ms precision: {created_at}");
+    assert!(
+        created_at.ends_with('Z') && created_at.len() == 24,
+        "ms precision: {created_at}"
+    );
 
     let got: Value = api.get(key, &location).await.json().await.unwrap();
     assert_eq!(got["name"], "Order sync");
@@ -51,28 +68,66 @@ async fn workflow_lifecycle_follows_the_seed_and_the_contract() {
     assert!(patched["updated_at"].as_str().unwrap() >= created_at);
 
     // Back to a manual trigger: the stale cron must go with it.
-    let res = api.send("PATCH", key, &location, Some(json!({"trigger": {"type": "manual"}}))).await;
+    let res = api
+        .send(
+            "PATCH",
+            key,
+            &location,
+            Some(json!({"trigger": {"type": "manual"}})),
+        )
+        .await;
     assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
 
-    let list: Value = api.get(key, "/v1/workflows?state=active").await.json().await.unwrap();
+    let list: Value = api
+        .get(key, "/v1/workflows?state=active")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(list["data"][0]["id"], id);
     assert_eq!(list["next_cursor"], Value::Null);
     let item = list["data"][0].as_object().unwrap();
     let keys: HashSet<&str> = item.keys().map(String::as_str).collect();
-    assert_eq!(keys, HashSet::from(["id", "name", "state", "created_at", "updated_at"]));
-    let drafts: Value = api.get(key, "/v1/workflows?state=draft").await.json().await.unwrap();
+    assert_eq!(
+        keys,
+        HashSet::from(["id", "name", "state", "created_at", "updated_at"])
+    );
+    let drafts: Value = api
+        .get(key, "/v1/workflows?state=draft")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(drafts["data"], json!([]));
 
     // Seed rule 1: an active workflow cannot be deleted until paused.
-    assert_error(api.send("DELETE", key, &location, None).await, 409, "workflow_active").await;
-    let res = api.send("PATCH", key, &location, Some(json!({"state": "paused"}))).await;
+    assert_error(
+        api.send("DELETE", key, &location, None).await,
+        409,
+        "workflow_active",
+    )
+    .await;
+    let res = api
+        .send("PATCH", key, &location, Some(json!({"state": "paused"})))
+        .await;
     assert_eq!(res.status(), 200);
     let res = api.send("DELETE", key, &location, None).await;
     assert_eq!(res.status(), 204);
     assert!(res.bytes().await.unwrap().is_empty());
     assert_error(api.get(key, &location).await, 404, "workflow_not_found").await;
-    assert_error(api.send("PATCH", key, &location, Some(json!({"name": "x"}))).await, 404, "workflow_not_found").await;
-    assert_error(api.send("DELETE", key, &location, None).await, 404, "workflow_not_found").await;
+    assert_error(
+        api.send("PATCH", key, &location, Some(json!({"name": "x"})))
+            .await,
+        404,
+        "workflow_not_found",
+    )
+    .await;
+    assert_error(
+        api.send("DELETE", key, &location, None).await,
+        404,
+        "workflow_not_found",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -84,39 +139,113 @@ async fn invalid_input_gets_field_level_details_and_changes_nothing() {
     let path = format!("/v1/workflows/{id}");
 
     let body = assert_error(
-        api.send("PATCH", key, &path, Some(json!({"state": "archived", "steps": [{"id": "A B", "action": "nope"}]}))).await,
+        api.send(
+            "PATCH",
+            key,
+            &path,
+            Some(json!({"state": "archived", "steps": [{"id": "A B", "action": "nope"}]})),
+        )
+        .await,
         400,
         "validation_error",
     )
     .await;
-    let fields: Vec<&str> = body["error"]["details"].as_array().unwrap().iter().map(|d| d["field"].as_str().unwrap()).collect();
-    assert!(fields.contains(&"state") && fields.contains(&"steps[0].id") && fields.contains(&"steps[0].action"), "{body}");
+    let fields: Vec<&str> = body["error"]["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap())
+        .collect();
+    assert!(
+        fields.contains(&"state")
+            && fields.contains(&"steps[0].id")
+            && fields.contains(&"steps[0].action"),
+        "{body}"
+    );
     let unchanged: Value = api.get(key, &path).await.json().await.unwrap();
-    assert_eq!((unchanged["state"].as_str(), unchanged["steps"].as_array().unwrap().len()), (Some("draft"), 0));
+    assert_eq!(
+        (
+            unchanged["state"].as_str(),
+            unchanged["steps"].as_array().unwrap().len()
+        ),
+        (Some("draft"), 0)
+    );
 
-    assert_error(api.send("POST", key, "/v1/workflows", Some(json!({}))).await, 400, "validation_error").await;
-    assert_error(api.send("POST", key, "/v1/workflows", Some(json!({"name": 5}))).await, 400, "validation_error").await;
+    assert_error(
+        api.send("POST", key, "/v1/workflows", Some(json!({})))
+            .await,
+        400,
+        "validation_error",
+    )
+    .await;
+    assert_error(
+        api.send("POST", key, "/v1/workflows", Some(json!({"name": 5})))
+            .await,
+        400,
+        "validation_error",
+    )
+    .await;
 
-    let malformed = api.http.post(api.url("/v1/workflows")).bearer_auth(key)
-        .header("content-type", "application/json").body("{\"name\":").send().await.unwrap();
+    let malformed = api
+        .http
+        .post(api.url("/v1/workflows"))
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body("{\"name\":")
+        .send()
+        .await
+        .unwrap();
     assert_error(malformed, 400, "invalid_json").await;
-    let wrong_type = api.http.post(api.url("/v1/workflows")).bearer_auth(key)
-        .header("content-type", "text/plain").body("{\"name\":\"x\"}").send().await.unwrap();
+    let wrong_type = api
+        .http
+        .post(api.url("/v1/workflows"))
+        .bearer_auth(key)
+        .header("content-type", "text/plain")
+        .body("{\"name\":\"x\"}")
+        .send()
+        .await
+        .unwrap();
     assert_error(wrong_type, 415, "unsupported_media_type").await;
     let huge = format!("{{\"name\":\"{}\"}}", "x".repeat(1 << 20));
-    let too_large = api.http.post(api.url("/v1/workflows")).bearer_auth(key)
-        .header("content-type", "application/json").body(huge).send().await.unwrap();
+    let too_large = api
+        .http
+        .post(api.url("/v1/workflows"))
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
     assert_error(too_large, 413, "payload_too_large").await;
 
     for bad in ["limit=0", "limit=101", "limit=x", "state=archived"] {
-        assert_error(api.get(key, &format!("/v1/workflows?{bad}")).await, 400, "validation_error").await;
+        assert_error(
+            api.get(key, &format!("/v1/workflows?{bad}")).await,
+            400,
+            "validation_error",
+        )
+        .await;
     }
-    assert_error(api.get(key, "/v1/workflows?cursor=garbage").await, 400, "invalid_cursor").await;
+    assert_error(
+        api.get(key, "/v1/workflows?cursor=garbage").await,
+        400,
+        "invalid_cursor",
+    )
+    .await;
     assert_error(api.get(key, "/v1/nothing-here").await, 404, "not_found").await;
-    assert_error(api.send("PUT", key, "/v1/workflows", None).await, 405, "method_not_allowed").await;
+    assert_error(
+        api.send("PUT", key, "/v1/workflows", None).await,
+        405,
+        "method_not_allowed",
+    )
+    .await;
 
     let all: Value = api.get(key, "/v1/workflows").await.json().await.unwrap();
-    assert_eq!(all["data"].as_array().unwrap().len(), 1, "no failed request created anything");
+    assert_eq!(
+        all["data"].as_array().unwrap().len(),
+        1,
+        "no failed request created anything"
+    );
 }
 
 #[tokio::test]
@@ -126,66 +255,178 @@ async fn runs_are_started_listed_read_and_cancelled() {
     let key = &api.admin_key;
     let id = api.create_workflow("Runs").await;
     let wf_path = format!("/v1/workflows/{id}");
-    api.send("PATCH", key, &wf_path, Some(json!({"steps": [{"id": "wait", "action": "delay", "with": {"ms": 1}}]}))).await;
+    api.send(
+        "PATCH",
+        key,
+        &wf_path,
+        Some(json!({"steps": [{"id": "wait", "action": "delay", "with": {"ms": 1}}]})),
+    )
+    .await;
 
     // Seed rule: draft and active workflows can be run.
-    let res = api.send("POST", key, &format!("{wf_path}/runs"), Some(json!({"payload": {"order": 42}}))).await;
+    let res = api
+        .send(
+            "POST",
+            key,
+            &format!("{wf_path}/runs"),
+            Some(json!({"payload": {"order": 42}})),
+        )
+        .await;
     assert_eq!(res.status(), 201);
     let location = res.headers()["location"].to_str().unwrap().to_string();
     let run: Value = res.json().await.unwrap();
-    assert_eq!((run["status"].as_str(), run["workflow_id"].as_str()), (Some("running"), Some(id.as_str())));
+    assert_eq!(
+        (run["status"].as_str(), run["workflow_id"].as_str()),
+        (Some("running"), Some(id.as_str()))
+    );
     assert_eq!(run["payload"], json!({"order": 42}));
     assert_eq!(run["finished_at"], Value::Null);
-    assert_eq!(run["steps"][0]["status"], "pending", "nothing ran yet, and the API does not pretend");
-    assert_eq!(location, format!("/v1/runs/{}", run["id"].as_str().unwrap()));
+    assert_eq!(
+        run["steps"][0]["status"], "pending",
+        "nothing ran yet, and the API does not pretend"
+    );
+    assert_eq!(
+        location,
+        format!("/v1/runs/{}", run["id"].as_str().unwrap())
+    );
 
     // Owned by the workflow, labelled with it.
-    let stored: Run = api.ns.api::<Run>().get(run["id"].as_str().unwrap()).await.unwrap();
+    let stored: Run = api
+        .ns
+        .api::<Run>()
+        .get(run["id"].as_str().unwrap())
+        .await
+        .unwrap();
     assert_eq!(stored.metadata.owner_references.unwrap()[0].name, id);
 
     // A body-less trigger works too.
-    let res = api.http.post(api.url(&format!("{wf_path}/runs"))).bearer_auth(key).send().await.unwrap();
+    let res = api
+        .http
+        .post(api.url(&format!("{wf_path}/runs")))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 201);
     let second: Value = res.json().await.unwrap();
 
-    let list: Value = api.get(key, &format!("{wf_path}/runs")).await.json().await.unwrap();
-    let ids: Vec<&str> = list["data"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, [second["id"].as_str().unwrap(), run["id"].as_str().unwrap()], "newest first");
-
-    // Finish the first run as the controller would, then filter and cancel.
-    let status = RunStatus { phase: RunPhase::Succeeded, ..Default::default() };
-    api.ns
-        .api::<Run>()
-        .patch_status(run["id"].as_str().unwrap(), &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+    let list: Value = api
+        .get(key, &format!("{wf_path}/runs"))
+        .await
+        .json()
         .await
         .unwrap();
-    eventually("the finished run to show", Duration::from_secs(5), || async {
-        let list: Value = api.get(key, &format!("{wf_path}/runs?status=succeeded")).await.json().await.unwrap();
-        (list["data"].as_array().unwrap().len() == 1).then_some(())
-    })
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [second["id"].as_str().unwrap(), run["id"].as_str().unwrap()],
+        "newest first"
+    );
+
+    // Finish the first run as the controller would, then filter and cancel.
+    let status = RunStatus {
+        phase: RunPhase::Succeeded,
+        ..Default::default()
+    };
+    api.ns
+        .api::<Run>()
+        .patch_status(
+            run["id"].as_str().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the finished run to show",
+        Duration::from_secs(5),
+        || async {
+            let list: Value = api
+                .get(key, &format!("{wf_path}/runs?status=succeeded"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            (list["data"].as_array().unwrap().len() == 1).then_some(())
+        },
+    )
     .await;
-    assert_error(api.send("POST", key, &format!("{location}/cancel"), None).await, 409, "run_not_running").await;
-    let res = api.send("POST", key, &format!("/v1/runs/{}/cancel", second["id"].as_str().unwrap()), None).await;
+    assert_error(
+        api.send("POST", key, &format!("{location}/cancel"), None)
+            .await,
+        409,
+        "run_not_running",
+    )
+    .await;
+    let res = api
+        .send(
+            "POST",
+            key,
+            &format!("/v1/runs/{}/cancel", second["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
     assert_eq!(res.status(), 202);
     let cancelled: Value = res.json().await.unwrap();
     assert_eq!(cancelled["cancel_requested"], true);
-    let stored: Run = api.ns.api::<Run>().get(second["id"].as_str().unwrap()).await.unwrap();
-    assert!(stored.spec.cancel, "cancel sets spec.cancel, as kubectl patch would");
+    let stored: Run = api
+        .ns
+        .api::<Run>()
+        .get(second["id"].as_str().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        stored.spec.cancel,
+        "cancel sets spec.cancel, as kubectl patch would"
+    );
 
-    assert_error(api.get(key, &format!("{wf_path}/runs?status=exploded")).await, 400, "validation_error").await;
-    assert_error(api.get(key, "/v1/runs/run-missing").await, 404, "run_not_found").await;
-    assert_error(api.send("POST", key, "/v1/workflows/wf-missing/runs", None).await, 404, "workflow_not_found").await;
+    assert_error(
+        api.get(key, &format!("{wf_path}/runs?status=exploded"))
+            .await,
+        400,
+        "validation_error",
+    )
+    .await;
+    assert_error(
+        api.get(key, "/v1/runs/run-missing").await,
+        404,
+        "run_not_found",
+    )
+    .await;
+    assert_error(
+        api.send("POST", key, "/v1/workflows/wf-missing/runs", None)
+            .await,
+        404,
+        "workflow_not_found",
+    )
+    .await;
 
     // Seed rule 2: a paused workflow cannot be run.
-    api.send("PATCH", key, &wf_path, Some(json!({"state": "paused"}))).await;
-    assert_error(api.send("POST", key, &format!("{wf_path}/runs"), None).await, 409, "workflow_paused").await;
+    api.send("PATCH", key, &wf_path, Some(json!({"state": "paused"})))
+        .await;
+    assert_error(
+        api.send("POST", key, &format!("{wf_path}/runs"), None)
+            .await,
+        409,
+        "workflow_paused",
+    )
+    .await;
 
     // Deleting the workflow removes its run history.
     assert_eq!(api.send("DELETE", key, &wf_path, None).await.status(), 204);
-    eventually("runs deleted with their workflow", Duration::from_secs(60), || async {
-        let res = api.get(key, &location).await;
-        (res.status() == 404).then_some(())
-    })
+    eventually(
+        "runs deleted with their workflow",
+        Duration::from_secs(60),
+        || async {
+            let res = api.get(key, &location).await;
+            (res.status() == 404).then_some(())
+        },
+    )
     .await;
 }
 
@@ -199,7 +440,12 @@ async fn keys_and_scopes_guard_every_endpoint() {
     let res = api.http.get(api.url("/v1/workflows")).send().await.unwrap();
     assert_eq!(res.headers()["www-authenticate"], "Bearer");
     assert_error(res, 401, "unauthenticated").await;
-    assert_error(api.get("flk_notakey", "/v1/workflows").await, 401, "unauthenticated").await;
+    assert_error(
+        api.get("flk_notakey", "/v1/workflows").await,
+        401,
+        "unauthenticated",
+    )
+    .await;
 
     let read = new_key(&api.ns, &[Scope::Read]).await;
     let execute = new_key(&api.ns, &[Scope::Execute]).await;
@@ -208,28 +454,108 @@ async fn keys_and_scopes_guard_every_endpoint() {
         api.await_key(k).await;
     }
     assert_eq!(api.get(&read, &wf).await.status(), 200);
-    assert_eq!(api.get(&execute, &wf).await.status(), 200, "execute includes read");
-    assert_eq!(api.get(&write, &wf).await.status(), 200, "write includes read");
-    assert_error(api.send("POST", &read, "/v1/workflows", Some(json!({"name": "x"}))).await, 403, "insufficient_scope").await;
-    assert_error(api.send("POST", &read, &format!("{wf}/runs"), None).await, 403, "insufficient_scope").await;
-    assert_error(api.send("POST", &write, &format!("{wf}/runs"), None).await, 403, "insufficient_scope").await;
-    assert_error(api.send("PATCH", &execute, &wf, Some(json!({"name": "x"}))).await, 403, "insufficient_scope").await;
-    assert_eq!(api.send("POST", &execute, &format!("{wf}/runs"), None).await.status(), 201);
-    assert_error(api.get(&write, "/v1/api-keys").await, 403, "insufficient_scope").await;
+    assert_eq!(
+        api.get(&execute, &wf).await.status(),
+        200,
+        "execute includes read"
+    );
+    assert_eq!(
+        api.get(&write, &wf).await.status(),
+        200,
+        "write includes read"
+    );
+    assert_error(
+        api.send("POST", &read, "/v1/workflows", Some(json!({"name": "x"})))
+            .await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
+    assert_error(
+        api.send("POST", &read, &format!("{wf}/runs"), None).await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
+    assert_error(
+        api.send("POST", &write, &format!("{wf}/runs"), None).await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
+    assert_error(
+        api.send("PATCH", &execute, &wf, Some(json!({"name": "x"})))
+            .await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
+    assert_eq!(
+        api.send("POST", &execute, &format!("{wf}/runs"), None)
+            .await
+            .status(),
+        201
+    );
+    assert_error(
+        api.get(&write, "/v1/api-keys").await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
 
     // Admins manage keys; values are shown once and never listed.
-    let res = api.send("POST", &api.admin_key, "/v1/api-keys", Some(json!({"name": "ci", "scopes": ["read"]}))).await;
+    let res = api
+        .send(
+            "POST",
+            &api.admin_key,
+            "/v1/api-keys",
+            Some(json!({"name": "ci", "scopes": ["read"]})),
+        )
+        .await;
     assert_eq!(res.status(), 201);
     let created: Value = res.json().await.unwrap();
     let value = created["key"].as_str().unwrap().to_string();
     assert!(value.starts_with("flk_") && value.len() >= 36);
-    assert_eq!(api.get(&value, &wf).await.status(), 200, "a key works as soon as it is returned");
-    let listed = api.get(&api.admin_key, "/v1/api-keys").await.text().await.unwrap();
-    assert!(listed.contains("\"ci\"") && !listed.contains(&value), "{listed}");
+    assert_eq!(
+        api.get(&value, &wf).await.status(),
+        200,
+        "a key works as soon as it is returned"
+    );
+    let listed = api
+        .get(&api.admin_key, "/v1/api-keys")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        listed.contains("\"ci\"") && !listed.contains(&value),
+        "{listed}"
+    );
     let key_id = created["id"].as_str().unwrap();
-    assert_eq!(api.send("DELETE", &api.admin_key, &format!("/v1/api-keys/{key_id}"), None).await.status(), 204);
+    assert_eq!(
+        api.send(
+            "DELETE",
+            &api.admin_key,
+            &format!("/v1/api-keys/{key_id}"),
+            None
+        )
+        .await
+        .status(),
+        204
+    );
     assert_error(api.get(&value, &wf).await, 401, "unauthenticated").await;
-    assert_error(api.send("DELETE", &api.admin_key, &format!("/v1/api-keys/{key_id}"), None).await, 404, "api_key_not_found").await;
+    assert_error(
+        api.send(
+            "DELETE",
+            &api.admin_key,
+            &format!("/v1/api-keys/{key_id}"),
+            None,
+        )
+        .await,
+        404,
+        "api_key_not_found",
+    )
+    .await;
 
     // Revocation by deleting the Secret directly takes effect within 2 s.
     let secret_name = api
@@ -240,16 +566,25 @@ async fn keys_and_scopes_guard_every_endpoint() {
         .unwrap()
         .items
         .into_iter()
-        .find(|s| flowline::api::auth::KeyRecord::from_secret(s).is_some_and(|r| r.matches(&flowline::api::auth::hash_key(&read))))
+        .find(|s| {
+            flowline::api::auth::KeyRecord::from_secret(s)
+                .is_some_and(|r| r.matches(&flowline::api::auth::hash_key(&read)))
+        })
         .unwrap()
         .metadata
         .name
         .unwrap();
-    api.ns.api::<k8s_openapi::api::core::v1::Secret>().delete(&secret_name, &Default::default()).await.unwrap();
+    api.ns
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .delete(&secret_name, &Default::default())
+        .await
+        .unwrap();
     let started = std::time::Instant::now();
-    eventually("the revoked key to be refused", Duration::from_secs(2), || async {
-        (api.get(&read, &wf).await.status() == 401).then_some(())
-    })
+    eventually(
+        "the revoked key to be refused",
+        Duration::from_secs(2),
+        || async { (api.get(&read, &wf).await.status() == 401).then_some(()) },
+    )
     .await;
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -265,9 +600,31 @@ async fn another_accounts_objects_answer_exactly_like_missing_ones() {
     let foreign = assert_error(foreign, 404, "workflow_not_found").await;
     let missing = assert_error(missing, 404, "workflow_not_found").await;
     assert_eq!(foreign, missing);
-    assert_error(b.send("DELETE", &b.admin_key, &format!("/v1/workflows/{id}"), None).await, 404, "workflow_not_found").await;
-    assert_error(b.send("POST", &b.admin_key, &format!("/v1/workflows/{id}/runs"), None).await, 404, "workflow_not_found").await;
-    let listed: Value = b.get(&b.admin_key, "/v1/workflows").await.json().await.unwrap();
+    assert_error(
+        b.send("DELETE", &b.admin_key, &format!("/v1/workflows/{id}"), None)
+            .await,
+        404,
+        "workflow_not_found",
+    )
+    .await;
+    assert_error(
+        b.send(
+            "POST",
+            &b.admin_key,
+            &format!("/v1/workflows/{id}/runs"),
+            None,
+        )
+        .await,
+        404,
+        "workflow_not_found",
+    )
+    .await;
+    let listed: Value = b
+        .get(&b.admin_key, "/v1/workflows")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(listed["data"], json!([]));
 }
 
@@ -276,12 +633,19 @@ async fn another_accounts_objects_answer_exactly_like_missing_ones() {
 async fn rate_limits_exhaust_then_reset_with_headers_everywhere() {
     let api = TestApi::start_with(
         "api-rate",
-        ApiOptions { plan_annotations: vec![("flowline.io/plan", "free")], window_secs: 3, allow_http: false },
+        ApiOptions {
+            plan_annotations: vec![("flowline.io/plan", "free")],
+            window_secs: 3,
+            allow_http: false,
+        },
     )
     .await;
     // Start at the beginning of a fresh window so 60 requests fit in it.
     let reset = api.get(&api.admin_key, "/v1/workflows").await.headers()["x-ratelimit-reset"]
-        .to_str().unwrap().parse::<i64>().unwrap();
+        .to_str()
+        .unwrap()
+        .parse::<i64>()
+        .unwrap();
     let wait = reset - jiff::Timestamp::now().as_second();
     tokio::time::sleep(Duration::from_millis((wait.max(0) as u64) * 1000 + 50)).await;
 
@@ -289,7 +653,11 @@ async fn rate_limits_exhaust_then_reset_with_headers_everywhere() {
     for _ in 0..60 {
         let res = api.get(&api.admin_key, "/v1/nope").await; // 404s count too
         assert_eq!(res.headers()["x-ratelimit-limit"], "60");
-        let remaining: u32 = res.headers()["x-ratelimit-remaining"].to_str().unwrap().parse().unwrap();
+        let remaining: u32 = res.headers()["x-ratelimit-remaining"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(remaining < last_remaining);
         last_remaining = remaining;
         assert_error(res, 404, "not_found").await;
@@ -318,8 +686,12 @@ async fn paging_under_concurrent_inserts_has_no_gaps_or_duplicates() {
         tokio::spawn(async move {
             let http = http_client();
             for i in 0..15 {
-                http.post(format!("{base}/v1/workflows")).bearer_auth(&key)
-                    .json(&json!({"name": format!("late {i}")})).send().await.unwrap();
+                http.post(format!("{base}/v1/workflows"))
+                    .bearer_auth(&key)
+                    .json(&json!({"name": format!("late {i}")}))
+                    .send()
+                    .await
+                    .unwrap();
             }
         })
     };
@@ -331,7 +703,13 @@ async fn paging_under_concurrent_inserts_has_no_gaps_or_duplicates() {
             None => "/v1/workflows?limit=4".to_string(),
         };
         let page: Value = api.get(&api.admin_key, &path).await.json().await.unwrap();
-        seen.extend(page["data"].as_array().unwrap().iter().map(|w| w["id"].as_str().unwrap().to_string()));
+        seen.extend(
+            page["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w["id"].as_str().unwrap().to_string()),
+        );
         match page["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_string()),
             None => break,
@@ -340,7 +718,11 @@ async fn paging_under_concurrent_inserts_has_no_gaps_or_duplicates() {
     inserter.await.unwrap();
     let unique: HashSet<String> = seen.iter().cloned().collect();
     assert_eq!(unique.len(), seen.len(), "duplicates in {seen:?}");
-    assert!(existing.is_subset(&unique), "gaps: {:?}", existing.difference(&unique).collect::<Vec<_>>());
+    assert!(
+        existing.is_subset(&unique),
+        "gaps: {:?}",
+        existing.difference(&unique).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]
@@ -351,14 +733,30 @@ async fn kubectl_applied_workflows_show_up_in_the_api() {
         "apiVersion: flowline.io/v1\nkind: Workflow\nmetadata:\n  name: from-git\nspec:\n  name: From Git\n  state: active\n  steps:\n  - {id: a, action: delay, with: {ms: 1}, retry: {maxAttempts: 2}}\n",
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let wf: Value = eventually("the applied workflow in the API", Duration::from_secs(5), || async {
-        let res = api.get(&api.admin_key, "/v1/workflows/from-git").await;
-        if res.status() == 200 { res.json().await.ok() } else { None }
-    })
+    let wf: Value = eventually(
+        "the applied workflow in the API",
+        Duration::from_secs(5),
+        || async {
+            let res = api.get(&api.admin_key, "/v1/workflows/from-git").await;
+            if res.status() == 200 {
+                res.json().await.ok()
+            } else {
+                None
+            }
+        },
+    )
     .await;
-    assert_eq!((wf["name"].as_str(), wf["state"].as_str()), (Some("From Git"), Some("active")));
+    assert_eq!(
+        (wf["name"].as_str(), wf["state"].as_str()),
+        (Some("From Git"), Some("active"))
+    );
     assert_eq!(wf["steps"][0]["retry"]["max_attempts"], 2);
-    let list: Value = api.get(&api.admin_key, "/v1/workflows").await.json().await.unwrap();
+    let list: Value = api
+        .get(&api.admin_key, "/v1/workflows")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(list["data"][0]["id"], "from-git");
 }
 
@@ -369,11 +767,30 @@ async fn a_write_is_visible_to_a_read_on_another_connection() {
     let other = http_client();
     for i in 0..10 {
         let id = api.create_workflow(&format!("raw {i}")).await;
-        let res = other.get(api.url(&format!("/v1/workflows/{id}"))).bearer_auth(&api.admin_key).send().await.unwrap();
+        let res = other
+            .get(api.url(&format!("/v1/workflows/{id}")))
+            .bearer_auth(&api.admin_key)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(res.status(), 200, "read after write #{i}");
         let path = format!("/v1/workflows/{id}");
-        api.send("PATCH", &api.admin_key, &path, Some(json!({"name": format!("renamed {i}")}))).await;
-        let got: Value = other.get(api.url(&path)).bearer_auth(&api.admin_key).send().await.unwrap().json().await.unwrap();
+        api.send(
+            "PATCH",
+            &api.admin_key,
+            &path,
+            Some(json!({"name": format!("renamed {i}")})),
+        )
+        .await;
+        let got: Value = other
+            .get(api.url(&path))
+            .bearer_auth(&api.admin_key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(got["name"], format!("renamed {i}"));
     }
 }
@@ -391,21 +808,77 @@ async fn webhooks_are_created_with_a_secret_listed_and_deleted() {
     let hook: Value = res.json().await.unwrap();
     let id = hook["id"].as_str().unwrap();
     assert!(hook["secret"].as_str().unwrap().starts_with("whsec_"));
-    assert_eq!((hook["enabled"].as_bool(), hook["workflow_id"].as_str()), (Some(true), Some(wf.as_str())));
+    assert_eq!(
+        (hook["enabled"].as_bool(), hook["workflow_id"].as_str()),
+        (Some(true), Some(wf.as_str()))
+    );
 
-    let secret = api.ns.api::<k8s_openapi::api::core::v1::Secret>().get(&format!("{id}-signing")).await.unwrap();
-    assert_eq!(secret.metadata.owner_references.unwrap()[0].name, id, "the Secret is owned by the Webhook");
+    let secret = api
+        .ns
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get(&format!("{id}-signing"))
+        .await
+        .unwrap();
+    assert_eq!(
+        secret.metadata.owner_references.unwrap()[0].name,
+        id,
+        "the Secret is owned by the Webhook"
+    );
 
     let list: Value = api.get(key, "/v1/webhooks").await.json().await.unwrap();
     assert_eq!(list["data"][0]["id"], id);
-    assert!(list["data"][0].get("secret").is_none(), "the secret is shown only once");
-    assert_eq!(api.get(key, &format!("/v1/webhooks/{id}")).await.status(), 200);
+    assert!(
+        list["data"][0].get("secret").is_none(),
+        "the secret is shown only once"
+    );
+    assert_eq!(
+        api.get(key, &format!("/v1/webhooks/{id}")).await.status(),
+        200
+    );
 
-    assert_error(api.send("POST", key, "/v1/webhooks", Some(json!({"url": "http://hooks.example.com", "events": ["run.failed"]}))).await, 400, "validation_error").await;
-    assert_error(api.send("POST", key, "/v1/webhooks", Some(json!({"url": "https://hooks.example.com", "events": ["run.boom"]}))).await, 400, "validation_error").await;
+    assert_error(
+        api.send(
+            "POST",
+            key,
+            "/v1/webhooks",
+            Some(json!({"url": "http://hooks.example.com", "events": ["run.failed"]})),
+        )
+        .await,
+        400,
+        "validation_error",
+    )
+    .await;
+    assert_error(
+        api.send(
+            "POST",
+            key,
+            "/v1/webhooks",
+            Some(json!({"url": "https://hooks.example.com", "events": ["run.boom"]})),
+        )
+        .await,
+        400,
+        "validation_error",
+    )
+    .await;
     assert_error(api.send("POST", key, "/v1/webhooks", Some(json!({"url": "https://hooks.example.com", "events": ["run.failed"], "workflow_id": "wf-nope"}))).await, 404, "workflow_not_found").await;
 
-    assert_eq!(api.send("DELETE", key, &format!("/v1/webhooks/{id}"), None).await.status(), 204);
-    assert_error(api.get(key, &format!("/v1/webhooks/{id}")).await, 404, "webhook_not_found").await;
-    assert_error(api.send("DELETE", key, &format!("/v1/webhooks/{id}"), None).await, 404, "webhook_not_found").await;
+    assert_eq!(
+        api.send("DELETE", key, &format!("/v1/webhooks/{id}"), None)
+            .await
+            .status(),
+        204
+    );
+    assert_error(
+        api.get(key, &format!("/v1/webhooks/{id}")).await,
+        404,
+        "webhook_not_found",
+    )
+    .await;
+    assert_error(
+        api.send("DELETE", key, &format!("/v1/webhooks/{id}"), None)
+            .await,
+        404,
+        "webhook_not_found",
+    )
+    .await;
 }

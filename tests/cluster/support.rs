@@ -195,7 +195,10 @@ impl TestApi {
         let caches = flowline::api::cache::Caches::start(ns.client.clone(), shutdown.clone());
         let config = ApiConfig {
             allow_http_webhooks: options.allow_http,
-            plans: PlanDefaults { plan: Plan::Free, enterprise_requests: 6000 },
+            plans: PlanDefaults {
+                plan: Plan::Free,
+                enterprise_requests: 6000,
+            },
             rate_limit_window_secs: options.window_secs,
         };
         let app = flowline::api::router(ApiState::new(ns.client.clone(), caches.clone(), config));
@@ -203,24 +206,40 @@ impl TestApi {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let stop = shutdown.clone();
         tokio::spawn(async move {
-            axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-                .unwrap();
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+            .unwrap();
         });
-        eventually("watch caches to sync", Duration::from_secs(30), || async { caches.is_synced().then_some(()) }).await;
+        eventually("watch caches to sync", Duration::from_secs(30), || async {
+            caches.is_synced().then_some(())
+        })
+        .await;
         let admin_key = new_key(&ns, &[flowline::api::auth::Scope::Admin]).await;
-        let api = TestApi { base, ns, admin_key, http: http_client(), shutdown };
+        let api = TestApi {
+            base,
+            ns,
+            admin_key,
+            http: http_client(),
+            shutdown,
+        };
         api.await_key(&api.admin_key.clone()).await;
         api
     }
 
     /// Waits until the server accepts `key` (the cache has seen its Secret).
     pub async fn await_key(&self, key: &str) {
-        eventually("the API to accept a new key", Duration::from_secs(10), || async {
-            let res = self.get(key, "/v1/workflows").await;
-            (res.status() != 401).then_some(())
-        })
+        eventually(
+            "the API to accept a new key",
+            Duration::from_secs(10),
+            || async {
+                let res = self.get(key, "/v1/workflows").await;
+                (res.status() != 401).then_some(())
+            },
+        )
         .await;
     }
 
@@ -229,10 +248,21 @@ impl TestApi {
     }
 
     pub async fn get(&self, key: &str, path: &str) -> reqwest::Response {
-        self.http.get(self.url(path)).bearer_auth(key).send().await.unwrap()
+        self.http
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
     }
 
-    pub async fn send(&self, method: &str, key: &str, path: &str, body: Option<serde_json::Value>) -> reqwest::Response {
+    pub async fn send(
+        &self,
+        method: &str,
+        key: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> reqwest::Response {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let mut req = self.http.request(method, self.url(path)).bearer_auth(key);
         if let Some(body) = body {
@@ -243,26 +273,45 @@ impl TestApi {
 
     /// Creates a workflow through the API and returns its id.
     pub async fn create_workflow(&self, name: &str) -> String {
-        let res = self.send("POST", &self.admin_key, "/v1/workflows", Some(serde_json::json!({"name": name}))).await;
+        let res = self
+            .send(
+                "POST",
+                &self.admin_key,
+                "/v1/workflows",
+                Some(serde_json::json!({"name": name})),
+            )
+            .await;
         assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-        res.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_string()
+        res.json::<serde_json::Value>().await.unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 }
 
 /// A new key for the namespace (not yet necessarily visible to a server).
 pub async fn new_key(ns: &TestNamespace, scopes: &[flowline::api::auth::Scope]) -> String {
-    flowline::api::keys::create_key(ns.client.clone(), &ns.name, "test", scopes).await.unwrap().value
+    flowline::api::keys::create_key(ns.client.clone(), &ns.name, "test", scopes)
+        .await
+        .unwrap()
+        .value
 }
 
 async fn annotate_namespace(ns: &TestNamespace, annotations: &[(&str, &str)]) {
     if annotations.is_empty() {
         return;
     }
-    let map: serde_json::Map<String, serde_json::Value> =
-        annotations.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+    let map: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+        .collect();
     let patch = serde_json::json!({"metadata": {"annotations": map}});
     Api::<Namespace>::all(ns.client.clone())
-        .patch(&ns.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .patch(
+            &ns.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
         .await
         .unwrap();
 }
@@ -270,11 +319,20 @@ async fn annotate_namespace(ns: &TestNamespace, annotations: &[(&str, &str)]) {
 /// Asserts an error response: status, code, a message, and the rate-limit headers.
 pub async fn assert_error(res: reqwest::Response, status: u16, code: &str) -> serde_json::Value {
     assert_eq!(res.status().as_u16(), status, "expected {status} {code}");
-    for h in ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+    for h in [
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ] {
         assert!(res.headers().contains_key(h), "{h} missing on a {status}");
     }
     let body: serde_json::Value = res.json().await.expect("error bodies are JSON");
     assert_eq!(body["error"]["code"], code, "{body}");
-    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
     body
 }
