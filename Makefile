@@ -51,6 +51,10 @@ cluster-test: cluster install-crds ## Tests against the control plane (fails, ne
 fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPLES per operation)
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/fuzz-api.sh
 
+.PHONY: bench-api
+bench-api: cluster install-crds ## /v1 reads (watch caches) vs the same reads from kube-apiserver
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench api
+
 .PHONY: crds
 crds: ## Regenerate crds/ from the Rust types
 	$(CARGO) run --quiet -- crdgen > crds/flowline.yaml
