@@ -99,6 +99,24 @@ pub struct OperatorArgs {
     /// Development only: accept and deliver to `http://` webhook URLs.
     #[arg(long)]
     pub allow_http: bool,
+    /// Executor of workflows that do not choose one.
+    #[arg(long, value_enum, default_value = "inline")]
+    pub default_executor: ExecutorArg,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutorArg {
+    Inline,
+    Job,
+}
+
+impl From<ExecutorArg> for crate::crd::Executor {
+    fn from(e: ExecutorArg) -> Self {
+        match e {
+            ExecutorArg::Inline => crate::crd::Executor::Inline,
+            ExecutorArg::Job => crate::crd::Executor::Job,
+        }
+    }
 }
 
 impl OperatorArgs {

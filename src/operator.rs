@@ -44,6 +44,19 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         }
         caches_gate.open();
     });
+    if role == Role::Operator {
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("building the HTTP client of the engine")?;
+        let ctx = crate::controller::run::Context::new(
+            client.clone(),
+            http,
+            args.default_executor.into(),
+            None,
+        );
+        tokio::spawn(crate::controller::run::run(ctx, shutdown.clone()));
+    }
     let state = ApiState::new(client, caches, args.api_config());
 
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -1,5 +1,10 @@
-//! The execution engine: templates, `when` conditions, built-in actions, retries
-//! and executors (inline tasks and Kubernetes Jobs).
+//! The execution engine: templates, `when` conditions, built-in actions, retries,
+//! output caps, coalesced status writes and the inline executor.
 
+pub mod actions;
 pub mod expr;
+pub mod output;
+pub mod retry;
+pub mod runner;
+pub mod status_writer;
 pub mod template;

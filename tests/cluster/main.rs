@@ -2,5 +2,6 @@
 //! `cargo test`; `make test` starts the local control plane and runs them.
 
 mod api;
+mod engine;
 mod foundation;
 mod support;

@@ -1,0 +1,310 @@
+//! The Run controller: decides what a Run needs (start, cancel, fail at once) and
+//! hands execution to the engine. Execution state lives in the Run's status, so a
+//! restarted operator picks up where the last one stopped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::crd::{Executor, Run, RunPhase, StepPhase, Workflow, WorkflowState};
+use crate::engine::runner::{self, Engine};
+use crate::engine::status_writer::StatusWriter;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// What a Run needs now. Decided from the Run, its Workflow and whether this
+/// process is already executing it; pure.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Finished, or in hand: nothing to do.
+    Nothing,
+    /// Stop the execution in progress.
+    StopExecution,
+    /// Record the cancellation: nothing is executing.
+    MarkCancelled,
+    /// It cannot run; fail it with this error.
+    Fail(String),
+    /// Start (or resume) executing it.
+    Execute,
+}
+
+pub fn decide(
+    run: &Run,
+    workflow: Option<&Workflow>,
+    executing: bool,
+    default_executor: Executor,
+) -> Decision {
+    let phase = run.status.as_ref().map(|s| s.phase).unwrap_or_default();
+    if phase.is_finished() {
+        return Decision::Nothing;
+    }
+    if run.spec.cancel {
+        return if executing {
+            Decision::StopExecution
+        } else {
+            Decision::MarkCancelled
+        };
+    }
+    if executing {
+        return Decision::Nothing;
+    }
+    let Some(wf) = workflow else {
+        return Decision::Fail(format!("workflow {} does not exist", run.spec.workflow_ref));
+    };
+    let never_started = run
+        .status
+        .as_ref()
+        .is_none_or(|s| s.steps.iter().all(|r| r.status == StepPhase::Pending));
+    if wf.spec.state == WorkflowState::Paused && never_started {
+        return Decision::Fail(format!(
+            "workflow {} is paused; runs cannot start",
+            wf.name_any()
+        ));
+    }
+    let executor = wf.spec.executor.unwrap_or(default_executor);
+    let needs_job = executor == Executor::Job
+        || wf
+            .spec
+            .steps
+            .iter()
+            .any(|s| s.action == crate::crd::Action::Container);
+    if needs_job {
+        return Decision::Fail(
+            "the job executor is not available in this version of Flowline".into(),
+        );
+    }
+    Decision::Execute
+}
+
+pub struct Context {
+    pub client: Client,
+    pub engine: Engine,
+    pub default_executor: Executor,
+    /// Watch only this namespace (tests, namespaced installs); None = all.
+    pub namespace: Option<String>,
+    /// Runs this process is executing, by uid.
+    executing: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        http: reqwest::Client,
+        default_executor: Executor,
+        namespace: Option<String>,
+    ) -> Arc<Self> {
+        Arc::new(Context {
+            engine: Engine {
+                client: client.clone(),
+                http,
+            },
+            client,
+            default_executor,
+            namespace,
+            executing: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn token(&self, uid: &str) -> Option<CancellationToken> {
+        self.executing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .cloned()
+    }
+}
+
+async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let namespace = run.namespace().unwrap_or_default();
+    let uid = run.uid().unwrap_or_default();
+    let workflows: Api<Workflow> = Api::namespaced(ctx.client.clone(), &namespace);
+    let token = ctx.token(&uid);
+    let phase_finished = run.status.as_ref().is_some_and(|s| s.phase.is_finished());
+    let workflow = if phase_finished {
+        None
+    } else {
+        workflows.get_opt(&run.spec.workflow_ref).await?
+    };
+    match decide(
+        &run,
+        workflow.as_ref(),
+        token.is_some(),
+        ctx.default_executor,
+    ) {
+        Decision::Nothing => {}
+        Decision::StopExecution => {
+            if let Some(t) = token {
+                t.cancel();
+            }
+        }
+        Decision::MarkCancelled => {
+            let mut status = match &workflow {
+                Some(wf) => runner::initial_status(&run, wf),
+                None => run.status.clone().unwrap_or_default(),
+            };
+            status
+                .started_at
+                .get_or_insert_with(|| crate::api::views::run_started_at(&run));
+            runner::finish(&mut status, RunPhase::Cancelled, None, StepPhase::Cancelled);
+            write_final(&ctx, &run, &status).await;
+        }
+        Decision::Fail(error) => {
+            tracing::info!(run = %run.name_any(), %error, "run cannot execute");
+            let mut status = match &workflow {
+                Some(wf) => runner::initial_status(&run, wf),
+                None => run.status.clone().unwrap_or_default(),
+            };
+            status
+                .started_at
+                .get_or_insert_with(|| crate::api::views::run_started_at(&run));
+            runner::finish(
+                &mut status,
+                RunPhase::Failed,
+                Some(error),
+                StepPhase::Pending,
+            );
+            write_final(&ctx, &run, &status).await;
+        }
+        Decision::Execute => {
+            let Some(wf) = workflow else {
+                return Ok(Action::await_change());
+            };
+            let cancel = CancellationToken::new();
+            ctx.executing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid.clone(), cancel.clone());
+            let (engine, run, ctx2) = (ctx.engine.clone(), (*run).clone(), ctx.clone());
+            tokio::spawn(async move {
+                runner::execute(engine, run, wf, cancel).await;
+                ctx2.executing
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&uid);
+            });
+        }
+    }
+    Ok(Action::await_change())
+}
+
+async fn write_final(ctx: &Context, run: &Run, status: &crate::crd::RunStatus) {
+    let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
+    let writer = StatusWriter::start(api, run.name_any(), status.clone());
+    writer.finish(status).await;
+}
+
+fn error_policy(_run: Arc<Run>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let runs: Api<Run> = match &ctx.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    Controller::new(runs, watcher::Config::default())
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "run reconcile error");
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(status: serde_json::Value, cancel: bool) -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n", "uid": "u"},
+            "spec": {"workflowRef": "wf", "cancel": cancel},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn workflow(state: &str, executor: Option<&str>) -> Workflow {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "wf", "namespace": "n"},
+            "spec": {"name": "W", "state": state, "executor": executor, "steps": [{"id": "a", "action": "delay", "with": {"ms": 1}}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn finished_runs_need_nothing() {
+        let r = run(json!({"phase": "succeeded"}), true);
+        assert_eq!(decide(&r, None, false, Executor::Inline), Decision::Nothing);
+    }
+
+    #[test]
+    fn cancel_stops_or_marks() {
+        let r = run(json!(null), true);
+        assert_eq!(
+            decide(&r, Some(&workflow("active", None)), true, Executor::Inline),
+            Decision::StopExecution
+        );
+        assert_eq!(
+            decide(&r, Some(&workflow("active", None)), false, Executor::Inline),
+            Decision::MarkCancelled
+        );
+    }
+
+    #[test]
+    fn runs_that_cannot_start_fail_with_a_clear_error() {
+        let r = run(json!(null), false);
+        assert_eq!(
+            decide(&r, None, false, Executor::Inline),
+            Decision::Fail("workflow wf does not exist".into())
+        );
+        assert_eq!(
+            decide(&r, Some(&workflow("paused", None)), false, Executor::Inline),
+            Decision::Fail("workflow wf is paused; runs cannot start".into())
+        );
+        assert!(matches!(
+            decide(
+                &r,
+                Some(&workflow("active", Some("job"))),
+                false,
+                Executor::Inline
+            ),
+            Decision::Fail(_)
+        ));
+        assert!(matches!(
+            decide(&r, Some(&workflow("active", None)), false, Executor::Job),
+            Decision::Fail(_)
+        ));
+    }
+
+    #[test]
+    fn runnable_runs_execute_once() {
+        let r = run(json!(null), false);
+        assert_eq!(
+            decide(&r, Some(&workflow("draft", None)), false, Executor::Inline),
+            Decision::Execute
+        );
+        assert_eq!(
+            decide(&r, Some(&workflow("draft", None)), true, Executor::Inline),
+            Decision::Nothing
+        );
+    }
+}

@@ -1,0 +1,341 @@
+//! The run engine (inline executor) against the real control plane: a controller
+//! per test, watching only the test's namespace.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use flowline::crd::{Run, RunPhase, StepPhase, Workflow};
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{TestNamespace, eventually};
+
+struct Engine {
+    ns: TestNamespace,
+    stop: CancellationToken,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn engine(prefix: &str) -> Engine {
+    let ns = TestNamespace::new(prefix).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ctx = flowline::controller::run::Context::new(
+        ns.client.clone(),
+        reqwest::Client::new(),
+        flowline::crd::Executor::Inline,
+        Some(ns.name.clone()),
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
+    Engine { ns, stop }
+}
+
+impl Engine {
+    async fn workflow(&self, name: &str, spec: Value) -> Workflow {
+        let wf: Workflow = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        self.ns
+            .api::<Workflow>()
+            .create(&PostParams::default(), &wf)
+            .await
+            .unwrap()
+    }
+
+    async fn start(&self, wf: &Workflow, run_name: &str, payload: Value) -> String {
+        let run: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": run_name},
+            "spec": {"workflowRef": wf.metadata.name, "payload": payload}
+        }))
+        .unwrap();
+        self.ns
+            .api::<Run>()
+            .create(&PostParams::default(), &run)
+            .await
+            .unwrap();
+        run_name.to_string()
+    }
+
+    async fn finished(&self, name: &str, within: Duration) -> Run {
+        let runs = self.ns.api::<Run>();
+        eventually(&format!("run {name} to finish"), within, || async {
+            let run = runs.get(name).await.ok()?;
+            run.status
+                .as_ref()
+                .is_some_and(|s| s.phase.is_finished())
+                .then_some(run)
+        })
+        .await
+    }
+}
+
+/// A local HTTP server: `/orders` returns JSON, `/ship` echoes what it got and
+/// checks the token header, `/flaky` fails twice then succeeds, `/boom` always fails.
+async fn receiver() -> (String, Arc<AtomicU32>) {
+    let flaky = Arc::new(AtomicU32::new(0));
+    let counter = flaky.clone();
+    let app = axum::Router::new()
+        .route(
+            "/orders",
+            axum::routing::get(|| async {
+                axum::Json(json!({"orders": [{"id": 7, "total": 12.5}]}))
+            }),
+        )
+        .route(
+            "/ship",
+            axum::routing::post(|headers: HeaderMap, body: axum::Json<Value>| async move {
+                let token = headers
+                    .get("x-token")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                if token != "s3cret" {
+                    return (
+                        StatusCode::UNAUTHORIZED,
+                        axum::Json(json!({"error": "bad token"})),
+                    );
+                }
+                (StatusCode::OK, axum::Json(json!({"shipped": body.0})))
+            }),
+        )
+        .route(
+            "/flaky",
+            axum::routing::get(move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n < 2 {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        StatusCode::OK
+                    }
+                }
+            }),
+        )
+        .route(
+            "/boom",
+            axum::routing::get(|| async { StatusCode::INTERNAL_SERVER_ERROR }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, flaky)
+}
+
+fn step<'a>(run: &'a Run, id: &str) -> &'a flowline::crd::StepRecord {
+    run.status
+        .as_ref()
+        .unwrap()
+        .steps
+        .iter()
+        .find(|s| s.step_id == id)
+        .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn http_steps_pass_outputs_and_secrets_along() {
+    let e = engine("eng-http").await;
+    let (base, _) = receiver().await;
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "shop-api"}, "stringData": {"token": "s3cret"}
+    }))
+    .unwrap();
+    e.ns.api::<k8s_openapi::api::core::v1::Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let wf = e
+        .workflow("chain", json!({"name": "Chain", "steps": [
+            {"id": "fetch", "action": "http.request", "with": {"url": format!("{base}/orders")}},
+            {"id": "first", "action": "transform", "with": {"value": "{{ steps.fetch.output.body.orders.0 }}"}},
+            {"id": "ship", "action": "http.request", "with": {
+                "method": "POST", "url": format!("{base}/ship"),
+                "headers": {"x-token": "{{ secrets.shop-api.token }}"},
+                "body": {"order": "{{ steps.first.output.id }}", "customer": "{{ trigger.payload.customer }}", "run": "{{ run.id }}"}}},
+            {"id": "never", "action": "fail", "when": "steps.first.output.total > 100"}
+        ]}))
+        .await;
+    let name = e.start(&wf, "chain-1", json!({"customer": "ada"})).await;
+    let run = e.finished(&name, Duration::from_secs(20)).await;
+    let status = run.status.as_ref().unwrap();
+    assert_eq!(status.phase, RunPhase::Succeeded, "{:?}", status.error);
+    assert_eq!(
+        step(&run, "first").output,
+        Some(json!({"id": 7, "total": 12.5})),
+        "a whole-value template keeps its type"
+    );
+    assert_eq!(
+        step(&run, "ship").output.as_ref().unwrap()["body"]["shipped"],
+        json!({"order": 7, "customer": "ada", "run": "chain-1"})
+    );
+    assert_eq!(step(&run, "never").status, StepPhase::Skipped);
+    assert!(status.duration_ms.is_some() && status.finished_at.is_some());
+    assert!(step(&run, "fetch").attempts == 1 && step(&run, "fetch").duration_ms.is_some());
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn retries_then_success_and_exhausted_retries_fail_with_the_exact_error() {
+    let e = engine("eng-retry").await;
+    let (base, flaky) = receiver().await;
+    let retry = json!({"maxAttempts": 3, "backoffMs": 20, "backoffFactor": 2.0});
+    let ok = e.workflow("flaky", json!({"name": "F", "steps": [
+        {"id": "call", "action": "http.request", "with": {"url": format!("{base}/flaky")}, "retry": retry}]})).await;
+    let run = e
+        .finished(
+            &e.start(&ok, "flaky-1", json!({})).await,
+            Duration::from_secs(20),
+        )
+        .await;
+    assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Succeeded);
+    assert_eq!(step(&run, "call").attempts, 3);
+    assert_eq!(flaky.load(Ordering::SeqCst), 3);
+
+    let bad = e.workflow("boom", json!({"name": "B", "steps": [
+        {"id": "call", "action": "http.request", "with": {"url": format!("{base}/boom")}, "retry": retry},
+        {"id": "after", "action": "transform", "with": {"value": 1}}]})).await;
+    let run = e
+        .finished(
+            &e.start(&bad, "boom-1", json!({})).await,
+            Duration::from_secs(20),
+        )
+        .await;
+    let status = run.status.as_ref().unwrap();
+    assert_eq!(status.phase, RunPhase::Failed);
+    assert_eq!(
+        status.error.as_deref(),
+        Some(format!("step call (http.request) failed: {base}/boom answered HTTP 500").as_str())
+    );
+    assert_eq!(step(&run, "call").attempts, 3);
+    assert_eq!(
+        step(&run, "after").status,
+        StepPhase::Pending,
+        "steps not reached stay pending"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_slow_attempt_times_out_and_a_missing_path_fails_naming_it() {
+    let e = engine("eng-timeout").await;
+    let slow = e
+        .workflow(
+            "slow",
+            json!({"name": "S", "steps": [
+        {"id": "wait", "action": "delay", "with": {"ms": 10000}, "timeoutMs": 100}]}),
+        )
+        .await;
+    let run = e
+        .finished(
+            &e.start(&slow, "slow-1", json!({})).await,
+            Duration::from_secs(20),
+        )
+        .await;
+    assert_eq!(
+        run.status.as_ref().unwrap().error.as_deref(),
+        Some("step wait (delay) failed: attempt timed out after 100 ms")
+    );
+    let missing = e
+        .workflow(
+            "missing",
+            json!({"name": "M", "steps": [
+        {"id": "t", "action": "transform", "with": {"value": "{{ trigger.payload.nope }}"}}]}),
+        )
+        .await;
+    let run = e
+        .finished(
+            &e.start(&missing, "missing-1", json!({})).await,
+            Duration::from_secs(20),
+        )
+        .await;
+    let error = run.status.as_ref().unwrap().error.clone().unwrap();
+    assert!(error.contains("trigger.payload.nope"), "{error}");
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn cancel_stops_an_inline_step_within_a_second() {
+    let e = engine("eng-cancel").await;
+    let wf = e
+        .workflow(
+            "long",
+            json!({"name": "L", "steps": [
+        {"id": "quick", "action": "transform", "with": {"value": 1}},
+        {"id": "wait", "action": "delay", "with": {"ms": 60000}},
+        {"id": "later", "action": "transform", "with": {"value": 2}}]}),
+        )
+        .await;
+    let name = e.start(&wf, "long-1", json!({})).await;
+    let runs = e.ns.api::<Run>();
+    eventually(
+        "the delay step to be running",
+        Duration::from_secs(20),
+        || async {
+            let run = runs.get(&name).await.ok()?;
+            let wait = run
+                .status
+                .as_ref()?
+                .steps
+                .iter()
+                .find(|s| s.step_id == "wait")?;
+            (wait.status == StepPhase::Running).then_some(())
+        },
+    )
+    .await;
+    runs.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"cancel": true}})),
+    )
+    .await
+    .unwrap();
+    let asked = std::time::Instant::now();
+    let run = e.finished(&name, Duration::from_secs(5)).await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Cancelled);
+    assert_eq!(
+        step(&run, "quick").status,
+        StepPhase::Succeeded,
+        "completed steps stay"
+    );
+    assert_eq!(step(&run, "wait").status, StepPhase::Cancelled);
+    assert_eq!(step(&run, "later").status, StepPhase::Cancelled);
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_run_created_with_kubectl_on_a_paused_workflow_fails_at_once() {
+    let e = engine("eng-paused").await;
+    let wf = e
+        .workflow(
+            "held",
+            json!({"name": "H", "state": "paused", "steps": [
+        {"id": "a", "action": "transform", "with": {"value": 1}}]}),
+        )
+        .await;
+    let out = e.ns.kubectl_apply(&format!(
+        "apiVersion: flowline.io/v1\nkind: Run\nmetadata:\n  name: by-hand\nspec:\n  workflowRef: {}\n",
+        wf.metadata.name.as_deref().unwrap()
+    ));
+    assert!(out.status.success());
+    let run = e.finished("by-hand", Duration::from_secs(20)).await;
+    let status = run.status.as_ref().unwrap();
+    assert_eq!(status.phase, RunPhase::Failed);
+    assert_eq!(
+        status.error.as_deref(),
+        Some("workflow held is paused; runs cannot start")
+    );
+}
