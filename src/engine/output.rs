@@ -76,7 +76,10 @@ mod tests {
     fn large_outputs_are_truncated_to_a_preview() {
         let (stored, truncated) = cap(json!({"blob": "x".repeat(70 * 1024)}));
         assert!(truncated);
-        assert!(stored.as_str().is_some_and(|s| s.len() <= PREVIEW), "a string preview of the JSON text");
+        assert!(
+            stored.as_str().is_some_and(|s| s.len() <= PREVIEW),
+            "a string preview of the JSON text"
+        );
     }
 
     #[test]
