@@ -148,32 +148,11 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Reconcile
             }
         }
         Decision::MarkCancelled => {
-            let mut status = match &workflow {
-                Some(wf) => runner::initial_status(&run, wf),
-                None => run.status.clone().unwrap_or_default(),
-            };
-            status
-                .started_at
-                .get_or_insert_with(|| crate::api::views::run_started_at(&run));
-            runner::finish(&mut status, RunPhase::Cancelled, None, StepPhase::Cancelled);
-            write_final(&ctx, &run, &status).await;
+            end_without_executing(&ctx, &run, workflow.as_ref(), RunPhase::Cancelled, None).await;
         }
         Decision::Fail(error) => {
             tracing::info!(run = %run.name_any(), %error, "run cannot execute");
-            let mut status = match &workflow {
-                Some(wf) => runner::initial_status(&run, wf),
-                None => run.status.clone().unwrap_or_default(),
-            };
-            status
-                .started_at
-                .get_or_insert_with(|| crate::api::views::run_started_at(&run));
-            runner::finish(
-                &mut status,
-                RunPhase::Failed,
-                Some(error),
-                StepPhase::Pending,
-            );
-            write_final(&ctx, &run, &status).await;
+            end_without_executing(&ctx, &run, workflow.as_ref(), RunPhase::Failed, Some(error)).await;
         }
         Decision::Execute => {
             let Some(wf) = workflow else {
@@ -197,10 +176,23 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Reconcile
     Ok(Action::await_change())
 }
 
-async fn write_final(ctx: &Context, run: &Run, status: &crate::crd::RunStatus) {
+/// Records a final status for a run that is not (or no longer) executing here.
+async fn end_without_executing(
+    ctx: &Context,
+    run: &Run,
+    workflow: Option<&Workflow>,
+    phase: RunPhase,
+    error: Option<String>,
+) {
+    let mut status = match workflow {
+        Some(wf) => runner::initial_status(run, wf),
+        None => run.status.clone().unwrap_or_default(),
+    };
+    status.started_at.get_or_insert_with(|| crate::api::views::run_started_at(run));
+    let unfinished = if phase == RunPhase::Cancelled { StepPhase::Cancelled } else { StepPhase::Pending };
+    runner::finish(&mut status, phase, error, unfinished);
     let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
-    let writer = StatusWriter::start(api, run.name_any(), status.clone());
-    writer.finish(status).await;
+    StatusWriter::start(api, run.name_any(), status.clone()).finish(&status).await;
 }
 
 fn error_policy(_run: Arc<Run>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
