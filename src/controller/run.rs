@@ -152,7 +152,8 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Reconcile
         }
         Decision::Fail(error) => {
             tracing::info!(run = %run.name_any(), %error, "run cannot execute");
-            end_without_executing(&ctx, &run, workflow.as_ref(), RunPhase::Failed, Some(error)).await;
+            end_without_executing(&ctx, &run, workflow.as_ref(), RunPhase::Failed, Some(error))
+                .await;
         }
         Decision::Execute => {
             let Some(wf) = workflow else {
@@ -188,11 +189,19 @@ async fn end_without_executing(
         Some(wf) => runner::initial_status(run, wf),
         None => run.status.clone().unwrap_or_default(),
     };
-    status.started_at.get_or_insert_with(|| crate::api::views::run_started_at(run));
-    let unfinished = if phase == RunPhase::Cancelled { StepPhase::Cancelled } else { StepPhase::Pending };
+    status
+        .started_at
+        .get_or_insert_with(|| crate::api::views::run_started_at(run));
+    let unfinished = if phase == RunPhase::Cancelled {
+        StepPhase::Cancelled
+    } else {
+        StepPhase::Pending
+    };
     runner::finish(&mut status, phase, error, unfinished);
     let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
-    StatusWriter::start(api, run.name_any(), status.clone()).finish(&status).await;
+    StatusWriter::start(api, run.name_any(), status.clone())
+        .finish(&status)
+        .await;
 }
 
 fn error_policy(_run: Arc<Run>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
