@@ -1,0 +1,110 @@
+{{/* Names, labels and the pieces both Deployments share. */}}
+
+{{- define "flowline.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* <release>-flowline, or the release name alone when it already holds the chart name.
+Kept to 52 characters so that suffixes such as "-controller" still fit in 63. */}}
+{{- define "flowline.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "flowline.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "flowline.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "flowline.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "flowline.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "flowline.tag" . | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: flowline
+{{- end }}
+
+{{- define "flowline.tag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The namespace of the bootstrap admin key (its account). */}}
+{{- define "flowline.adminKeyNamespace" -}}
+{{- .Values.bootstrapAdminKey.namespace | default .Release.Namespace }}
+{{- end }}
+
+{{/* Flags shared by `flowline operator` and `flowline api`. */}}
+{{- define "flowline.args" -}}
+- --listen=0.0.0.0:8080
+- --log-format={{ .Values.config.logFormat }}
+- --default-plan={{ .Values.config.defaultPlan }}
+- --enterprise-requests-per-minute={{ .Values.config.enterpriseRequestsPerMinute | int }}
+- --default-executor={{ .Values.config.defaultExecutor }}
+{{- if .Values.config.allowHttp }}
+- --allow-http
+{{- end }}
+{{- end }}
+
+{{/* The pod spec both Deployments share; call with (dict "root" $ "component" "api"). */}}
+{{- define "flowline.podSpec" -}}
+{{- $root := .root -}}
+serviceAccountName: {{ include "flowline.fullname" $root }}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+containers:
+- name: {{ .component }}
+  image: "{{ $root.Values.image.repository }}:{{ include "flowline.tag" $root }}"
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  args:
+  - {{ .subcommand }}
+  {{- include "flowline.args" $root | nindent 2 }}
+  env:
+  - name: RUST_LOG
+    value: {{ $root.Values.config.logLevel | quote }}
+  ports:
+  - name: http
+    containerPort: 8080
+    protocol: TCP
+  # The listener opens once the CRDs are Established (up to 30 s after start).
+  startupProbe:
+    httpGet: {path: /healthz, port: http}
+    periodSeconds: 2
+    failureThreshold: 30
+  livenessProbe:
+    httpGet: {path: /healthz, port: http}
+    periodSeconds: 10
+    failureThreshold: 3
+  # Ready once the CRDs are Established and every watch cache has listed.
+  readinessProbe:
+    httpGet: {path: /readyz, port: http}
+    periodSeconds: 5
+    failureThreshold: 2
+  resources:
+    {{- toYaml .resources | nindent 4 }}
+  securityContext:
+    {{- toYaml $root.Values.securityContext | nindent 4 }}
+{{- with $root.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
