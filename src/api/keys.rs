@@ -10,7 +10,10 @@ use axum::{Extension, Json, Router};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use super::pagination::Page;
+use super::views::{ApiKeyCreated, ApiKeyView};
 
 use super::auth::{KeyRecord, Principal, SECRET_TYPE, Scope, generate_key, hash_key};
 use super::cache;
@@ -98,11 +101,15 @@ fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<KeyRecord> {
         .ok_or(ApiError::NotFound(Missing::ApiKey))
 }
 
+#[utoipa::path(get, path = "/v1/api-keys", tag = "api-keys", description = "Scope: `admin`. Never shows key values.",
+    params(crate::api::openapi::PageQuery),
+    responses((status = 200, description = "A page of keys", body = crate::api::pagination::Page<ApiKeyView>),
+              (status = 400, description = "Bad limit or cursor")))]
 async fn list(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     RawQuery(query): RawQuery,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Page<ApiKeyView>>> {
     who.require(Scope::Admin)?;
     let q = pagination::parse_query(query.as_deref(), None)?;
     let items = cache::in_namespace(&state.caches.api_keys, &who.namespace)
@@ -110,12 +117,16 @@ async fn list(
         .filter_map(|s| KeyRecord::from_secret(&s))
         .map(|k| {
             let at = k.created_at.unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-            (SortKey::new(at, &k.id), views::api_key(&k, None))
+            (SortKey::new(at, &k.id), ApiKeyView::from(&k))
         })
         .collect();
-    Ok(Json(json!(pagination::paginate(items, &q))))
+    Ok(Json(pagination::paginate(items, &q)))
 }
 
+#[utoipa::path(post, path = "/v1/api-keys", tag = "api-keys", description = "Scope: `admin`.",
+    request_body = crate::api::openapi::ApiKeyCreate,
+    responses((status = 201, description = "Created; the value is shown only here", body = ApiKeyCreated,
+               headers(("Location" = String, description = "Path of the new key")))))]
 async fn create(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
@@ -129,10 +140,16 @@ async fn create(
     Ok((
         StatusCode::CREATED,
         location,
-        Json(views::api_key(&key.record, Some(&key.value))),
+        Json(ApiKeyCreated {
+            api_key: ApiKeyView::from(&key.record),
+            key: key.value.clone(),
+        }),
     ))
 }
 
+#[utoipa::path(delete, path = "/v1/api-keys/{id}", tag = "api-keys", description = "Scope: `admin`. Revokes the key.",
+    params(("id" = String, Path, description = "Key id")),
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such key")))]
 async fn remove(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,

@@ -11,11 +11,11 @@ mod middleware;
 pub mod openapi;
 pub mod pagination;
 pub mod ratelimit;
-mod runs;
+pub(crate) mod runs;
 pub mod state;
 pub mod views;
-mod webhooks;
-mod workflows;
+pub(crate) mod webhooks;
+pub(crate) mod workflows;
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;

@@ -45,7 +45,7 @@ impl SortKey {
 }
 
 /// The list envelope.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Page<T> {
     pub data: Vec<T>,
     pub next_cursor: Option<String>,

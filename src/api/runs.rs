@@ -9,6 +9,9 @@ use kube::api::Patch;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use super::pagination::Page;
+use super::views::{RunListItem, RunView};
+
 use super::auth::{Principal, Scope};
 use super::cache;
 use super::error::{ApiError, ApiResult, Missing};
@@ -31,18 +34,23 @@ fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc
     cache::get(&state.caches.runs, namespace, id).ok_or(ApiError::NotFound(Missing::Run))
 }
 
-fn full(state: &ApiState, run: &Run) -> Value {
+fn full(state: &ApiState, run: &Run) -> RunView {
     let ns = run.namespace().unwrap_or_default();
     let wf = cache::get(&state.caches.workflows, &ns, &run.spec.workflow_ref);
     views::run(run, wf.as_deref())
 }
 
+#[utoipa::path(get, path = "/v1/workflows/{id}/runs", tag = "runs", description = "Scope: `read`. Newest first.",
+    params(("id" = String, Path, description = "Workflow id"), crate::api::openapi::RunListQuery),
+    responses((status = 200, description = "A page of runs", body = crate::api::pagination::Page<RunListItem>),
+              (status = 400, description = "Bad limit, cursor or status filter"),
+              (status = 404, description = "No such workflow")))]
 async fn list(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(workflow_id): Path<String>,
     RawQuery(query): RawQuery,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Page<RunListItem>>> {
     who.require(Scope::Read)?;
     find_workflow(&state, &who.namespace, &workflow_id)?;
     let q = pagination::parse_query(
@@ -60,22 +68,33 @@ async fn list(
         .map(|r| {
             (
                 SortKey::new(views::created_at(&r.metadata), &r.name_any()),
-                views::RunListItem::from(&*r),
+                RunListItem::from(&*r),
             )
         })
         .collect();
-    Ok(Json(json!(pagination::paginate(items, &q))))
+    Ok(Json(pagination::paginate(items, &q)))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", description = "Scope: `read`.",
+    params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, description = "The run with its steps", body = RunView),
+              (status = 404, description = "No such run")))]
 async fn show(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunView>> {
     who.require(Scope::Read)?;
     Ok(Json(full(&state, &*find(&state, &who.namespace, &id)?)))
 }
 
+#[utoipa::path(post, path = "/v1/workflows/{id}/runs", tag = "runs", description = "Scope: `execute`. The body is optional.",
+    params(("id" = String, Path, description = "Workflow id")),
+    request_body(content = Option<crate::api::openapi::RunCreate>, content_type = "application/json"),
+    responses((status = 201, description = "The run, running", body = RunView,
+               headers(("Location" = String, description = "Path of the new run"))),
+              (status = 404, description = "No such workflow"),
+              (status = 409, description = "The workflow is paused")))]
 async fn start(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
@@ -115,6 +134,11 @@ async fn start(
     ))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", description = "Scope: `execute`.",
+    params(("id" = String, Path, description = "Run id")),
+    responses((status = 202, description = "Cancellation accepted", body = RunView),
+              (status = 404, description = "No such run"),
+              (status = 409, description = "The run is not running")))]
 async fn cancel(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,

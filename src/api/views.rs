@@ -8,9 +8,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use serde::{Serialize, Serializer};
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
-use super::auth::KeyRecord;
-use crate::crd::{Run, RunPhase, StepPhase, StepRecord, Webhook, Workflow};
+use super::auth::{KeyRecord, Scope};
+use crate::crd::{
+    Action, EventKind, Executor, Run, RunPhase, RunTrigger, StepPhase, StepRecord, TriggerType,
+    Webhook, Workflow, WorkflowState,
+};
 
 /// Annotation with the millisecond creation time the API records (Kubernetes'
 /// `creationTimestamp` has only seconds).
@@ -26,17 +30,6 @@ pub fn format_ts(ts: Timestamp) -> String {
 pub fn now_ms() -> Timestamp {
     Timestamp::from_millisecond(Timestamp::now().as_millisecond())
         .unwrap_or_else(|_| Timestamp::now())
-}
-
-fn ser_ts<S: Serializer>(ts: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format_ts(*ts))
-}
-
-fn ser_opt_ts<S: Serializer>(ts: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
-    match ts {
-        Some(ts) => ser_ts(ts, s),
-        None => s.serialize_none(),
-    }
 }
 
 fn k8s_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Timestamp {
@@ -79,15 +72,26 @@ pub fn updated_at(meta: &ObjectMeta) -> Timestamp {
     newest.max(created_at(meta))
 }
 
-#[derive(Serialize)]
+/// A timestamp as the contract writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ApiTime(pub Timestamp);
+
+impl Serialize for ApiTime {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_ts(self.0))
+    }
+}
+
+/// Workflow list item.
+#[derive(Serialize, ToSchema)]
 pub struct WorkflowListItem {
     pub id: String,
     pub name: String,
-    pub state: &'static str,
-    #[serde(serialize_with = "ser_ts")]
-    pub created_at: Timestamp,
-    #[serde(serialize_with = "ser_ts")]
-    pub updated_at: Timestamp,
+    pub state: WorkflowState,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: ApiTime,
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: ApiTime,
 }
 
 impl From<&Workflow> for WorkflowListItem {
@@ -95,54 +99,111 @@ impl From<&Workflow> for WorkflowListItem {
         WorkflowListItem {
             id: wf.name_any(),
             name: wf.spec.name.clone(),
-            state: wf.spec.state.as_str(),
-            created_at: created_at(&wf.metadata),
-            updated_at: updated_at(&wf.metadata),
+            state: wf.spec.state,
+            created_at: ApiTime(created_at(&wf.metadata)),
+            updated_at: ApiTime(updated_at(&wf.metadata)),
         }
     }
 }
 
+/// What starts runs: `{"type": "manual"}` or a schedule with `cron` and `timezone`.
+#[derive(Serialize, ToSchema)]
+pub struct TriggerView {
+    #[serde(rename = "type")]
+    pub type_: TriggerType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RetryView {
+    pub max_attempts: u32,
+    pub backoff_ms: u64,
+    pub backoff_factor: f64,
+}
+
+/// One step of a workflow.
+#[derive(Serialize, ToSchema)]
+pub struct StepView {
+    pub id: String,
+    pub name: String,
+    pub action: Action,
+    /// Inputs of the action; string values may hold `{{ … }}` templates.
+    #[schema(value_type = Object)]
+    pub with: Value,
+    pub retry: Option<RetryView>,
+    pub timeout_ms: Option<u64>,
+    pub when: Option<String>,
+}
+
 /// The full workflow definition.
-pub fn workflow(wf: &Workflow) -> Value {
-    let trigger = match wf.spec.trigger.type_ {
-        crate::crd::TriggerType::Manual => json!({"type": "manual"}),
-        crate::crd::TriggerType::Schedule => json!({
-            "type": "schedule",
-            "cron": wf.spec.trigger.cron,
-            "timezone": wf.spec.trigger.timezone.as_deref().unwrap_or("UTC"),
-        }),
-    };
-    let steps: Vec<Value> = wf
-        .spec
-        .steps
-        .iter()
-        .map(|s| {
-            json!({
-                "id": s.id,
-                "name": s.display_name(),
-                "action": s.action.as_str(),
-                "with": s.with.clone().unwrap_or_else(|| json!({})),
-                "retry": s.retry.as_ref().map(|r| json!({
-                    "max_attempts": r.max_attempts,
-                    "backoff_ms": r.backoff_ms,
-                    "backoff_factor": r.backoff_factor,
-                })),
-                "timeout_ms": s.timeout_ms,
-                "when": s.when,
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowView {
+    pub id: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub state: WorkflowState,
+    pub trigger: TriggerView,
+    /// `null` means the operator's default executor.
+    pub executor: Option<Executor>,
+    pub steps: Vec<StepView>,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: ApiTime,
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: ApiTime,
+}
+
+impl From<&Workflow> for WorkflowView {
+    fn from(wf: &Workflow) -> Self {
+        let spec = &wf.spec;
+        let trigger = match spec.trigger.type_ {
+            TriggerType::Manual => TriggerView {
+                type_: TriggerType::Manual,
+                cron: None,
+                timezone: None,
+            },
+            TriggerType::Schedule => TriggerView {
+                type_: TriggerType::Schedule,
+                cron: spec.trigger.cron.clone(),
+                timezone: Some(
+                    spec.trigger
+                        .timezone
+                        .clone()
+                        .unwrap_or_else(|| "UTC".into()),
+                ),
+            },
+        };
+        let steps = spec
+            .steps
+            .iter()
+            .map(|s| StepView {
+                id: s.id.clone(),
+                name: s.display_name().to_string(),
+                action: s.action,
+                with: s.with.clone().unwrap_or_else(|| json!({})),
+                retry: s.retry.as_ref().map(|r| RetryView {
+                    max_attempts: r.max_attempts,
+                    backoff_ms: r.backoff_ms,
+                    backoff_factor: r.backoff_factor,
+                }),
+                timeout_ms: s.timeout_ms,
+                when: s.when.clone(),
             })
-        })
-        .collect();
-    json!({
-        "id": wf.name_any(),
-        "name": wf.spec.name,
-        "description": wf.spec.description,
-        "state": wf.spec.state.as_str(),
-        "trigger": trigger,
-        "executor": wf.spec.executor,
-        "steps": steps,
-        "created_at": format_ts(created_at(&wf.metadata)),
-        "updated_at": format_ts(updated_at(&wf.metadata)),
-    })
+            .collect();
+        WorkflowView {
+            id: wf.name_any(),
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            state: spec.state,
+            trigger,
+            executor: spec.executor,
+            steps,
+            created_at: ApiTime(created_at(&wf.metadata)),
+            updated_at: ApiTime(updated_at(&wf.metadata)),
+        }
+    }
 }
 
 /// The status clients see: a Run without status has been accepted and is running.
@@ -160,15 +221,16 @@ pub fn run_started_at(run: &Run) -> Timestamp {
         .unwrap_or_else(|| created_at(&run.metadata))
 }
 
-#[derive(Serialize)]
+/// Run list item.
+#[derive(Serialize, ToSchema)]
 pub struct RunListItem {
     pub id: String,
     pub workflow_id: String,
-    pub status: &'static str,
-    #[serde(serialize_with = "ser_ts")]
-    pub started_at: Timestamp,
-    #[serde(serialize_with = "ser_opt_ts")]
-    pub finished_at: Option<Timestamp>,
+    pub status: RunPhase,
+    #[schema(value_type = String, format = DateTime)]
+    pub started_at: ApiTime,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<ApiTime>,
     pub duration_ms: Option<u64>,
 }
 
@@ -178,55 +240,80 @@ impl From<&Run> for RunListItem {
         RunListItem {
             id: run.name_any(),
             workflow_id: run.spec.workflow_ref.clone(),
-            status: run_phase(run).as_str(),
-            started_at: run_started_at(run),
-            finished_at: status.and_then(|s| s.finished_at),
+            status: run_phase(run),
+            started_at: ApiTime(run_started_at(run)),
+            finished_at: status.and_then(|s| s.finished_at).map(ApiTime),
             duration_ms: status.and_then(|s| s.duration_ms),
         }
     }
 }
 
-fn step_phase(p: StepPhase) -> &'static str {
-    match p {
-        StepPhase::Pending => "pending",
-        StepPhase::Running => "running",
-        StepPhase::Succeeded => "succeeded",
-        StepPhase::Failed => "failed",
-        StepPhase::Skipped => "skipped",
-        StepPhase::Cancelled => "cancelled",
+/// Execution record of one step.
+#[derive(Serialize, ToSchema)]
+pub struct StepRecordView {
+    pub step_id: String,
+    pub name: String,
+    pub action: Option<Action>,
+    pub status: StepPhase,
+    pub attempts: u32,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub started_at: Option<ApiTime>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<ApiTime>,
+    pub duration_ms: Option<u64>,
+    /// Output of the action; its keys depend on the action.
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    pub output_truncated: bool,
+    pub error: Option<String>,
+}
+
+impl From<&StepRecord> for StepRecordView {
+    fn from(r: &StepRecord) -> Self {
+        StepRecordView {
+            step_id: r.step_id.clone(),
+            name: r.name.clone(),
+            action: r.action,
+            status: r.status,
+            attempts: r.attempts,
+            started_at: r.started_at.map(ApiTime),
+            finished_at: r.finished_at.map(ApiTime),
+            duration_ms: r.duration_ms,
+            output: r.output.clone(),
+            output_truncated: r.output_truncated,
+            error: r.error.clone(),
+        }
     }
 }
 
-fn step_record(r: &StepRecord) -> Value {
-    json!({
-        "step_id": r.step_id,
-        "name": r.name,
-        "action": r.action.map(|a| a.as_str()),
-        "status": step_phase(r.status),
-        "attempts": r.attempts,
-        "started_at": r.started_at.map(format_ts),
-        "finished_at": r.finished_at.map(format_ts),
-        "duration_ms": r.duration_ms,
-        "output": r.output,
-        "output_truncated": r.output_truncated,
-        "error": r.error,
-    })
+/// The full run with its step records.
+#[derive(Serialize, ToSchema)]
+pub struct RunView {
+    #[serde(flatten)]
+    pub item: RunListItem,
+    pub trigger: RunTrigger,
+    /// The trigger payload, available to steps as `trigger.payload.*`.
+    #[schema(value_type = Object)]
+    pub payload: Value,
+    /// Whether cancellation was requested (`spec.cancel`).
+    pub cancel_requested: bool,
+    pub error: Option<String>,
+    pub steps: Vec<StepRecordView>,
 }
 
 /// The full run. Before the engine has recorded steps, they are listed from the
 /// workflow as `pending`: nothing has happened to them yet.
-pub fn run(run: &Run, workflow: Option<&Workflow>) -> Value {
-    let item = RunListItem::from(run);
+pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
     let status = run.status.as_ref();
-    let steps: Vec<Value> = match status.filter(|s| !s.steps.is_empty()) {
-        Some(s) => s.steps.iter().map(step_record).collect(),
+    let steps = match status.filter(|s| !s.steps.is_empty()) {
+        Some(s) => s.steps.iter().map(StepRecordView::from).collect(),
         None => workflow
             .map(|wf| {
                 wf.spec
                     .steps
                     .iter()
                     .map(|s| {
-                        step_record(&StepRecord {
+                        StepRecordView::from(&StepRecord {
                             step_id: s.id.clone(),
                             name: s.display_name().to_string(),
                             action: Some(s.action),
@@ -237,49 +324,77 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> Value {
             })
             .unwrap_or_default(),
     };
-    json!({
-        "id": item.id,
-        "workflow_id": item.workflow_id,
-        "status": item.status,
-        "trigger": run.spec.trigger,
-        "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
-        "cancel_requested": run.spec.cancel,
-        "error": status.and_then(|s| s.error.clone()),
-        "started_at": format_ts(item.started_at),
-        "finished_at": item.finished_at.map(format_ts),
-        "duration_ms": item.duration_ms,
-        "steps": steps,
-    })
+    RunView {
+        item: RunListItem::from(run),
+        trigger: run.spec.trigger,
+        payload: run.spec.payload.clone().unwrap_or_else(|| json!({})),
+        cancel_requested: run.spec.cancel,
+        error: status.and_then(|s| s.error.clone()),
+        steps,
+    }
 }
 
-/// A webhook; the signing secret is shown only in the create response.
-pub fn webhook(hook: &Webhook, secret: Option<&str>) -> Value {
-    let mut v = json!({
-        "id": hook.name_any(),
-        "url": hook.spec.url,
-        "events": hook.spec.events,
-        "workflow_id": hook.spec.workflow_ref,
-        "enabled": hook.status.as_ref().map(|s| s.enabled).unwrap_or(true),
-        "created_at": format_ts(created_at(&hook.metadata)),
-    });
-    if let Some(secret) = secret {
-        v["secret"] = json!(secret);
-    }
-    v
+/// A webhook.
+#[derive(Serialize, ToSchema)]
+pub struct WebhookView {
+    pub id: String,
+    pub url: String,
+    pub events: Vec<EventKind>,
+    /// `null`: events of every workflow of the account.
+    pub workflow_id: Option<String>,
+    pub enabled: bool,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: ApiTime,
 }
 
-/// An API key; its value is shown only in the create response.
-pub fn api_key(record: &KeyRecord, value: Option<&str>) -> Value {
-    let mut v = json!({
-        "id": record.id,
-        "name": record.name,
-        "scopes": record.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-        "created_at": record.created_at.map(format_ts),
-    });
-    if let Some(value) = value {
-        v["key"] = json!(value);
+impl From<&Webhook> for WebhookView {
+    fn from(hook: &Webhook) -> Self {
+        WebhookView {
+            id: hook.name_any(),
+            url: hook.spec.url.clone(),
+            events: hook.spec.events.clone(),
+            workflow_id: hook.spec.workflow_ref.clone(),
+            enabled: hook.status.as_ref().map(|s| s.enabled).unwrap_or(true),
+            created_at: ApiTime(created_at(&hook.metadata)),
+        }
     }
-    v
+}
+
+/// A webhook just created, with its signing secret (shown only here).
+#[derive(Serialize, ToSchema)]
+pub struct WebhookCreated {
+    #[serde(flatten)]
+    pub webhook: WebhookView,
+    pub secret: String,
+}
+
+/// An API key (never its value).
+#[derive(Serialize, ToSchema)]
+pub struct ApiKeyView {
+    pub id: String,
+    pub name: String,
+    pub scopes: Vec<Scope>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub created_at: Option<ApiTime>,
+}
+
+impl From<&KeyRecord> for ApiKeyView {
+    fn from(record: &KeyRecord) -> Self {
+        ApiKeyView {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            scopes: record.scopes.iter().copied().collect(),
+            created_at: record.created_at.map(ApiTime),
+        }
+    }
+}
+
+/// An API key just created, with its value (shown only here).
+#[derive(Serialize, ToSchema)]
+pub struct ApiKeyCreated {
+    #[serde(flatten)]
+    pub api_key: ApiKeyView,
+    pub key: String,
 }
 
 /// Annotations every object created by the API carries.
@@ -336,7 +451,7 @@ mod tests {
             "spec": {"workflowRef": "wf-1"}
         }))
         .unwrap();
-        let v = run(&r, Some(&wf));
+        let v = serde_json::to_value(run(&r, Some(&wf))).unwrap();
         assert_eq!(v["status"], "running");
         assert_eq!(v["finished_at"], Value::Null);
         assert_eq!(v["duration_ms"], Value::Null);

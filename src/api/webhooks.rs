@@ -10,7 +10,10 @@ use axum::{Extension, Json, Router};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DeleteParams;
 use kube::{Api, Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use super::pagination::Page;
+use super::views::{WebhookCreated, WebhookView};
 
 use super::auth::{Principal, Scope};
 use super::cache;
@@ -37,11 +40,15 @@ fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc
     cache::get(&state.caches.webhooks, namespace, id).ok_or(ApiError::NotFound(Missing::Webhook))
 }
 
+#[utoipa::path(get, path = "/v1/webhooks", tag = "webhooks", description = "Scope: `read`.",
+    params(crate::api::openapi::PageQuery),
+    responses((status = 200, description = "A page of webhooks", body = crate::api::pagination::Page<WebhookView>),
+              (status = 400, description = "Bad limit or cursor")))]
 async fn list(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     RawQuery(query): RawQuery,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Page<WebhookView>>> {
     who.require(Scope::Read)?;
     let q = pagination::parse_query(query.as_deref(), None)?;
     let items = cache::in_namespace(&state.caches.webhooks, &who.namespace)
@@ -49,25 +56,35 @@ async fn list(
         .map(|h| {
             (
                 SortKey::new(views::created_at(&h.metadata), &h.name_any()),
-                views::webhook(&h, None),
+                WebhookView::from(&*h),
             )
         })
         .collect();
-    Ok(Json(json!(pagination::paginate(items, &q))))
+    Ok(Json(pagination::paginate(items, &q)))
 }
 
+#[utoipa::path(get, path = "/v1/webhooks/{id}", tag = "webhooks", description = "Scope: `read`.",
+    params(("id" = String, Path, description = "Webhook id")),
+    responses((status = 200, description = "The webhook", body = WebhookView),
+              (status = 404, description = "No such webhook")))]
 async fn show(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<WebhookView>> {
     who.require(Scope::Read)?;
-    Ok(Json(views::webhook(
-        &*find(&state, &who.namespace, &id)?,
-        None,
-    )))
+    Ok(Json(WebhookView::from(&*find(
+        &state,
+        &who.namespace,
+        &id,
+    )?)))
 }
 
+#[utoipa::path(post, path = "/v1/webhooks", tag = "webhooks", description = "Scope: `write`.",
+    request_body = crate::api::openapi::WebhookCreate,
+    responses((status = 201, description = "Created; the secret is shown only here", body = WebhookCreated,
+               headers(("Location" = String, description = "Path of the new webhook"))),
+              (status = 404, description = "No such workflow (workflow_id)")))]
 async fn create(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
@@ -125,10 +142,16 @@ async fn create(
     Ok((
         StatusCode::CREATED,
         location(format!("/v1/webhooks/{id}")),
-        Json(views::webhook(&created, Some(&value))),
+        Json(WebhookCreated {
+            webhook: WebhookView::from(&created),
+            secret: value.clone(),
+        }),
     ))
 }
 
+#[utoipa::path(delete, path = "/v1/webhooks/{id}", tag = "webhooks", description = "Scope: `write`.",
+    params(("id" = String, Path, description = "Webhook id")),
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such webhook")))]
 async fn remove(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,

@@ -9,6 +9,9 @@ use kube::api::{DeleteParams, Patch};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
+use super::pagination::Page;
+use super::views::{WorkflowListItem, WorkflowView};
+
 use super::auth::{Principal, Scope};
 use super::cache;
 use super::error::{ApiError, ApiResult, Missing};
@@ -38,11 +41,15 @@ pub fn location(path: String) -> HeaderMap {
     headers
 }
 
+#[utoipa::path(get, path = "/v1/workflows", tag = "workflows", description = "Scope: `read`. Newest first.",
+    params(crate::api::openapi::WorkflowListQuery),
+    responses((status = 200, description = "A page of workflows", body = crate::api::pagination::Page<WorkflowListItem>),
+              (status = 400, description = "Bad limit, cursor or state filter")))]
 async fn list(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     RawQuery(query): RawQuery,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Page<WorkflowListItem>>> {
     who.require(Scope::Read)?;
     let q = pagination::parse_query(
         query.as_deref(),
@@ -58,22 +65,34 @@ async fn list(
         .map(|wf| {
             (
                 SortKey::new(views::created_at(&wf.metadata), &wf.name_any()),
-                views::WorkflowListItem::from(&*wf),
+                WorkflowListItem::from(&*wf),
             )
         })
         .collect();
-    Ok(Json(json!(pagination::paginate(items, &q))))
+    Ok(Json(pagination::paginate(items, &q)))
 }
 
+#[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows", description = "Scope: `read`.",
+    params(("id" = String, Path, description = "Workflow id")),
+    responses((status = 200, description = "The full workflow", body = WorkflowView),
+              (status = 404, description = "No such workflow")))]
 async fn show(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<WorkflowView>> {
     who.require(Scope::Read)?;
-    Ok(Json(views::workflow(&*find(&state, &who.namespace, &id)?)))
+    Ok(Json(WorkflowView::from(&*find(
+        &state,
+        &who.namespace,
+        &id,
+    )?)))
 }
 
+#[utoipa::path(post, path = "/v1/workflows", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",
+    request_body = crate::api::openapi::WorkflowCreate,
+    responses((status = 201, description = "Created", body = WorkflowView,
+               headers(("Location" = String, description = "Path of the new workflow")))))]
 async fn create(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
@@ -108,16 +127,21 @@ async fn create(
     Ok((
         StatusCode::CREATED,
         location(format!("/v1/workflows/{id}")),
-        Json(views::workflow(&created)),
+        Json(WorkflowView::from(&created)),
     ))
 }
 
+#[utoipa::path(patch, path = "/v1/workflows/{id}", tag = "workflows", description = "Scope: `write`.",
+    params(("id" = String, Path, description = "Workflow id")),
+    request_body = crate::api::openapi::WorkflowPatch,
+    responses((status = 200, description = "The updated workflow", body = WorkflowView),
+              (status = 404, description = "No such workflow")))]
 async fn update(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<Value>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<WorkflowView>> {
     who.require(Scope::Write)?;
     find(&state, &who.namespace, &id)?;
     let patch = input::workflow_patch(body)?;
@@ -154,9 +178,13 @@ async fn update(
         .await
         .map_err(|e| not_found_as(e, Missing::Workflow))?;
     cache::await_write(&state.caches.workflows, &updated).await;
-    Ok(Json(views::workflow(&updated)))
+    Ok(Json(WorkflowView::from(&updated)))
 }
 
+#[utoipa::path(delete, path = "/v1/workflows/{id}", tag = "workflows", description = "Scope: `write`. Deletes the workflow and its run history.",
+    params(("id" = String, Path, description = "Workflow id")),
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such workflow"),
+              (status = 409, description = "The workflow is active; pause it first")))]
 async fn remove(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,

@@ -49,7 +49,9 @@ pub struct Condition {
 }
 
 /// Kinds of event a webhook can subscribe to (contract §7).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, utoipa::ToSchema,
+)]
 pub enum EventKind {
     #[serde(rename = "run.started")]
     RunStarted,

@@ -46,7 +46,9 @@ pub struct RunSpec {
 }
 
 /// What started a run.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RunTrigger {
     #[default]
@@ -56,7 +58,19 @@ pub enum RunTrigger {
 
 /// Status of a run. A run without status has been accepted and is `running`
 /// as far as clients are concerned; the run controller fills in the rest.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    JsonSchema,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RunPhase {
     #[default]
@@ -82,7 +96,9 @@ impl RunPhase {
 }
 
 /// Status of one step.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum StepPhase {
     #[default]

@@ -69,7 +69,19 @@ pub struct WorkflowSpec {
 }
 
 /// Lifecycle state of a workflow.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    JsonSchema,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkflowState {
     #[default]
@@ -119,7 +131,9 @@ impl Default for Trigger {
 }
 
 /// Kind of trigger.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TriggerType {
     #[default]
@@ -128,7 +142,9 @@ pub enum TriggerType {
 }
 
 /// Where a workflow's steps execute.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Executor {
     /// Built-in actions run as tasks inside the operator.
@@ -179,7 +195,9 @@ impl Step {
 }
 
 /// Built-in actions.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
+)]
 pub enum Action {
     /// An HTTP request; output `status`, `headers`, `body`.
     #[serde(rename = "http.request")]
