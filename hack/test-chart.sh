@@ -1,0 +1,523 @@
+#!/usr/bin/env bash
+# Tests of the Helm chart (charts/flowline) and examples/ against a real API server:
+# the local control plane of `make cluster`, or the cluster in KUBECONFIG.
+#
+#   1. the chart's copy of the CRDs equals crds/flowline.yaml
+#   2. helm lint --strict and helm template of every value set; wrong values are refused
+#   3. server-side dry run of every rendering (strict field validation)
+#   4. helm install, cluster mode, every option on; the Deployments become available
+#   5. every file in examples/ is applied for real and accepted
+#   6. RBAC is enough: the flowline binary runs as the chart's ServiceAccount (a token
+#      for it) with the Deployments' own arguments, and the API and a run work;
+#      `kubectl auth can-i` shows what the account may and may not do
+#   7. helm upgrade changes a value and keeps the bootstrap key; revoking it works
+#   8. helm uninstall removes everything but the CRDs
+#   9. namespaced mode: Roles only in the listed namespaces (no Secrets elsewhere), the
+#      admission policy refuses deleting an active workflow, allows it once paused,
+#      ignores other namespaces and lets a namespace be deleted
+#  10. the CRD upgrade path: helm upgrade leaves CRDs alone, the documented
+#      `kubectl apply --server-side --force-conflicts` upgrades them
+#
+# Needs KUBECONFIG, helm and kubectl (.flowline/bin is searched first), curl, python3,
+# and a built flowline binary (target/debug/flowline, or FLOWLINE_BIN).
+# Everything it creates is deleted on exit, failed or not. Nothing is skipped: a check
+# that cannot run fails the script.
+#
+# Shared-cluster manners: the cluster-mode release is installed without the admission
+# policy, which would otherwise refuse deleting active workflows in every namespace
+# (including other tests' namespaces); the policy is exercised in namespaced mode,
+# bound to throwaway namespaces. The CRD upgrade path uses a copy of the CRDs under a
+# throwaway API group, never the real CRDs. Step 6 runs a flowline operator for a few
+# seconds, which reconciles Runs in every namespace: `make test` runs this script after
+# the cargo cluster tests, not beside them.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+chart="$repo/charts/flowline"
+export PATH="$repo/.flowline/bin:$PATH"
+started=$SECONDS
+
+log() { printf '[chart-test %3ds] %s\n' "$((SECONDS - started))" "$*" >&2; }
+die() { printf '[chart-test %3ds] FAIL: %s\n' "$((SECONDS - started))" "$*" >&2; exit 1; }
+step() { log "== $*"; }
+
+for tool in helm kubectl curl python3 flock; do
+  command -v "$tool" >/dev/null || die "$tool not found (run make cluster, which builds helm and kubectl into .flowline/bin)"
+done
+[ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG is not set (make chart-test sets it)"
+kubectl get --raw /readyz >/dev/null 2>&1 || die "the cluster in $KUBECONFIG is not reachable (make cluster)"
+for crd in workflows runs webhooks; do
+  kubectl get crd "$crd.flowline.io" >/dev/null 2>&1 || die "CRD $crd.flowline.io is not installed (make install-crds)"
+done
+flowline_src=${FLOWLINE_BIN:-$repo/target/debug/flowline}
+[ -x "$flowline_src" ] || die "no flowline binary at $flowline_src (make build, or set FLOWLINE_BIN)"
+
+# One chart test at a time per checkout: they share cluster-scoped fixtures.
+mkdir -p "$repo/.flowline"
+exec 9>"$repo/.flowline/chart-test.lock"
+flock -w 600 9 || die "another chart test holds $repo/.flowline/chart-test.lock"
+
+tmp=$(mktemp -d)
+id=$(printf '%05d' $((RANDOM % 100000)))
+ns_rel="flowline-ct$id"          # release namespace (and the cluster-mode account)
+ns_a="flowline-ct$id-a"          # namespaced mode: listed accounts
+ns_b="flowline-ct$id-b"
+ns_other="flowline-ct$id-other"  # namespaced mode: not listed
+rel="ct$id"                      # cluster mode
+reln="ct$id-ns"                  # namespaced mode
+relc="ct$id-crds"                # the CRD upgrade path
+fullname="$rel-flowline"
+fullname_ns="$reln-flowline"
+crd_group="ct$id.flowline.io"
+servicemonitor_crd_created=
+pids=()
+releases=()
+
+cleanup() {
+  local rc=$?
+  set +e
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+  for r in "${releases[@]}"; do
+    helm status "$r" -n "$ns_rel" >/dev/null 2>&1 && helm uninstall "$r" -n "$ns_rel" --wait --timeout 60s >/dev/null 2>&1
+  done
+  kubectl delete namespace "$ns_rel" "$ns_a" "$ns_b" "$ns_other" --ignore-not-found --wait=false >/dev/null 2>&1
+  kubectl delete crd "workflows.$crd_group" "runs.$crd_group" "webhooks.$crd_group" --ignore-not-found >/dev/null 2>&1
+  if [ -n "$servicemonitor_crd_created" ]; then
+    kubectl delete crd servicemonitors.monitoring.coreos.com --ignore-not-found >/dev/null 2>&1
+  fi
+  rm -rf "$tmp"
+  if [ "$rc" = 0 ]; then
+    log "chart-test passed in $((SECONDS - started))s"
+  else
+    log "chart-test FAILED (exit $rc) after $((SECONDS - started))s; everything it created was deleted"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# Runs a command quietly; on failure shows its output and stops.
+quiet() { # description command...
+  local what=$1; shift
+  "$@" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; die "$what"; }
+}
+# Runs a command that must fail and whose output must contain a text.
+refused() { # description expected-text command...
+  local what=$1 text=$2; shift 2
+  if "$@" >"$tmp/out" 2>&1; then cat "$tmp/out" >&2; die "$what: accepted, expected a refusal"; fi
+  grep -qF -- "$text" "$tmp/out" || { cat "$tmp/out" >&2; die "$what: refused, but without \"$text\""; }
+}
+# `kubectl auth can-i` as a ServiceAccount; want is yes or no.
+can_i() { # want account-namespace account-name verb resource [kubectl flags...]
+  local want=$1 sa_ns=$2 sa=$3 verb=$4 resource=$5; shift 5
+  local got
+  got=$(kubectl auth can-i "$verb" "$resource" "$@" --as "system:serviceaccount:$sa_ns:$sa" 2>/dev/null) || true
+  [ "$got" = "$want" ] || die "can-i $verb $resource $* as $sa: got '${got:-error}', want $want"
+}
+# Waits until a command succeeds.
+eventually() { # description seconds command...
+  local what=$1 seconds=$2; shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || die "$what: not within ${seconds}s"
+    sleep 0.5
+  done
+}
+json_get() { # dot.path < json (list items by index)
+  python3 -c 'import json, sys
+v = json.load(sys.stdin)
+for p in sys.argv[1].split("."):
+    v = v[int(p)] if isinstance(v, list) else v[p]
+print(v if isinstance(v, str) else json.dumps(v))' "$1"
+}
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+workflow() { # name state -> a Workflow manifest
+  printf 'apiVersion: flowline.io/v1\nkind: Workflow\nmetadata: {name: %s}\nspec: {name: %s, state: %s}\n' "$1" "$1" "$2"
+}
+
+kube_version=$(kubectl get --raw /version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p')
+[ -n "$kube_version" ] || die "cannot read the server version"
+log "cluster $kube_version, helm $(helm version --template '{{.Version}}'), run id $id"
+
+# ---------------------------------------------------------------------------------------
+step "1. the chart's CRDs equal crds/flowline.yaml"
+cmp -s "$repo/crds/flowline.yaml" "$chart/crds/flowline.yaml" ||
+  die "charts/flowline/crds/flowline.yaml differs from crds/flowline.yaml: run make chart-crds"
+
+for ns in "$ns_rel" "$ns_a" "$ns_b" "$ns_other"; do quiet "create namespace $ns" kubectl create namespace "$ns"; done
+
+# The local cluster has no Prometheus Operator. A ServiceMonitor CRD reduced to the
+# fields the chart sets (no unknown fields allowed) stands in for it while the test runs.
+if ! kubectl get crd servicemonitors.monitoring.coreos.com >/dev/null 2>&1; then
+  servicemonitor_crd_created=1
+  quiet "install a stand-in ServiceMonitor CRD" kubectl apply -f - <<'YAML'
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: servicemonitors.monitoring.coreos.com
+  labels: {flowline.io/chart-test: stand-in}
+spec:
+  group: monitoring.coreos.com
+  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [selector, endpoints]
+            properties:
+              selector:
+                type: object
+                properties:
+                  matchLabels: {type: object, additionalProperties: {type: string}}
+              namespaceSelector:
+                type: object
+                properties:
+                  matchNames: {type: array, items: {type: string}}
+              endpoints:
+                type: array
+                items:
+                  type: object
+                  properties:
+                    port: {type: string}
+                    path: {type: string}
+                    interval: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
+YAML
+  quiet "ServiceMonitor CRD established" kubectl wait --for condition=Established --timeout 30s crd/servicemonitors.monitoring.coreos.com
+  log "installed a stand-in ServiceMonitor CRD (deleted on exit)"
+fi
+
+# ---------------------------------------------------------------------------------------
+step "2. helm lint --strict and helm template of every value set"
+# name and helm flags of each value set; the namespaced one uses throwaway namespaces.
+sets=(default full namespaced)
+declare -A set_flags=(
+  [default]=""
+  [full]="-f $chart/ci/full-values.yaml"
+  [namespaced]="-f $chart/ci/namespaced-values.yaml --set watchNamespaces={$ns_a,$ns_b} --set bootstrapAdminKey.namespace=$ns_a"
+)
+for s in "${sets[@]}"; do
+  # shellcheck disable=SC2086 # the flags are words on purpose
+  quiet "helm lint --strict ($s values)" helm lint --strict "$chart" ${set_flags[$s]} --kube-version "$kube_version"
+  # shellcheck disable=SC2086
+  helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" ${set_flags[$s]} \
+    >"$tmp/render-$s.yaml" 2>"$tmp/out" || { cat "$tmp/out" >&2; die "helm template ($s values)"; }
+  log "$s: $(grep -c '^kind:' "$tmp/render-$s.yaml") objects: $(grep '^kind:' "$tmp/render-$s.yaml" | sort | uniq -c | awk '{printf "%s%s×%s", sep, $3, $1; sep=", "}')"
+done
+# What each rendering must hold.
+for kind in Deployment Service ServiceAccount ClusterRole ClusterRoleBinding PodDisruptionBudget NetworkPolicy \
+  ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding; do
+  grep -q "^kind: $kind$" "$tmp/render-default.yaml" || die "the default rendering has no $kind"
+done
+for kind in HorizontalPodAutoscaler Ingress ServiceMonitor Secret; do
+  grep -q "^kind: $kind$" "$tmp/render-default.yaml" && die "the default rendering has a $kind (it must be off by default)"
+  grep -q "^kind: $kind$" "$tmp/render-full.yaml" || die "the full rendering has no $kind"
+done
+[ "$(grep -c '^kind: Role$' "$tmp/render-namespaced.yaml")" = 2 ] || die "namespaced mode must render one Role per listed namespace"
+grep -q 'resources: \[secrets\]' <(sed -n '/^kind: ClusterRole$/,/^---/p' "$tmp/render-namespaced.yaml") &&
+  die "namespaced mode must not grant Secrets in a ClusterRole"
+grep -q -- '- --default-plan=pro' "$tmp/render-full.yaml" || die "config.defaultPlan does not reach the arguments"
+
+# Wrong values fail at install time, with a message that says why.
+bad_values=(
+  "controller.replicas=2|leader election"
+  "config.defaultPlan=gold|value must be one of"
+  "imagee.tag=x|additional properties 'imagee' not allowed"
+  "watchNamespaces={Bad_NS}|does not match pattern"
+  "api.autoscaling.enabled=yes|got string, want boolean"
+  "ingress.enabled=true|ingress.enabled needs ingress.host"
+  "service.type=Internal|value must be one of"
+  "serviceMonitor.interval=soon|does not match pattern"
+)
+for entry in "${bad_values[@]}"; do
+  refused "helm template --set ${entry%%|*}" "${entry#*|}" \
+    helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" --set "${entry%%|*}"
+done
+refused "an HPA without a CPU request" "needs api.resources.requests.cpu" \
+  helm template "$rel" "$chart" --kube-version "$kube_version" --set api.autoscaling.enabled=true --set api.resources.requests=null
+refused "a bootstrap key outside watchNamespaces" "is not one of watchNamespaces" \
+  helm template "$rel" "$chart" --kube-version "$kube_version" --set "watchNamespaces={$ns_a}" \
+  --set bootstrapAdminKey.enabled=true --set bootstrapAdminKey.namespace="$ns_b"
+log "${#bad_values[@]} + 2 wrong value sets refused with their reason"
+
+# ---------------------------------------------------------------------------------------
+step "3. server-side dry run of every rendering"
+for s in "${sets[@]}"; do
+  quiet "server-side dry run ($s values)" kubectl apply --dry-run=server --validate=strict -f "$tmp/render-$s.yaml"
+done
+quiet "the documented CRD upgrade command (dry run)" \
+  kubectl apply --server-side --force-conflicts --dry-run=server -f "$chart/crds/"
+log "all renderings and the chart's CRDs accepted by the API server"
+
+# ---------------------------------------------------------------------------------------
+step "4. helm install, cluster mode, every option on (admission policy: step 9)"
+releases+=("$rel")
+quiet "helm install $rel" helm install "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" \
+  --set admissionPolicy.enabled=false --wait --timeout 120s
+quiet "Deployments available" kubectl wait -n "$ns_rel" --for condition=Available --timeout 60s \
+  "deployment/$fullname-controller" "deployment/$fullname-api"
+for obj in "serviceaccount/$fullname" "service/$fullname" "service/$fullname-controller" \
+  "horizontalpodautoscaler/$fullname-api" "ingress/$fullname" "servicemonitor/$fullname" \
+  "poddisruptionbudget/$fullname-api" "networkpolicy/$fullname-api" "networkpolicy/$fullname-controller" \
+  "secret/$fullname-admin-key" "secret/$fullname-admin"; do
+  kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
+done
+for obj in "clusterrole/$fullname" "clusterrolebinding/$fullname" "clusterrole/$fullname-cluster" \
+  "clusterrolebinding/$fullname-cluster"; do
+  kubectl get "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
+done
+log "installed: controller and API Deployments available, every optional object present"
+
+# ---------------------------------------------------------------------------------------
+step "5. examples/ applied"
+examples=("$repo"/examples/*.yaml)
+[ "${#examples[@]}" -ge 4 ] || die "expected at least 4 files in examples/"
+for f in "${examples[@]}"; do
+  quiet "kubectl apply $f" kubectl apply --server-side --validate=strict -n "$ns_rel" -f "$f"
+  quiet "objects of $f present" kubectl get -n "$ns_rel" -f "$f"
+done
+log "${#examples[@]} example files accepted: $(kubectl get -n "$ns_rel" workflows,webhooks -o name | tr '\n' ' ')"
+
+# ---------------------------------------------------------------------------------------
+step "6. RBAC: the binary runs as the chart's ServiceAccount"
+sa=$fullname
+# What the code calls, in an arbitrary account namespace.
+for verb in get list watch create patch delete; do
+  for r in workflows.flowline.io runs.flowline.io webhooks.flowline.io secrets; do
+    [ "$verb" = patch ] && [ "$r" = secrets ] && continue
+    can_i yes "$ns_rel" "$sa" "$verb" "$r" -n "$ns_other"
+  done
+done
+for r in workflows runs webhooks; do
+  can_i yes "$ns_rel" "$sa" patch "$r.flowline.io" --subresource status -n "$ns_other"
+done
+for verb in get list watch; do
+  can_i yes "$ns_rel" "$sa" "$verb" namespaces
+  can_i yes "$ns_rel" "$sa" "$verb" customresourcedefinitions.apiextensions.k8s.io/workflows.flowline.io
+done
+# And no more.
+can_i no "$ns_rel" "$sa" update workflows.flowline.io -n "$ns_other"
+can_i no "$ns_rel" "$sa" patch secrets -n "$ns_other"
+can_i no "$ns_rel" "$sa" get configmaps -n "$ns_other"
+can_i no "$ns_rel" "$sa" create pods -n "$ns_other"
+can_i no "$ns_rel" "$sa" create jobs.batch -n "$ns_other"
+can_i no "$ns_rel" "$sa" delete namespaces
+can_i no "$ns_rel" "$sa" patch customresourcedefinitions.apiextensions.k8s.io/workflows.flowline.io
+can_i no "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com
+can_i no "$ns_rel" "$sa" get clusterroles.rbac.authorization.k8s.io
+log "can-i: every call the code makes is allowed; updates, other kinds and other CRDs are not"
+
+# A kubeconfig holding a token of the ServiceAccount, and nothing else.
+server=$(kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
+ca=$(kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+token=$(kubectl create token "$sa" -n "$ns_rel" --duration 10m)
+cat >"$tmp/sa.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: cluster, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+users: [{name: $sa, user: {token: "$token"}}]
+contexts: [{name: sa, context: {cluster: cluster, user: $sa, namespace: $ns_rel}}]
+current-context: sa
+KC
+chmod 600 "$tmp/sa.kubeconfig"
+cp "$flowline_src" "$tmp/flowline"
+
+# Starts the binary with a Deployment's own arguments and environment (only --listen
+# changed), as the ServiceAccount; sets base to its URL once /readyz answers.
+start_like() { # deployment log-file
+  local deploy=$1 logf=$2 port args=() envs=() replaced=0 a
+  port=$(free_port)
+  while IFS= read -r a; do
+    if [[ "$a" == --listen=* ]]; then a="--listen=127.0.0.1:$port"; replaced=1; fi
+    args+=("$a")
+  done < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
+  [ "$replaced" = 1 ] || die "deployment/$deploy has no --listen= argument"
+  while IFS= read -r a; do [ -n "$a" ] && envs+=("$a"); done \
+    < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].env[*]}{.name}={.value}{"\n"}{end}')
+  env "${envs[@]}" KUBECONFIG="$tmp/sa.kubeconfig" "$tmp/flowline" "${args[@]}" >"$logf" 2>&1 9>&- &
+  local pid=$!
+  pids+=("$pid")
+  local deadline=$((SECONDS + 40))
+  until curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$logf" >&2; die "flowline ${args[0]} (as $deploy) exited"; }
+    if grep -m 3 -iE 'forbidden|code: 403' "$logf" >&2; then
+      die "flowline ${args[0]} (as $deploy) lacks a permission (above): the chart's RBAC is short of what the code calls"
+    fi
+    [ "$SECONDS" -lt "$deadline" ] || { tail -n 20 "$logf" >&2; die "flowline ${args[0]} (as $deploy) not ready in 40s"; }
+    sleep 0.2
+  done
+  log "flowline ${args[*]} is ready as the ServiceAccount"
+  base="http://127.0.0.1:$port"
+}
+key=$(kubectl get secret -n "$ns_rel" "$fullname-admin-key" -o jsonpath='{.data.api-key}' | base64 -d)
+[[ "$key" == flk_* ]] || die "the bootstrap key does not look like a key"
+call() { # method path expected-status [json-body]; the body lands in $tmp/body
+  local method=$1 path=$2 want=$3 data=${4:-} code
+  local args=(-sS -o "$tmp/body" -w '%{http_code}' -X "$method" -H "Authorization: Bearer $key")
+  [ -n "$data" ] && args+=(-H 'Content-Type: application/json' -d "$data")
+  code=$(curl "${args[@]}" "$base$path") || die "$method $path: no answer"
+  [ "$code" = "$want" ] || die "$method $path answered $code (want $want): $(cat "$tmp/body")"
+}
+
+start_like "$fullname-api" "$tmp/api.log"
+call GET /v1/workflows 200
+call GET /v1/workflows/order-relay 200
+[ "$(json_get steps.0.action <"$tmp/body")" = http.request ] || die "the API does not show the example's steps: $(cat "$tmp/body")"
+log "flowline api as the ServiceAccount: the bootstrap key works, the examples are readable"
+
+start_like "$fullname-controller" "$tmp/operator.log"
+call POST /v1/workflows 201 '{"name": "chart test"}'
+wf=$(json_get id <"$tmp/body")
+call PATCH "/v1/workflows/$wf" 200 '{"state": "active", "steps": [
+  {"id": "wait", "action": "delay", "with": {"ms": 50}},
+  {"id": "shape", "action": "transform", "with": {"value": {"order": "{{ trigger.payload.order }}"}}}]}'
+call POST "/v1/workflows/$wf/runs" 201 '{"payload": {"order": 42}}'
+run=$(json_get id <"$tmp/body")
+run_done() { call GET "/v1/runs/$run" 200; [ "$(json_get status <"$tmp/body")" != running ]; }
+eventually "run $run finished" 30 run_done
+call GET "/v1/runs/$run" 200
+[ "$(json_get status <"$tmp/body")" = succeeded ] || die "run $run did not succeed: $(cat "$tmp/body")"
+[ "$(json_get steps.1.output.order <"$tmp/body")" = 42 ] || die "run $run has the wrong output: $(cat "$tmp/body")"
+call POST /v1/api-keys 201 '{"name": "chart test", "scopes": ["read"]}'
+call DELETE "/v1/api-keys/$(json_get id <"$tmp/body")" 204
+call POST /v1/webhooks 201 '{"url": "https://receiver.example.com/hook", "events": ["run.failed"]}'
+call DELETE "/v1/webhooks/$(json_get id <"$tmp/body")" 204
+call PATCH "/v1/workflows/$wf" 200 '{"state": "paused"}'
+call DELETE "/v1/workflows/$wf" 204
+for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; done
+pids=()
+if grep -iE 'forbidden|code: 403' "$tmp/api.log" "$tmp/operator.log" >&2; then
+  die "the binary met a permission error as the ServiceAccount (above)"
+fi
+log "flowline operator as the ServiceAccount: workflow created, activated, run $run succeeded (output 42),"
+log "  API key and webhook created and deleted, workflow paused and deleted; no permission errors"
+log "  webhook deliveries: not tested, the delivery worker is not built yet"
+
+# ---------------------------------------------------------------------------------------
+step "7. helm upgrade"
+key_hash() { kubectl get secret -n "$ns_rel" "$fullname-admin" -o jsonpath='{.data.sha256}' | base64 -d; }
+hash_before=$(key_hash)
+quiet "helm upgrade $rel" helm upgrade "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" \
+  --set admissionPolicy.enabled=false --set config.defaultPlan=enterprise --wait --timeout 120s
+kubectl get -n "$ns_rel" "deployment/$fullname-controller" -o jsonpath='{.spec.template.spec.containers[0].args}' |
+  grep -q -- '--default-plan=enterprise' || die "helm upgrade did not change the controller's arguments"
+quiet "Deployments available after the upgrade" kubectl rollout status -n "$ns_rel" --timeout 60s \
+  "deployment/$fullname-controller" "deployment/$fullname-api"
+[ "$(kubectl get secret -n "$ns_rel" "$fullname-admin-key" -o jsonpath='{.data.api-key}' | base64 -d)" = "$key" ] ||
+  die "helm upgrade changed the bootstrap key value"
+[ "$(key_hash)" = "$hash_before" ] || die "helm upgrade changed the bootstrap key record"
+log "upgraded (revision 2): --default-plan=enterprise rolled out; the bootstrap key is unchanged"
+quiet "helm upgrade (revoke the bootstrap key)" helm upgrade "$rel" "$chart" -n "$ns_rel" --reuse-values \
+  --set bootstrapAdminKey.enabled=false --wait --timeout 120s
+for obj in "$fullname-admin-key" "$fullname-admin"; do
+  kubectl get secret -n "$ns_rel" "$obj" >/dev/null 2>&1 && die "secret/$obj survived bootstrapAdminKey.enabled=false"
+done
+log "upgraded (revision 3): bootstrapAdminKey.enabled=false deleted both key Secrets (key revoked)"
+
+# ---------------------------------------------------------------------------------------
+step "8. helm uninstall"
+quiet "helm uninstall $rel" helm uninstall "$rel" -n "$ns_rel" --wait --timeout 60s
+for obj in "clusterrole/$fullname" "clusterrolebinding/$fullname" "clusterrole/$fullname-cluster" "clusterrolebinding/$fullname-cluster"; do
+  kubectl get "$obj" >/dev/null 2>&1 && die "$obj survived helm uninstall"
+done
+left=$(kubectl get -n "$ns_rel" deployments,services,serviceaccounts,secrets,networkpolicies,poddisruptionbudgets,horizontalpodautoscalers,ingresses,servicemonitors \
+  -l "app.kubernetes.io/instance=$rel" -o name)
+[ -z "$left" ] || die "left behind by helm uninstall: $left"
+quiet "the CRDs stay after uninstall" kubectl get crd workflows.flowline.io runs.flowline.io webhooks.flowline.io
+log "uninstalled: no object of the release is left; the CRDs (and workflows) stay"
+
+# ---------------------------------------------------------------------------------------
+step "9. namespaced mode and the admission policy"
+releases+=("$reln")
+# shellcheck disable=SC2086
+quiet "helm install $reln (namespaced)" helm install "$reln" "$chart" -n "$ns_rel" ${set_flags[namespaced]} \
+  --wait --timeout 120s
+sa=$fullname_ns
+for ns in "$ns_a" "$ns_b"; do
+  for verb in get list watch create delete; do can_i yes "$ns_rel" "$sa" "$verb" secrets -n "$ns"; done
+  can_i yes "$ns_rel" "$sa" create workflows.flowline.io -n "$ns"
+  can_i yes "$ns_rel" "$sa" patch runs.flowline.io --subresource status -n "$ns"
+done
+for ns in "$ns_rel" "$ns_other" default kube-system; do
+  can_i no "$ns_rel" "$sa" get secrets -n "$ns"
+  can_i no "$ns_rel" "$sa" list workflows.flowline.io -n "$ns"
+done
+can_i no "$ns_rel" "$sa" list secrets --all-namespaces
+can_i no "$ns_rel" "$sa" watch workflows.flowline.io --all-namespaces
+can_i yes "$ns_rel" "$sa" list namespaces
+can_i yes "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/runs.flowline.io
+kubectl get secret -n "$ns_a" "$fullname_ns-admin" >/dev/null 2>&1 || die "the bootstrap key is not in $ns_a"
+log "can-i: Secrets and workflows only in $ns_a and $ns_b; not in $ns_rel, $ns_other, default, kube-system, nor cluster-wide"
+
+policy="$fullname_ns-active-workflow-delete"
+workflow guarded active | quiet "create an active workflow in $ns_a" kubectl apply -n "$ns_a" -f -
+workflow unguarded active | quiet "create an active workflow in $ns_other" kubectl apply -n "$ns_other" -f -
+# The policy takes a moment to load; a server-side dry run goes through admission.
+policy_loaded() { ! kubectl delete workflow guarded -n "$ns_a" --dry-run=server; }
+eventually "the admission policy refuses a dry-run delete" 30 policy_loaded
+refused "kubectl delete of an active workflow" "ValidatingAdmissionPolicy '$policy'" \
+  kubectl delete workflow guarded -n "$ns_a"
+grep -qF "workflow guarded is active and cannot be deleted: set spec.state to paused (or draft) first" "$tmp/out" ||
+  { cat "$tmp/out" >&2; die "the refusal does not carry the policy's message"; }
+log "refused: $(cat "$tmp/out")"
+quiet "pause the workflow" kubectl patch workflow guarded -n "$ns_a" --type merge -p '{"spec":{"state":"paused"}}'
+quiet "kubectl delete of a paused workflow" kubectl delete workflow guarded -n "$ns_a"
+quiet "kubectl delete of an active workflow outside watchNamespaces" kubectl delete workflow unguarded -n "$ns_other"
+workflow doomed active | quiet "create an active workflow in $ns_b" kubectl apply -n "$ns_b" -f -
+refused "kubectl delete of an active workflow in $ns_b" "is active and cannot be deleted" \
+  kubectl delete workflow doomed -n "$ns_b" --dry-run=server
+quiet "deleting namespace $ns_b that holds an active workflow" kubectl delete namespace "$ns_b" --timeout 60s
+log "allowed: delete once paused; active workflows outside the listed namespaces; deleting a namespace"
+
+quiet "helm uninstall $reln" helm uninstall "$reln" -n "$ns_rel" --wait --timeout 60s
+kubectl get role -n "$ns_a" "$fullname_ns" >/dev/null 2>&1 && die "role/$fullname_ns survived helm uninstall"
+kubectl get validatingadmissionpolicy "$policy" >/dev/null 2>&1 && die "the admission policy survived helm uninstall"
+log "namespaced release uninstalled"
+
+# ---------------------------------------------------------------------------------------
+step "10. the CRD upgrade path (a copy of the CRDs under the group $crd_group)"
+# The copy drops categories and short names so that it cannot shadow the real kinds in
+# `kubectl get flowline` or `kubectl get flw`. "old" lacks the state `paused`: the kind
+# of change a new release brings (a new enum value, a new field).
+sed -e "s/flowline\.io/$crd_group/g" -e '/^    categories:$/,+1d' -e '/^    shortNames:$/,+1d' \
+  "$chart/crds/flowline.yaml" >"$tmp/crds-new.yaml"
+grep -qE '^    (categories|shortNames):' "$tmp/crds-new.yaml" && die "could not strip categories/shortNames from the CRD copy"
+sed -e '/^ *- paused$/d' "$tmp/crds-new.yaml" >"$tmp/crds-old.yaml"
+cmp -s "$tmp/crds-old.yaml" "$tmp/crds-new.yaml" && die "the old CRD copy does not differ from the new one"
+mini_chart() { # dir crds-file: a chart holding only CRDs and one ConfigMap
+  mkdir -p "$1/crds" "$1/templates"
+  printf 'apiVersion: v2\nname: crd-path\nversion: 0.1.0\n' >"$1/Chart.yaml"
+  cp "$2" "$1/crds/flowline.yaml"
+  printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ .Release.Name }}}\n' >"$1/templates/marker.yaml"
+}
+mini_chart "$tmp/chart-old" "$tmp/crds-old.yaml"
+mini_chart "$tmp/chart-new" "$tmp/crds-new.yaml"
+releases+=("$relc")
+quiet "helm install with the old CRDs" helm install "$relc" "$tmp/chart-old" -n "$ns_rel" --wait
+quiet "CRDs established" kubectl wait --for condition=Established --timeout 30s "crd/workflows.$crd_group"
+wf_in_group() { # name state
+  printf 'apiVersion: %s/v1\nkind: Workflow\nmetadata: {name: %s}\nspec: {name: %s, state: %s}\n' "$crd_group" "$1" "$1" "$2"
+}
+wf_in_group existing draft | quiet "a workflow under the old CRD" kubectl apply -n "$ns_rel" -f -
+wf_in_group paused-one paused >"$tmp/paused.yaml"
+refused "state paused under the old CRD" 'Unsupported value: "paused"' kubectl apply -n "$ns_rel" -f "$tmp/paused.yaml" --dry-run=server
+quiet "helm upgrade with the new CRDs" helm upgrade "$relc" "$tmp/chart-new" -n "$ns_rel" --wait
+refused "state paused after helm upgrade" 'Unsupported value: "paused"' kubectl apply -n "$ns_rel" -f "$tmp/paused.yaml" --dry-run=server
+log "helm upgrade left the CRDs as they were (as Helm does with crds/)"
+quiet "kubectl apply --server-side --force-conflicts -f crds/" \
+  kubectl apply --server-side --force-conflicts -f "$tmp/chart-new/crds/"
+quiet "CRDs established after the upgrade" kubectl wait --for condition=Established --timeout 30s \
+  "crd/workflows.$crd_group" "crd/runs.$crd_group" "crd/webhooks.$crd_group"
+eventually "state paused accepted after the CRD upgrade" 30 kubectl apply -n "$ns_rel" -f "$tmp/paused.yaml"
+quiet "the workflow from before the upgrade is still there" kubectl get -n "$ns_rel" "workflows.$crd_group/existing"
+log "kubectl apply --server-side --force-conflicts upgraded the CRDs Helm had created; existing objects kept"
+quiet "helm uninstall $relc" helm uninstall "$relc" -n "$ns_rel" --wait
+quiet "CRDs survive helm uninstall" kubectl get crd "workflows.$crd_group"
+log "helm uninstall left the CRDs in place (deleted now by the test)"
