@@ -65,6 +65,14 @@ install-crds: ## Apply crds/ to the cluster (server-side) and wait until Establi
 	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) wait --for condition=Established --timeout 60s \
 	  crd/workflows.flowline.io crd/runs.flowline.io crd/webhooks.flowline.io >/dev/null
 
+.PHONY: chart-crds
+chart-crds: ## Copy crds/ into the Helm chart (run after make crds; chart-test fails while they differ)
+	cp crds/flowline.yaml charts/flowline/crds/flowline.yaml
+
+.PHONY: chart-test
+chart-test: cluster install-crds ## Helm chart and examples/ against the control plane (hack/test-chart.sh; needs a built binary)
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/test-chart.sh
+
 .PHONY: cluster
 cluster: ## Start the local control plane (idempotent); builds its binaries the first time
 	hack/cluster.sh up

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::auth::{KeyRecord, Principal, bearer_token, hash_key};
+use super::auth::{Principal, bearer_token, hash_key};
 use super::error::ApiError;
 use super::ratelimit::{Decision, FREE_REQUESTS};
 use super::state::ApiState;
@@ -52,22 +52,7 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
 
 fn principal(state: &ApiState, headers: &HeaderMap) -> Option<Principal> {
     let token = bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)?;
-    let presented = hash_key(token);
-    // Compare hashes before parsing a Secret: one cheap pass over the cached keys.
-    let secret = state.caches.api_keys.state().into_iter().find(|s| {
-        s.data
-            .as_ref()
-            .and_then(|d| d.get("sha256"))
-            .is_some_and(|h| {
-                subtle::ConstantTimeEq::ct_eq(h.0.as_slice(), presented.as_bytes()).into()
-            })
-    })?;
-    let record = KeyRecord::from_secret(&secret)?;
-    Some(Principal {
-        namespace: record.namespace,
-        key_id: record.id,
-        scopes: record.scopes,
-    })
+    state.key_index.resolve(&state.caches.api_keys, &hash_key(token))
 }
 
 fn client_ip(req: &Request) -> String {

@@ -6,6 +6,7 @@ pub mod cache;
 pub mod error;
 pub mod input;
 pub mod json;
+pub mod key_index;
 pub mod keys;
 mod middleware;
 pub mod openapi;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kube::Client;
 
 use super::cache::Caches;
+use super::key_index::KeyIndex;
 use super::ratelimit::{PlanDefaults, RateLimiter};
 
 /// Field manager of every write the API makes.
@@ -24,6 +25,7 @@ pub struct ApiState {
     pub client: Client,
     pub caches: Caches,
     pub limiter: Arc<RateLimiter>,
+    pub key_index: Arc<KeyIndex>,
     pub config: Arc<ApiConfig>,
 }
 
@@ -33,6 +35,7 @@ impl ApiState {
             client,
             caches,
             limiter: Arc::new(RateLimiter::new(config.rate_limit_window_secs)),
+            key_index: Arc::new(KeyIndex::default()),
             config: Arc::new(config),
         }
     }
