@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The flowline image: one static-ish binary on a distroless base, run as a non-root UID.
+# The flowline image: the flowline binary on a distroless base, run as a non-root UID.
 # The same image serves every role: `operator` (default), `api`, `crdgen`, `api-key`,
 # and (once the job executor lands) `flowline step` inside step Jobs.
 #

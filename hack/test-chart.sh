@@ -2,7 +2,7 @@
 # Tests of the Helm chart (charts/flowline) and examples/ against a real API server:
 # the local control plane of `make cluster`, or the cluster in KUBECONFIG.
 #
-#   1. the chart's copy of the CRDs equals crds/flowline.yaml
+#   1. the chart's copy of the CRDs equals crds/flowline.yaml; the Dockerfile's inputs exist
 #   2. helm lint --strict and helm template of every value set; wrong values are refused
 #   3. server-side dry run of every rendering (strict field validation)
 #   4. helm install, cluster mode, every option on; the Deployments become available
@@ -141,9 +141,19 @@ kube_version=$(kubectl get --raw /version | sed -n 's/.*"gitVersion": *"\([^"]*\
 log "cluster $kube_version, helm $(helm version --template '{{.Version}}'), run id $id"
 
 # ---------------------------------------------------------------------------------------
-step "1. the chart's CRDs equal crds/flowline.yaml"
+step "1. the chart's CRDs equal crds/flowline.yaml; the Dockerfile's inputs exist"
 cmp -s "$repo/crds/flowline.yaml" "$chart/crds/flowline.yaml" ||
   die "charts/flowline/crds/flowline.yaml differs from crds/flowline.yaml: run make chart-crds"
+
+# The image cannot be built here (no container runtime): check at least that what the
+# Dockerfile copies exists and is not excluded from the build context.
+while read -r -a words; do
+  [ "${words[0]:-}" = COPY ] && [[ "${words[1]}" != --* ]] || continue
+  for src in "${words[@]:1:${#words[@]}-2}"; do
+    [ -e "$repo/$src" ] || die "the Dockerfile copies $src, which does not exist"
+    grep -qxE "/?${src%/}/?" "$repo/.dockerignore" && die "the Dockerfile copies $src, which .dockerignore excludes"
+  done
+done <"$repo/Dockerfile"
 
 for ns in "$ns_rel" "$ns_a" "$ns_b" "$ns_other"; do quiet "create namespace $ns" kubectl create namespace "$ns"; done
 
