@@ -10,12 +10,8 @@
 # The toolchain the project is developed and tested with (Cargo.toml: rust-version 1.89+).
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-# Only what `cargo build` reads; .dockerignore keeps target/ and .flowline/ out.
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
-COPY benches ./benches
-COPY tests ./tests
-COPY crds ./crds
+# .dockerignore is an allowlist: the context holds only what cargo reads.
+COPY . .
 # Cache mounts keep the registry and target/ between builds; the binary is copied out of
 # the mount because a mount's content is not part of the layer.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
