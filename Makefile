@@ -46,6 +46,7 @@ cluster-test: cluster install-crds ## Tests against the control plane (fails, ne
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_REQUIRE_CLUSTER=1 \
 	  $(CARGO) test -- --ignored --test-threads 4
 	$(MAKE) --no-print-directory fuzz-api
+	$(MAKE) --no-print-directory chart-test
 
 .PHONY: fuzz-api
 fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPLES per operation)
