@@ -54,7 +54,7 @@ fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPL
 
 .PHONY: bench-api
 bench-api: cluster install-crds ## /v1 reads (watch caches) vs the same reads from kube-apiserver
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench api
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/bench-api.sh
 
 .PHONY: crds
 crds: ## Regenerate crds/ from the Rust types

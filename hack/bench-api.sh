@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# make bench-api: reads through /v1 (served from watch caches by a release build of
+# `flowline api`) against the same reads straight from kube-apiserver, with one load
+# generator (wrk), one concurrency and one duration for both. Prints a table with
+# ratios; docs/benchmarks.md records a run. Not a test.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+concurrency=${BENCH_CONCURRENCY:-16}
+duration=${BENCH_DURATION:-8s}
+flowline="$repo/target/release/flowline"
+
+command -v wrk >/dev/null || { echo "[bench] installing wrk" >&2; apt-get install -y -qq wrk >/dev/null; }
+(cd "$repo" && cargo build --release --quiet)
+
+ns="bench-api-$RANDOM"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+server=
+cleanup() {
+  [ -n "$server" ] && kill "$server" 2>/dev/null || true
+  kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
+  kubectl delete clusterrolebinding "$ns" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+kubectl create namespace "$ns" >/dev/null
+kubectl annotate namespace "$ns" flowline.io/plan=enterprise flowline.io/requests-per-minute=1000000000 >/dev/null
+for i in $(seq -w 0 99); do
+  printf 'apiVersion: flowline.io/v1\nkind: Workflow\nmetadata: {name: wf-%s}\nspec:\n  name: Bench %s\n  steps:\n  - {id: a, action: delay, with: {ms: 1}}\n  - {id: b, action: transform, with: {value: x}}\n---\n' "$i" "$i"
+done | kubectl apply -n "$ns" -f - >/dev/null
+key=$("$flowline" api-key create --namespace "$ns" --name bench --scopes read 2>/dev/null)
+# wrk cannot present client certificates: the apiserver is read with a bearer token.
+kubectl create serviceaccount bench -n "$ns" >/dev/null
+kubectl create clusterrole flowline-bench-read --verb=get,list --resource=workflows.flowline.io >/dev/null 2>&1 || true
+kubectl create clusterrolebinding "$ns" --clusterrole=flowline-bench-read --serviceaccount="$ns:bench" >/dev/null
+token=$(kubectl create token bench -n "$ns")
+apiserver=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+
+"$flowline" api --listen "127.0.0.1:$port" >"$repo/.flowline/bench-api.log" 2>&1 &
+server=$!
+until curl -fsS -H "Authorization: Bearer $key" "http://127.0.0.1:$port/v1/workflows/wf-42" >/dev/null 2>&1; do
+  kill -0 "$server" || { cat "$repo/.flowline/bench-api.log" >&2; exit 1; }
+  sleep 0.2
+done
+
+# Prints "req/s p50_ms p99_ms" for one URL.
+measure() {
+  wrk -t"${BENCH_THREADS:-1}" -c"$concurrency" -d"$duration" --latency -H "Authorization: Bearer $2" "$1" | awk '
+    function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
+    $1 == "50%" { p50 = ms($2) } $1 == "99%" { p99 = ms($2) } $1 == "Requests/sec:" { rps = $2 }
+    END { printf "%s %.2f %.2f\n", rps, p50, p99 }'
+}
+
+echo "wrk, ${BENCH_THREADS:-1} thread, $concurrency connections, $duration per measurement, 100 workflows"
+echo
+echo "| read | /v1 req/s | /v1 p50 ms | /v1 p99 ms | apiserver req/s | apiserver p50 ms | apiserver p99 ms | req/s ratio | p99 ratio |"
+echo "|---|---|---|---|---|---|---|---|---|"
+row() {
+  read -r a_rps a_p50 a_p99 <<<"$(measure "$2" "$key")"
+  read -r d_rps d_p50 d_p99 <<<"$(measure "$3" "$token")"
+  awk -v w="$1" -v ar="$a_rps" -v a5="$a_p50" -v a9="$a_p99" -v dr="$d_rps" -v d5="$d_p50" -v d9="$d_p99" \
+    'BEGIN { printf "| %s | %.0f | %.2f | %.2f | %.0f | %.2f | %.2f | %.1fx | %.1fx |\n", w, ar, a5, a9, dr, d5, d9, ar/dr, d9/a9 }'
+}
+row "one workflow" "http://127.0.0.1:$port/v1/workflows/wf-42" "$apiserver/apis/flowline.io/v1/namespaces/$ns/workflows/wf-42"
+row "list of 100" "http://127.0.0.1:$port/v1/workflows?limit=100" "$apiserver/apis/flowline.io/v1/namespaces/$ns/workflows?limit=100"
