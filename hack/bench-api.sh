@@ -35,7 +35,7 @@ kubectl create clusterrolebinding "$ns" --clusterrole=flowline-bench-read --serv
 token=$(kubectl create token bench -n "$ns")
 apiserver=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 
-"$flowline" api --listen "127.0.0.1:$port" >"$repo/.flowline/bench-api.log" 2>&1 &
+TOKIO_WORKER_THREADS=${BENCH_SERVER_THREADS:-1} "$flowline" api --listen "127.0.0.1:$port" >"$repo/.flowline/bench-api.log" 2>&1 &
 server=$!
 until curl -fsS -H "Authorization: Bearer $key" "http://127.0.0.1:$port/v1/workflows/wf-42" >/dev/null 2>&1; do
   kill -0 "$server" || { cat "$repo/.flowline/bench-api.log" >&2; exit 1; }
