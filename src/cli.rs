@@ -102,6 +102,15 @@ pub struct OperatorArgs {
     /// Executor of workflows that do not choose one.
     #[arg(long, value_enum, default_value = "inline")]
     pub default_executor: ExecutorArg,
+    /// Namespace of the leader-election Lease (in a pod: its own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// Reconcile only this namespace's Runs (default: all namespaces).
+    #[arg(long)]
+    pub watch_namespace: Option<String>,
+    /// Seconds a leader's Lease stays valid without renewal.
+    #[arg(long, default_value = "15")]
+    pub leader_lease_seconds: u64,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,6 +3,8 @@
 //! SIGTERM.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::cache::Caches;
 use crate::api::state::ApiState;
 use crate::cli::OperatorArgs;
+use crate::controller::leader;
 use crate::telemetry::{health, metrics::Metrics};
 
 /// Which parts of Flowline this process runs.
@@ -44,6 +47,8 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         }
         caches_gate.open();
     });
+    let lost_leadership = Arc::new(AtomicBool::new(false));
+    let mut lease = None;
     if role == Role::Operator {
         let http = reqwest::Client::builder()
             .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
@@ -53,10 +58,31 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
             client.clone(),
             http,
             args.default_executor.into(),
-            None,
+            args.watch_namespace.clone(),
         );
-        tokio::spawn(crate::controller::run::run(ctx, shutdown.clone()));
+        let cfg = leader::LeaseConfig {
+            namespace: args.leader_election_namespace.clone(),
+            name: "flowline-controller".into(),
+            identity: format!("{}-{}", hostname(), crate::api::state::new_id("op")),
+            duration: Duration::from_secs(args.leader_lease_seconds.max(3)),
+        };
+        lease = Some(cfg.clone());
+        let (client, shutdown, lost) = (client.clone(), shutdown.clone(), lost_leadership.clone());
+        tokio::spawn(async move {
+            if !leader::acquire(client.clone(), &cfg, &shutdown).await {
+                return;
+            }
+            let controllers = shutdown.child_token();
+            tokio::spawn(crate::controller::run::run(ctx, controllers.clone()));
+            if !leader::keep(client, cfg, shutdown.clone()).await {
+                // Another replica may lead now: stop everything and let Kubernetes
+                // restart this one as a follower.
+                lost.store(true, Ordering::Release);
+                shutdown.cancel();
+            }
+        });
     }
+    let client_for_release = client.clone();
     let state = ApiState::new(client, caches, args.api_config());
 
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -72,8 +98,26 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     .await
     .context("HTTP server failed")?;
     shutdown.cancel();
+    if lost_leadership.load(Ordering::Acquire) {
+        anyhow::bail!("lost the leader-election lease");
+    }
+    if let Some(cfg) = lease {
+        leader::release(client_for_release, &cfg).await;
+    }
     tracing::info!("shut down cleanly");
     Ok(())
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .unwrap_or_else(|| "flowline".into())
 }
 
 /// Cancels `token` on SIGTERM (what Kubernetes sends) or Ctrl-C.

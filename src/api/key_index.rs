@@ -29,7 +29,12 @@ pub struct KeyIndex {
 impl KeyIndex {
     /// The principal of the key whose SHA-256 is `hash`, if the key exists.
     pub fn resolve(&self, keys: &Store<Secret>, hash: &str) -> Option<Principal> {
-        if let Some(entry) = self.entries.read().unwrap_or_else(|p| p.into_inner()).get(hash) {
+        if let Some(entry) = self
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(hash)
+        {
             let current = keys.get(&entry.secret)?;
             if current.resource_version() == entry.resource_version {
                 return Some(entry.principal.clone());
@@ -39,10 +44,16 @@ impl KeyIndex {
             s.data
                 .as_ref()
                 .and_then(|d| d.get("sha256"))
-                .is_some_and(|h| subtle::ConstantTimeEq::ct_eq(h.0.as_slice(), hash.as_bytes()).into())
+                .is_some_and(|h| {
+                    subtle::ConstantTimeEq::ct_eq(h.0.as_slice(), hash.as_bytes()).into()
+                })
         })?;
         let record = KeyRecord::from_secret(&secret)?;
-        let principal = Principal { namespace: record.namespace, key_id: record.id, scopes: record.scopes };
+        let principal = Principal {
+            namespace: record.namespace,
+            key_id: record.id,
+            scopes: record.scopes,
+        };
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         if entries.len() >= MAX_ENTRIES {
             entries.clear();

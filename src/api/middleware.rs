@@ -52,7 +52,9 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
 
 fn principal(state: &ApiState, headers: &HeaderMap) -> Option<Principal> {
     let token = bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)?;
-    state.key_index.resolve(&state.caches.api_keys, &hash_key(token))
+    state
+        .key_index
+        .resolve(&state.caches.api_keys, &hash_key(token))
 }
 
 fn client_ip(req: &Request) -> String {

@@ -1,4 +1,5 @@
 //! Reconcilers (kube-runtime controllers). Each is split into pure decisions
 //! (unit-tested with fixtures) and a thin layer that applies them.
 
+pub mod leader;
 pub mod run;

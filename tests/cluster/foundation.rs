@@ -280,10 +280,17 @@ async fn a_job_completes_through_the_scheduler_and_kwok() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn operator_becomes_ready_and_stops_on_sigterm() {
-    client().await; // fail clearly when there is no cluster
+    // Its own namespace: the controllers must not touch other tests' runs.
+    let ns = crate::support::TestNamespace::new("fnd-op").await;
     let port = free_port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flowline"))
         .args(["operator", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--watch-namespace",
+            &ns.name,
+            "--leader-election-namespace",
+            &ns.name,
+        ])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -317,7 +324,7 @@ async fn operator_becomes_ready_and_stops_on_sigterm() {
     assert!(logs.contains("shut down cleanly"), "{logs}");
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -326,7 +333,7 @@ fn free_port() -> u16 {
 }
 
 /// Status code of a plain HTTP/1.0 GET, or None when nothing answers.
-fn http_status(port: u16, path: &str) -> Option<u16> {
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;

@@ -4,4 +4,5 @@
 mod api;
 mod engine;
 mod foundation;
+mod replicas;
 mod support;

@@ -1,0 +1,191 @@
+//! The operator as real processes: two replicas execute each run once, and a run
+//! interrupted by a killed operator ends correctly after a restart.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use flowline::crd::{Run, RunPhase, StepPhase, Workflow};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use serde_json::json;
+
+use crate::foundation::{free_port, http_status};
+use crate::support::{TestNamespace, eventually};
+
+/// An operator process reconciling only `ns`, with a short lease.
+fn operator(ns: &TestNamespace) -> (Child, u16) {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_flowline"))
+        .args(["operator", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--watch-namespace",
+            &ns.name,
+            "--leader-election-namespace",
+            &ns.name,
+        ])
+        .args(["--leader-lease-seconds", "3"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (child, port)
+}
+
+async fn ready(port: u16) {
+    eventually(
+        "the operator to be ready",
+        Duration::from_secs(30),
+        || async { (http_status(port, "/readyz") == Some(200)).then_some(()) },
+    )
+    .await;
+}
+
+/// A local endpoint that counts its calls.
+async fn counter() -> (String, Arc<AtomicU32>) {
+    let hits = Arc::new(AtomicU32::new(0));
+    let seen = hits.clone();
+    let app = axum::Router::new().route(
+        "/hit",
+        axum::routing::post(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async { "ok" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hit", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, hits)
+}
+
+async fn create(ns: &TestNamespace, wf: serde_json::Value, runs: usize) -> Vec<String> {
+    let wf: Workflow = serde_json::from_value(wf).unwrap();
+    let wf = ns
+        .api::<Workflow>()
+        .create(&PostParams::default(), &wf)
+        .await
+        .unwrap();
+    let mut names = Vec::new();
+    for i in 0..runs {
+        let run: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": format!("r-{i}")},
+            "spec": {"workflowRef": wf.metadata.name}
+        }))
+        .unwrap();
+        ns.api::<Run>()
+            .create(&PostParams::default(), &run)
+            .await
+            .unwrap();
+        names.push(format!("r-{i}"));
+    }
+    names
+}
+
+async fn finished(ns: &TestNamespace, name: &str, within: Duration) -> Run {
+    let runs = ns.api::<Run>();
+    eventually(&format!("run {name} to finish"), within, || async {
+        let run = runs.get(name).await.ok()?;
+        run.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_finished())
+            .then_some(run)
+    })
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn two_replicas_execute_each_run_once() {
+    let ns = TestNamespace::new("rep-two").await;
+    let (url, hits) = counter().await;
+    let (mut a, port_a) = operator(&ns);
+    let (mut b, port_b) = operator(&ns);
+    ready(port_a).await;
+    ready(port_b).await;
+    let names = create(
+        &ns,
+        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "count"},
+               "spec": {"name": "Count", "steps": [{"id": "hit", "action": "http.request", "with": {"method": "POST", "url": url}}]}}),
+        12,
+    )
+    .await;
+    for name in &names {
+        let run = finished(&ns, name, Duration::from_secs(60)).await;
+        assert_eq!(run.status.unwrap().phase, RunPhase::Succeeded);
+    }
+    // Let any duplicate execution land before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        12,
+        "each run executed exactly once"
+    );
+    let lease = ns.api::<Lease>().get("flowline-controller").await.unwrap();
+    assert!(
+        lease
+            .spec
+            .unwrap()
+            .holder_identity
+            .is_some_and(|h| !h.is_empty())
+    );
+    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_run_interrupted_by_a_killed_operator_ends_after_a_restart() {
+    let ns = TestNamespace::new("rep-kill").await;
+    let (mut first, port) = operator(&ns);
+    ready(port).await;
+    let names = create(
+        &ns,
+        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "slow"},
+               "spec": {"name": "Slow", "steps": [
+                   {"id": "before", "action": "transform", "with": {"value": 1}},
+                   {"id": "wait", "action": "delay", "with": {"ms": 3000}, "retry": {"maxAttempts": 2, "backoffMs": 10}},
+                   {"id": "after", "action": "transform", "with": {"value": "{{ steps.before.output }}"}}]}}),
+        1,
+    )
+    .await;
+    let runs = ns.api::<Run>();
+    eventually(
+        "the delay step to be running",
+        Duration::from_secs(30),
+        || async {
+            let run = runs.get(&names[0]).await.ok()?;
+            let wait = run
+                .status
+                .as_ref()?
+                .steps
+                .iter()
+                .find(|s| s.step_id == "wait")?;
+            (wait.status == StepPhase::Running).then_some(())
+        },
+    )
+    .await;
+    first.kill().unwrap(); // SIGKILL: no cleanup, the lease stays until it expires
+    first.wait().unwrap();
+
+    let (mut second, port) = operator(&ns);
+    ready(port).await;
+    let run = finished(&ns, &names[0], Duration::from_secs(60)).await;
+    let status = run.status.unwrap();
+    assert_eq!(status.phase, RunPhase::Succeeded, "{:?}", status.error);
+    let wait = status.steps.iter().find(|s| s.step_id == "wait").unwrap();
+    assert_eq!(
+        wait.attempts, 2,
+        "the interrupted attempt counts; the retry completes"
+    );
+    let before = status.steps.iter().find(|s| s.step_id == "before").unwrap();
+    assert_eq!(before.attempts, 1, "completed steps are not repeated");
+    assert_eq!(
+        status
+            .steps
+            .iter()
+            .find(|s| s.step_id == "after")
+            .unwrap()
+            .output,
+        Some(json!(1))
+    );
+    let _ = (second.kill(), second.wait());
+}
