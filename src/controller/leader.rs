@@ -145,6 +145,25 @@ pub async fn keep(client: Client, cfg: LeaseConfig, shutdown: CancellationToken)
     }
 }
 
+/// Gives the lease up on a clean shutdown, so another replica takes over at once
+/// instead of waiting for it to expire.
+pub async fn release(client: Client, cfg: &LeaseConfig) {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
+        && lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(cfg.identity.as_str())
+    {
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.renew_time = None;
+        }
+        let _ = api.replace(&cfg.name, &PostParams::default(), &lease).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,24 +212,5 @@ mod tests {
         );
         let mine = spec_for(&cfg, Some(&previous), now);
         assert_eq!(spec_for(&cfg, Some(&mine), now).lease_transitions, Some(4));
-    }
-}
-
-/// Gives the lease up on a clean shutdown, so another replica takes over at once
-/// instead of waiting for it to expire.
-pub async fn release(client: Client, cfg: &LeaseConfig) {
-    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
-        && lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.as_deref())
-            == Some(cfg.identity.as_str())
-    {
-        if let Some(spec) = lease.spec.as_mut() {
-            spec.holder_identity = None;
-            spec.renew_time = None;
-        }
-        let _ = api.replace(&cfg.name, &PostParams::default(), &lease).await;
     }
 }
