@@ -231,7 +231,9 @@ for kind in HorizontalPodAutoscaler Ingress ServiceMonitor Secret; do
   grep -q "^kind: $kind$" "$tmp/render-default.yaml" && die "the default rendering has a $kind (it must be off by default)"
   grep -q "^kind: $kind$" "$tmp/render-full.yaml" || die "the full rendering has no $kind"
 done
-[ "$(grep -c '^kind: Role$' "$tmp/render-namespaced.yaml")" = 2 ] || die "namespaced mode must render one Role per listed namespace"
+# One Role per listed namespace, and the leader-election Role.
+[ "$(grep -c '^kind: Role$' "$tmp/render-namespaced.yaml")" = 3 ] || die "namespaced mode must render one Role per listed namespace"
+[ "$(grep -c '^kind: Role$' "$tmp/render-default.yaml")" = 1 ] || die "cluster mode must render only the leader-election Role"
 grep -q 'resources: \[secrets\]' <(sed -n '/^kind: ClusterRole$/,/^---/p' "$tmp/render-namespaced.yaml") &&
   die "namespaced mode must not grant Secrets in a ClusterRole"
 grep -q -- '- --default-plan=pro' "$tmp/render-full.yaml" || die "config.defaultPlan does not reach the arguments"
@@ -277,7 +279,8 @@ quiet "Deployments available" kubectl wait -n "$ns_rel" --for condition=Availabl
 for obj in "serviceaccount/$fullname" "service/$fullname" "service/$fullname-controller" \
   "horizontalpodautoscaler/$fullname-api" "ingress/$fullname" "servicemonitor/$fullname" \
   "poddisruptionbudget/$fullname-api" "networkpolicy/$fullname-api" "networkpolicy/$fullname-controller" \
-  "secret/$fullname-admin-key" "secret/$fullname-admin"; do
+  "secret/$fullname-admin-key" "secret/$fullname-admin" "role/$fullname-leader-election" \
+  "rolebinding/$fullname-leader-election"; do
   kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
 done
 for obj in "clusterrole/$fullname" "clusterrolebinding/$fullname" "clusterrole/$fullname-cluster" \
@@ -313,6 +316,14 @@ for verb in get list watch; do
   can_i yes "$ns_rel" "$sa" "$verb" namespaces
   can_i yes "$ns_rel" "$sa" "$verb" customresourcedefinitions.apiextensions.k8s.io/workflows.flowline.io
 done
+# Leader election: the one Lease, in the release namespace only.
+can_i yes "$ns_rel" "$sa" create leases.coordination.k8s.io -n "$ns_rel"
+for verb in get update; do
+  can_i yes "$ns_rel" "$sa" "$verb" leases.coordination.k8s.io/flowline-controller -n "$ns_rel"
+  can_i no "$ns_rel" "$sa" "$verb" leases.coordination.k8s.io/someone-else -n "$ns_rel"
+  can_i no "$ns_rel" "$sa" "$verb" leases.coordination.k8s.io/flowline-controller -n "$ns_other"
+done
+can_i no "$ns_rel" "$sa" delete leases.coordination.k8s.io/flowline-controller -n "$ns_rel"
 # And no more.
 can_i no "$ns_rel" "$sa" update workflows.flowline.io -n "$ns_other"
 can_i no "$ns_rel" "$sa" patch secrets -n "$ns_other"
@@ -350,8 +361,15 @@ start_like() { # deployment log-file
     args+=("$a")
   done < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
   [ "$replaced" = 1 ] || die "deployment/$deploy has no --listen= argument"
-  while IFS= read -r a; do [ -n "$a" ] && envs+=("$a"); done \
-    < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].env[*]}{.name}={.value}{"\n"}{end}')
+  local name value field
+  while IFS=$'\t' read -r name value field; do
+    case "$field" in
+      "") ;;
+      metadata.namespace) value=$ns_rel ;;
+      *) die "deployment/$deploy: env $name from $field is not known to this test" ;;
+    esac
+    envs+=("$name=$value")
+  done < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].env[*]}{.name}{"\t"}{.value}{"\t"}{.valueFrom.fieldRef.fieldPath}{"\n"}{end}')
   env "${envs[@]}" KUBECONFIG="$tmp/sa.kubeconfig" "$tmp/flowline" "${args[@]}" >"$logf" 2>&1 9>&- &
   local pid=$!
   pids+=("$pid")
@@ -438,7 +456,7 @@ quiet "helm uninstall $rel" helm uninstall "$rel" -n "$ns_rel" --wait --timeout 
 for obj in "clusterrole/$fullname" "clusterrolebinding/$fullname" "clusterrole/$fullname-cluster" "clusterrolebinding/$fullname-cluster"; do
   kubectl get "$obj" >/dev/null 2>&1 && die "$obj survived helm uninstall"
 done
-left=$(kubectl get -n "$ns_rel" deployments,services,serviceaccounts,secrets,networkpolicies,poddisruptionbudgets,horizontalpodautoscalers,ingresses,servicemonitors \
+left=$(kubectl get -n "$ns_rel" deployments,services,serviceaccounts,secrets,roles,rolebindings,networkpolicies,poddisruptionbudgets,horizontalpodautoscalers,ingresses,servicemonitors \
   -l "app.kubernetes.io/instance=$rel" -o name)
 [ -z "$left" ] || die "left behind by helm uninstall: $left"
 quiet "the CRDs stay after uninstall" kubectl get crd workflows.flowline.io runs.flowline.io webhooks.flowline.io

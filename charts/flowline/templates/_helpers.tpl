@@ -73,6 +73,10 @@ containers:
   env:
   - name: RUST_LOG
     value: {{ $root.Values.config.logLevel | quote }}
+  # Where the controllers' leader-election Lease lives.
+  - name: POD_NAMESPACE
+    valueFrom:
+      fieldRef: {fieldPath: metadata.namespace}
   ports:
   - name: http
     containerPort: 8080
