@@ -362,14 +362,14 @@ start_like() { # deployment log-file
   done < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
   [ "$replaced" = 1 ] || die "deployment/$deploy has no --listen= argument"
   local name value field
-  while IFS=$'\t' read -r name value field; do
+  while IFS='|' read -r name value field; do
     case "$field" in
       "") ;;
       metadata.namespace) value=$ns_rel ;;
       *) die "deployment/$deploy: env $name from $field is not known to this test" ;;
     esac
     envs+=("$name=$value")
-  done < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].env[*]}{.name}{"\t"}{.value}{"\t"}{.valueFrom.fieldRef.fieldPath}{"\n"}{end}')
+  done < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].env[*]}{.name}{"|"}{.value}{"|"}{.valueFrom.fieldRef.fieldPath}{"\n"}{end}')
   env "${envs[@]}" KUBECONFIG="$tmp/sa.kubeconfig" "$tmp/flowline" "${args[@]}" >"$logf" 2>&1 9>&- &
   local pid=$!
   pids+=("$pid")
@@ -410,7 +410,11 @@ call PATCH "/v1/workflows/$wf" 200 '{"state": "active", "steps": [
 call POST "/v1/workflows/$wf/runs" 201 '{"payload": {"order": 42}}'
 run=$(json_get id <"$tmp/body")
 run_done() { call GET "/v1/runs/$run" 200; [ "$(json_get status <"$tmp/body")" != running ]; }
-eventually "run $run finished" 30 run_done
+deadline=$((SECONDS + 30))
+until run_done; do
+  [ "$SECONDS" -lt "$deadline" ] || { tail -n 30 "$tmp/operator.log" >&2; die "run $run did not finish within 30s: $(cat "$tmp/body")"; }
+  sleep 0.5
+done
 call GET "/v1/runs/$run" 200
 [ "$(json_get status <"$tmp/body")" = succeeded ] || die "run $run did not succeed: $(cat "$tmp/body")"
 [ "$(json_get steps.1.output.order <"$tmp/body")" = 42 ] || die "run $run has the wrong output: $(cat "$tmp/body")"
