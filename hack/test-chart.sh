@@ -240,7 +240,7 @@ grep -q -- '- --default-plan=pro' "$tmp/render-full.yaml" || die "config.default
 
 # Wrong values fail at install time, with a message that says why.
 bad_values=(
-  "controller.replicas=2|leader election"
+  "controller.replicas=-1|minimum: got -1, want 0"
   "config.defaultPlan=gold|value must be one of"
   "imagee.tag=x|additional properties 'imagee' not allowed"
   "watchNamespaces={Bad_NS}|does not match pattern"
@@ -278,7 +278,7 @@ quiet "Deployments available" kubectl wait -n "$ns_rel" --for condition=Availabl
   "deployment/$fullname-controller" "deployment/$fullname-api"
 for obj in "serviceaccount/$fullname" "service/$fullname" "service/$fullname-controller" \
   "horizontalpodautoscaler/$fullname-api" "ingress/$fullname" "servicemonitor/$fullname" \
-  "poddisruptionbudget/$fullname-api" "networkpolicy/$fullname-api" "networkpolicy/$fullname-controller" \
+  "poddisruptionbudget/$fullname-api" "poddisruptionbudget/$fullname-controller" "networkpolicy/$fullname-api" "networkpolicy/$fullname-controller" \
   "secret/$fullname-admin-key" "secret/$fullname-admin" "role/$fullname-leader-election" \
   "rolebinding/$fullname-leader-election"; do
   kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
