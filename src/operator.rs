@@ -68,12 +68,18 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         };
         lease = Some(cfg.clone());
         let (client, shutdown, lost) = (client.clone(), shutdown.clone(), lost_leadership.clone());
+        let watch_namespace = args.watch_namespace.clone();
         tokio::spawn(async move {
             if !leader::acquire(client.clone(), &cfg, &shutdown).await {
                 return;
             }
             let controllers = shutdown.child_token();
             tokio::spawn(crate::controller::run::run(ctx, controllers.clone()));
+            tokio::spawn(crate::controller::workflow::run(
+                client.clone(),
+                watch_namespace,
+                controllers.clone(),
+            ));
             if !leader::keep(client, cfg, shutdown.clone()).await {
                 // Another replica may lead now: stop everything and let Kubernetes
                 // restart this one as a follower.

@@ -3,3 +3,5 @@
 
 pub mod leader;
 pub mod run;
+pub mod schedule;
+pub mod workflow;

@@ -13,8 +13,8 @@ pub use common::{Condition, ConditionStatus, EventKind, PendingEvent, schemaless
 pub use run::{Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord};
 pub use webhook::{DeliveryAttempt, SecretReference, Webhook, WebhookSpec, WebhookStatus};
 pub use workflow::{
-    Action, Executor, History, MAX_STEPS, RetryPolicy, Step, Trigger, TriggerType, Workflow,
-    WorkflowSpec, WorkflowState, WorkflowStatus,
+    Action, Executor, History, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger, TriggerType,
+    Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

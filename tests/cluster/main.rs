@@ -6,3 +6,4 @@ mod engine;
 mod foundation;
 mod replicas;
 mod support;
+mod workflows;

@@ -1,0 +1,425 @@
+//! The Workflow controller: status (observed generation and state, run counts, last
+//! run), state-transition events for delivery, the schedule trigger, and retention
+//! of finished runs. `plan()` decides; `reconcile` applies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::schedule::{self, Schedule};
+use crate::crd::{
+    Condition, ConditionStatus, EventKind, PendingEvent, Run, RunPhase, RunSpec, RunTrigger,
+    TriggerType, Workflow, WorkflowState, WorkflowStatus, labels,
+};
+use crate::engine::status_writer::FIELD_MANAGER;
+
+/// Most undelivered events a workflow keeps; the oldest go first beyond that.
+const MAX_PENDING_EVENTS: usize = 50;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// What a workflow needs now.
+#[derive(Debug, PartialEq)]
+pub struct Plan {
+    pub status: WorkflowStatus,
+    /// Finished runs beyond the retention limits, oldest first.
+    pub delete: Vec<String>,
+    /// Start a scheduled run for this tick.
+    pub start_for_tick: Option<Timestamp>,
+    /// When to look again without a change (the next cron tick).
+    pub wake_at: Option<Timestamp>,
+}
+
+fn run_started(run: &Run) -> Timestamp {
+    crate::api::views::run_started_at(run)
+}
+
+/// Decides status, retention and schedule from the workflow, its runs and the time.
+/// `new_event_id` names events that this plan records. Pure.
+pub fn plan(
+    wf: &Workflow,
+    runs: &[Arc<Run>],
+    now: Timestamp,
+    new_event_id: &mut dyn FnMut() -> String,
+) -> Plan {
+    let previous = wf.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    status.observed_generation = wf.metadata.generation;
+
+    // State transitions, whoever made them.
+    let state = wf.spec.state;
+    if previous.observed_state != Some(state) {
+        let kind = match (previous.observed_state, state) {
+            (_, WorkflowState::Active) => Some(EventKind::WorkflowActivated),
+            (Some(_), WorkflowState::Paused) => Some(EventKind::WorkflowPaused),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            status.pending_events.push(PendingEvent {
+                id: new_event_id(),
+                kind,
+                timestamp: now,
+                data: json!({
+                    "workflow_id": wf.name_any(),
+                    "workflow_name": wf.spec.name,
+                    "previous_state": previous.observed_state.map(|s| s.as_str()),
+                    "state": state.as_str(),
+                }),
+            });
+            let excess = status
+                .pending_events
+                .len()
+                .saturating_sub(MAX_PENDING_EVENTS);
+            status.pending_events.drain(..excess);
+        }
+        status.observed_state = Some(state);
+    }
+
+    // Counts, last run, retention.
+    let mut counts = crate::crd::RunCounts::default();
+    let mut finished: Vec<&Arc<Run>> = Vec::new();
+    for run in runs {
+        match crate::api::views::run_phase(run) {
+            RunPhase::Running => counts.running += 1,
+            RunPhase::Succeeded => counts.succeeded += 1,
+            RunPhase::Failed => counts.failed += 1,
+            RunPhase::Cancelled => counts.cancelled += 1,
+        }
+        if crate::api::views::run_phase(run).is_finished() {
+            finished.push(run);
+        }
+    }
+    status.last_run_at = runs
+        .iter()
+        .map(|r| run_started(r))
+        .max()
+        .or(previous.last_run_at);
+    finished.sort_by_key(|r| std::cmp::Reverse(run_started(r)));
+    let (mut kept_ok, mut kept_failed) = (0u32, 0u32);
+    let mut delete = Vec::new();
+    for run in finished {
+        let failed = crate::api::views::run_phase(run) == RunPhase::Failed;
+        let (kept, limit) = if failed {
+            (&mut kept_failed, wf.spec.history.failed)
+        } else {
+            (&mut kept_ok, wf.spec.history.succeeded)
+        };
+        if *kept < limit {
+            *kept += 1;
+        } else {
+            delete.push(run.name_any());
+            match crate::api::views::run_phase(run) {
+                RunPhase::Failed => counts.failed -= 1,
+                RunPhase::Cancelled => counts.cancelled -= 1,
+                _ => counts.succeeded -= 1,
+            }
+        }
+    }
+    delete.reverse();
+    status.run_counts = counts;
+
+    // Schedule.
+    let mut start_for_tick = None;
+    let mut wake_at = None;
+    let mut ready = (
+        ConditionStatus::True,
+        "Reconciled".to_string(),
+        String::new(),
+    );
+    if wf.spec.trigger.type_ == TriggerType::Schedule && state == WorkflowState::Active {
+        let cron = wf.spec.trigger.cron.as_deref().unwrap_or_default();
+        match Schedule::parse(cron, wf.spec.trigger.timezone.as_deref()) {
+            Ok(sched) => {
+                let due = schedule::due(&sched, previous.last_schedule_time, now);
+                start_for_tick = due.run_for;
+                status.last_schedule_time = Some(due.last);
+                wake_at = sched.next(now);
+            }
+            Err(e) => ready = (ConditionStatus::False, "InvalidSchedule".into(), e),
+        }
+    } else {
+        // Ticks while not active never run: start counting afresh on activation.
+        status.last_schedule_time = None;
+    }
+    let (ready_status, reason, message) = ready;
+    let keep_time = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == ready_status && c.reason == reason)
+        .map(|c| c.last_transition_time);
+    status.conditions = vec![Condition {
+        type_: "Ready".into(),
+        status: ready_status,
+        reason,
+        message,
+        last_transition_time: keep_time.unwrap_or(now),
+        observed_generation: wf.metadata.generation,
+    }];
+    Plan {
+        status,
+        delete,
+        start_for_tick,
+        wake_at,
+    }
+}
+
+pub struct Context {
+    pub client: Client,
+    pub runs: Store<Run>,
+}
+
+/// The scheduled run of one tick has a name derived from the tick, so a second
+/// replica or a restarted operator cannot start it twice.
+pub fn scheduled_run_name(workflow: &str, tick: Timestamp) -> String {
+    let base: String = workflow.chars().take(40).collect();
+    format!("{}-{}", base.trim_end_matches('-'), tick.as_second())
+}
+
+async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let ns = wf.namespace().unwrap_or_default();
+    let name = wf.name_any();
+    let runs: Vec<Arc<Run>> = ctx
+        .runs
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workflow_ref == name)
+        .collect();
+    let now = Timestamp::now();
+    let plan = plan(&wf, &runs, now, &mut || {
+        crate::api::state::new_id("evt").replace("evt-", "evt_")
+    });
+    let run_api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
+    for victim in &plan.delete {
+        match run_api.delete(victim, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(tick) = plan.start_for_tick {
+        let mut run = Run::new(
+            &scheduled_run_name(&name, tick),
+            RunSpec {
+                workflow_ref: name.clone(),
+                trigger: RunTrigger::Schedule,
+                payload: None,
+                cancel: false,
+            },
+        );
+        let meta = run.meta_mut();
+        meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
+        meta.labels = Some([(labels::WORKFLOW.to_string(), name.clone())].into());
+        meta.annotations = Some(crate::api::views::creation_annotations(now));
+        match run_api.create(&PostParams::default(), &run).await {
+            Ok(_) => tracing::info!(workflow = %name, tick = %tick, "scheduled run started"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {} // this tick already has its run
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if wf.status.as_ref() != Some(&plan.status) {
+        let api: Api<Workflow> = Api::namespaced(ctx.client.clone(), &ns);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        api.patch_status(
+            &name,
+            &params,
+            &Patch::Merge(json!({"status": plan.status})),
+        )
+        .await?;
+    }
+    Ok(match plan.wake_at {
+        Some(at) => {
+            let wait = (at.as_millisecond() - Timestamp::now().as_millisecond()).max(0) as u64;
+            Action::requeue(Duration::from_millis(wait + 5))
+        }
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(_wf: Arc<Workflow>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(error = %err, "workflow reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the controller until `shutdown`. Runs are owned by their workflow, so a
+/// run's change wakes its workflow at once.
+pub async fn run(client: Client, namespace: Option<String>, shutdown: CancellationToken) {
+    let (workflows, runs): (Api<Workflow>, Api<Run>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    // The runs of every workflow, for counts and retention.
+    let (reader, writer) = reflector::store();
+    let run_stream =
+        reflector::reflector(writer, watcher(runs.clone(), watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+    let cache_shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = run_stream.for_each(|_| futures::future::ready(())) => {},
+            _ = cache_shutdown.cancelled() => {},
+        }
+    });
+    let ctx = Arc::new(Context {
+        client,
+        runs: reader.clone(),
+    });
+    let controller = Controller::new(workflows, watcher::Config::default())
+        .owns(runs, watcher::Config::default())
+        .graceful_shutdown_on(shutdown.cancelled_owned());
+    // Retention counts need every run: start reconciling once the run cache is full.
+    if reader.wait_until_ready().await.is_err() {
+        return;
+    }
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "workflow reconcile error");
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wf(state: &str, status: serde_json::Value, history: (u32, u32)) -> Workflow {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "wf", "namespace": "n", "generation": 3},
+            "spec": {"name": "W", "state": state, "history": {"succeeded": history.0, "failed": history.1}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn run(name: &str, phase: &str, started: &str) -> Arc<Run> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "flowline.io/v1", "kind": "Run",
+                "metadata": {"name": name, "namespace": "n"},
+                "spec": {"workflowRef": "wf"},
+                "status": {"phase": phase, "startedAt": started},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn ids() -> impl FnMut() -> String {
+        let mut n = 0;
+        move || {
+            n += 1;
+            format!("evt_{n}")
+        }
+    }
+
+    #[test]
+    fn activation_and_pause_are_recorded_once() {
+        let now = Timestamp::now();
+        let p = plan(
+            &wf("active", json!({"observedState": "draft"}), (100, 100)),
+            &[],
+            now,
+            &mut ids(),
+        );
+        assert_eq!(p.status.pending_events.len(), 1);
+        assert_eq!(
+            p.status.pending_events[0].kind,
+            EventKind::WorkflowActivated
+        );
+        assert_eq!(p.status.pending_events[0].data["previous_state"], "draft");
+        assert_eq!(p.status.observed_state, Some(WorkflowState::Active));
+        assert_eq!(p.status.observed_generation, Some(3));
+
+        let again = wf(
+            "active",
+            serde_json::to_value(&p.status).unwrap(),
+            (100, 100),
+        );
+        assert_eq!(
+            plan(&again, &[], now, &mut ids())
+                .status
+                .pending_events
+                .len(),
+            1,
+            "no second event"
+        );
+
+        let paused = wf(
+            "paused",
+            serde_json::to_value(&p.status).unwrap(),
+            (100, 100),
+        );
+        let p2 = plan(&paused, &[], now, &mut ids());
+        assert_eq!(
+            p2.status.pending_events.last().unwrap().kind,
+            EventKind::WorkflowPaused
+        );
+        let fresh_draft = plan(&wf("draft", json!(null), (100, 100)), &[], now, &mut ids());
+        assert!(
+            fresh_draft.status.pending_events.is_empty(),
+            "a new draft is not an event"
+        );
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_finished_runs_per_outcome() {
+        let runs = vec![
+            run("s1", "succeeded", "2026-01-01T00:00:01Z"),
+            run("s2", "succeeded", "2026-01-01T00:00:02Z"),
+            run("s3", "cancelled", "2026-01-01T00:00:03Z"),
+            run("f1", "failed", "2026-01-01T00:00:04Z"),
+            run("f2", "failed", "2026-01-01T00:00:05Z"),
+            run("r1", "running", "2026-01-01T00:00:00Z"),
+        ];
+        let p = plan(
+            &wf("draft", json!(null), (2, 1)),
+            &runs,
+            Timestamp::now(),
+            &mut ids(),
+        );
+        assert_eq!(
+            p.delete,
+            ["s1", "f1"],
+            "oldest first; running runs are never deleted"
+        );
+        let c = &p.status.run_counts;
+        assert_eq!(
+            (c.running, c.succeeded, c.cancelled, c.failed),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(
+            p.status.last_run_at,
+            Some("2026-01-01T00:00:05Z".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn scheduled_run_names_are_valid_and_per_tick() {
+        let tick: Timestamp = "2026-01-01T00:05:00Z".parse().unwrap();
+        assert_eq!(scheduled_run_name("nightly", tick), "nightly-1767225900");
+        assert!(scheduled_run_name(&"x".repeat(250), tick).len() < 63);
+    }
+}
