@@ -14,8 +14,24 @@ use serde_json::json;
 use crate::foundation::{free_port, http_status};
 use crate::support::{TestNamespace, eventually};
 
+/// A child process killed when the test ends, even when it fails.
+struct Process(Child);
+
+impl Process {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// An operator process reconciling only `ns`, with a short lease.
-fn operator(ns: &TestNamespace) -> (Child, u16) {
+fn operator(ns: &TestNamespace) -> (Process, u16) {
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_flowline"))
         .args(["operator", "--listen", &format!("127.0.0.1:{port}")])
@@ -29,7 +45,7 @@ fn operator(ns: &TestNamespace) -> (Child, u16) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    (child, port)
+    (Process(child), port)
 }
 
 async fn ready(port: u16) {
@@ -98,8 +114,8 @@ async fn finished(ns: &TestNamespace, name: &str, within: Duration) -> Run {
 async fn two_replicas_execute_each_run_once() {
     let ns = TestNamespace::new("rep-two").await;
     let (url, hits) = counter().await;
-    let (mut a, port_a) = operator(&ns);
-    let (mut b, port_b) = operator(&ns);
+    let (_a, port_a) = operator(&ns);
+    let (_b, port_b) = operator(&ns);
     ready(port_a).await;
     ready(port_b).await;
     let names = create(
@@ -110,8 +126,16 @@ async fn two_replicas_execute_each_run_once() {
     )
     .await;
     for name in &names {
-        let run = finished(&ns, name, Duration::from_secs(60)).await;
-        assert_eq!(run.status.unwrap().phase, RunPhase::Succeeded);
+        let status = finished(&ns, name, Duration::from_secs(60))
+            .await
+            .status
+            .unwrap();
+        assert_eq!(
+            status.phase,
+            RunPhase::Succeeded,
+            "{name}: {:?}",
+            status.error
+        );
     }
     // Let any duplicate execution land before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -128,7 +152,6 @@ async fn two_replicas_execute_each_run_once() {
             .holder_identity
             .is_some_and(|h| !h.is_empty())
     );
-    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
 }
 
 #[tokio::test]
@@ -163,10 +186,9 @@ async fn a_run_interrupted_by_a_killed_operator_ends_after_a_restart() {
         },
     )
     .await;
-    first.kill().unwrap(); // SIGKILL: no cleanup, the lease stays until it expires
-    first.wait().unwrap();
+    first.kill(); // SIGKILL: no cleanup, the lease stays until it expires
 
-    let (mut second, port) = operator(&ns);
+    let (_second, port) = operator(&ns);
     ready(port).await;
     let run = finished(&ns, &names[0], Duration::from_secs(60)).await;
     let status = run.status.unwrap();
@@ -187,5 +209,4 @@ async fn a_run_interrupted_by_a_killed_operator_ends_after_a_restart() {
             .output,
         Some(json!(1))
     );
-    let _ = (second.kill(), second.wait());
 }
