@@ -135,12 +135,29 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Reconcile
     } else {
         workflows.get_opt(&run.spec.workflow_ref).await?
     };
-    match decide(
+    let mut decision = decide(
         &run,
         workflow.as_ref(),
         token.is_some(),
         ctx.default_executor,
+    );
+    let mut run = run;
+    if matches!(
+        decision,
+        Decision::Execute | Decision::MarkCancelled | Decision::Fail(_)
     ) {
+        // The watch cache may still show a status this process has since replaced
+        // (a run that just finished here looks "running, not executing"): decide
+        // again on a fresh read before writing anything.
+        let runs: Api<Run> = Api::namespaced(ctx.client.clone(), &namespace);
+        let Some(fresh) = runs.get_opt(&run.name_any()).await? else {
+            return Ok(Action::await_change());
+        };
+        let executing = ctx.token(&uid).is_some();
+        decision = decide(&fresh, workflow.as_ref(), executing, ctx.default_executor);
+        run = Arc::new(fresh);
+    }
+    match decision {
         Decision::Nothing => {}
         Decision::StopExecution => {
             if let Some(t) = token {
