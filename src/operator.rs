@@ -14,6 +14,7 @@ use crate::api::cache::Caches;
 use crate::api::state::ApiState;
 use crate::cli::OperatorArgs;
 use crate::controller::leader;
+use crate::telemetry::engine_metrics::EngineTelemetry;
 use crate::telemetry::{health, metrics::Metrics};
 
 /// Which parts of Flowline this process runs.
@@ -50,6 +51,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     let lost_leadership = Arc::new(AtomicBool::new(false));
     let mut lease = None;
     if role == Role::Operator {
+        let telemetry = EngineTelemetry::new(&metrics, Some(client.clone()));
         let http = reqwest::Client::builder()
             .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -59,6 +61,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
             http,
             args.default_executor.into(),
             args.watch_namespace.clone(),
+            telemetry.clone(),
         );
         let cfg = leader::LeaseConfig {
             namespace: args.leader_election_namespace.clone(),
@@ -69,6 +72,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         lease = Some(cfg.clone());
         let (client, shutdown, lost) = (client.clone(), shutdown.clone(), lost_leadership.clone());
         let watch_namespace = args.watch_namespace.clone();
+        let workflow_telemetry = telemetry.clone();
         tokio::spawn(async move {
             if !leader::acquire(client.clone(), &cfg, &shutdown).await {
                 return;
@@ -78,6 +82,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
             tokio::spawn(crate::controller::workflow::run(
                 client.clone(),
                 watch_namespace,
+                workflow_telemetry,
                 controllers.clone(),
             ));
             if !leader::keep(client, cfg, shutdown.clone()).await {

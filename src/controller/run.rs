@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::crd::{Executor, Run, RunPhase, StepPhase, Workflow, WorkflowState};
 use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
+use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -102,11 +103,13 @@ impl Context {
         http: reqwest::Client,
         default_executor: Executor,
         namespace: Option<String>,
+        telemetry: EngineTelemetry,
     ) -> Arc<Self> {
         Arc::new(Context {
             engine: Engine {
                 client: client.clone(),
                 http,
+                telemetry,
             },
             client,
             default_executor,
@@ -221,7 +224,12 @@ async fn end_without_executing(
         .await;
 }
 
-fn error_policy(_run: Arc<Run>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
+fn error_policy(_run: Arc<Run>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.engine
+        .telemetry
+        .reconcile_errors
+        .get_or_create(&ControllerLabel { controller: "run" })
+        .inc();
     tracing::warn!(error = %err, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }

@@ -21,6 +21,7 @@ use crate::crd::{
     TriggerType, Workflow, WorkflowState, WorkflowStatus, labels,
 };
 use crate::engine::status_writer::FIELD_MANAGER;
+use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
 /// Most undelivered events a workflow keeps; the oldest go first beyond that.
 const MAX_PENDING_EVENTS: usize = 50;
@@ -179,6 +180,7 @@ pub fn plan(
 pub struct Context {
     pub client: Client,
     pub runs: Store<Run>,
+    pub telemetry: EngineTelemetry,
 }
 
 /// The scheduled run of one tick has a name derived from the tick, so a second
@@ -229,6 +231,31 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Recon
             Err(e) => return Err(e.into()),
         }
     }
+    let before = wf
+        .status
+        .as_ref()
+        .map(|s| s.pending_events.len())
+        .unwrap_or(0);
+    if let Some(new) = plan
+        .status
+        .pending_events
+        .last()
+        .filter(|_| plan.status.pending_events.len() > before)
+    {
+        let reason = if new.kind == EventKind::WorkflowActivated {
+            "Activated"
+        } else {
+            "Paused"
+        };
+        ctx.telemetry
+            .event(
+                &*wf,
+                false,
+                reason,
+                format!("workflow is {}", wf.spec.state.as_str()),
+            )
+            .await;
+    }
     if wf.status.as_ref() != Some(&plan.status) {
         let api: Api<Workflow> = Api::namespaced(ctx.client.clone(), &ns);
         let params = PatchParams {
@@ -251,14 +278,25 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Recon
     })
 }
 
-fn error_policy(_wf: Arc<Workflow>, err: &ReconcileError, _ctx: Arc<Context>) -> Action {
+fn error_policy(_wf: Arc<Workflow>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.telemetry
+        .reconcile_errors
+        .get_or_create(&ControllerLabel {
+            controller: "workflow",
+        })
+        .inc();
     tracing::warn!(error = %err, "workflow reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
 /// Runs the controller until `shutdown`. Runs are owned by their workflow, so a
 /// run's change wakes its workflow at once.
-pub async fn run(client: Client, namespace: Option<String>, shutdown: CancellationToken) {
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    telemetry: EngineTelemetry,
+    shutdown: CancellationToken,
+) {
     let (workflows, runs): (Api<Workflow>, Api<Run>) = match &namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -282,6 +320,7 @@ pub async fn run(client: Client, namespace: Option<String>, shutdown: Cancellati
     let ctx = Arc::new(Context {
         client,
         runs: reader.clone(),
+        telemetry,
     });
     let controller = Controller::new(workflows, watcher::Config::default())
         .owns(runs, watcher::Config::default())

@@ -15,12 +15,14 @@ use super::output;
 use super::status_writer::StatusWriter;
 use super::{expr, retry, template};
 use crate::crd::{Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow};
+use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
 
 /// What the executor needs from the process.
 #[derive(Clone)]
 pub struct Engine {
     pub client: Client,
     pub http: reqwest::Client,
+    pub telemetry: crate::telemetry::engine_metrics::EngineTelemetry,
 }
 
 pub fn now() -> Timestamp {
@@ -180,7 +182,25 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
         (false, None) => finish(&mut status, RunPhase::Succeeded, None, StepPhase::Pending),
     }
     writer.finish(&status).await;
-    tracing::info!(run = %run.name_any(), phase = status.phase.as_str(), "run finished");
+    let phase = status.phase.as_str();
+    tracing::info!(run = %run.name_any(), phase, "run finished");
+    let telemetry = &engine.telemetry;
+    telemetry
+        .runs_finished
+        .get_or_create(&StatusLabel { status: phase })
+        .inc();
+    let note = status
+        .error
+        .clone()
+        .unwrap_or_else(|| format!("run {phase}"));
+    let reason = match status.phase {
+        RunPhase::Succeeded => "RunSucceeded",
+        RunPhase::Failed => "RunFailed",
+        _ => "RunCancelled",
+    };
+    telemetry
+        .event(&run, status.phase == RunPhase::Failed, reason, note)
+        .await;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -249,10 +269,18 @@ async fn run_step(
             .timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_secs(24 * 3600));
+        let attempt_started = std::time::Instant::now();
         let result = tokio::select! {
             _ = cancel.cancelled() => return StepOutcome::Cancelled,
             r = tokio::time::timeout(timeout, actions::execute(step.action, &inputs, &engine.http)) => r,
         };
+        engine
+            .telemetry
+            .step_duration
+            .get_or_create(&ActionLabel {
+                action: step.action.as_str(),
+            })
+            .observe(attempt_started.elapsed().as_secs_f64());
         let error = match result {
             Ok(Ok(out)) => {
                 let (stored, truncated) = output::cap(out);

@@ -11,11 +11,12 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{TestNamespace, eventually};
+use crate::support::{TestNamespace, eventually, text};
 
 struct Engine {
     ns: TestNamespace,
     stop: CancellationToken,
+    telemetry: flowline::telemetry::engine_metrics::EngineTelemetry,
 }
 
 impl Drop for Engine {
@@ -27,15 +28,24 @@ impl Drop for Engine {
 async fn engine(prefix: &str) -> Engine {
     let ns = TestNamespace::new(prefix).await;
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
+        &flowline::telemetry::metrics::Metrics::default(),
+        Some(ns.client.clone()),
+    );
     let ctx = flowline::controller::run::Context::new(
         ns.client.clone(),
         reqwest::Client::new(),
         flowline::crd::Executor::Inline,
         Some(ns.name.clone()),
+        telemetry.clone(),
     );
     let stop = CancellationToken::new();
     tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
-    Engine { ns, stop }
+    Engine {
+        ns,
+        stop,
+        telemetry,
+    }
 }
 
 impl Engine {
@@ -180,6 +190,25 @@ async fn http_steps_pass_outputs_and_secrets_along() {
     assert_eq!(step(&run, "never").status, StepPhase::Skipped);
     assert!(status.duration_ms.is_some() && status.finished_at.is_some());
     assert!(step(&run, "fetch").attempts == 1 && step(&run, "fetch").duration_ms.is_some());
+    let succeeded = e.telemetry.runs_finished.get_or_create(
+        &flowline::telemetry::engine_metrics::StatusLabel {
+            status: "succeeded",
+        },
+    );
+    assert_eq!(succeeded.get(), 1, "runs_finished{{status=succeeded}}");
+    let out = e.ns.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=chain-1",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert!(
+        text(&out.stdout).contains("RunSucceeded"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[tokio::test]

@@ -21,9 +21,14 @@ impl Drop for Controller {
 
 fn controller(ns: &TestNamespace) -> Controller {
     let stop = CancellationToken::new();
+    let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
+        &flowline::telemetry::metrics::Metrics::default(),
+        Some(ns.client.clone()),
+    );
     tokio::spawn(flowline::controller::workflow::run(
         ns.client.clone(),
         Some(ns.name.clone()),
+        telemetry,
         stop.clone(),
     ));
     Controller(stop)
@@ -48,7 +53,7 @@ async fn status_and_transition_events_follow_kubectl_edits() {
     apply(&ns, "edited", json!({"name": "Edited", "state": "draft"})).await;
     let out = ns.kubectl(&[
         "patch",
-        "workflow",
+        "workflows.flowline.io",
         "edited",
         "--type",
         "merge",
@@ -74,12 +79,30 @@ async fn status_and_transition_events_follow_kubectl_edits() {
         },
     )
     .await;
-    let status = wf.status.unwrap();
+    let status = wf.status.clone().unwrap();
     assert_eq!(status.observed_generation, wf.metadata.generation);
+    eventually(
+        "a Kubernetes Event on the workflow",
+        Duration::from_secs(20),
+        || async {
+            let out = ns.kubectl(&[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=edited",
+                "-o",
+                "jsonpath={.items[*].reason}",
+            ]);
+            crate::support::text(&out.stdout)
+                .contains("Activated")
+                .then_some(())
+        },
+    )
+    .await;
     assert_eq!(status.conditions[0].type_, "Ready");
     let out = ns.kubectl(&[
         "patch",
-        "workflow",
+        "workflows.flowline.io",
         "edited",
         "--type",
         "merge",

@@ -1,0 +1,112 @@
+//! What the controllers and the engine report: Prometheus metrics with bounded
+//! labels (run status, action, controller name — never object names) and Kubernetes
+//! Events on the objects.
+
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+use super::metrics::Metrics;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    pub action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: &'static str,
+}
+
+fn step_histogram() -> Histogram {
+    // 1 ms to about 65 s.
+    Histogram::new(exponential_buckets(0.001, 4.0, 9))
+}
+
+/// Metric families and the event recorder of the controllers.
+#[derive(Clone)]
+pub struct EngineTelemetry {
+    pub runs_finished: Family<StatusLabel, Counter>,
+    pub step_duration: Family<ActionLabel, Histogram, fn() -> Histogram>,
+    pub reconcile_errors: Family<ControllerLabel, Counter>,
+    recorder: Option<Recorder>,
+}
+
+impl EngineTelemetry {
+    /// Registers the families in `metrics`; events are recorded through `client`
+    /// when given.
+    pub fn new(metrics: &Metrics, client: Option<Client>) -> Self {
+        let telemetry = EngineTelemetry {
+            runs_finished: Family::default(),
+            step_duration: Family::new_with_constructor(step_histogram),
+            reconcile_errors: Family::default(),
+            recorder: client.map(|c| {
+                Recorder::new(
+                    c,
+                    Reporter {
+                        controller: "flowline".into(),
+                        instance: std::env::var("HOSTNAME").ok(),
+                    },
+                )
+            }),
+        };
+        metrics.with_registry(|r| {
+            r.register(
+                "runs_finished",
+                "Runs that reached a final status",
+                telemetry.runs_finished.clone(),
+            );
+            r.register(
+                "step_attempt_duration_seconds",
+                "Duration of step attempts, by action",
+                telemetry.step_duration.clone(),
+            );
+            r.register(
+                "reconcile_errors",
+                "Failed reconciles, by controller",
+                telemetry.reconcile_errors.clone(),
+            );
+        });
+        telemetry
+    }
+
+    /// Telemetry that counts but records no Kubernetes Events (tests, tools).
+    pub fn detached() -> Self {
+        Self::new(&Metrics::default(), None)
+    }
+
+    /// Records a Kubernetes Event on `object`; failures are logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(err) = recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::debug!(error = %err, "could not record a Kubernetes Event");
+        }
+    }
+}
