@@ -325,6 +325,10 @@ for verb in get update; do
 done
 can_i no "$ns_rel" "$sa" delete leases.coordination.k8s.io/flowline-controller -n "$ns_rel"
 # And no more.
+for verb in create patch; do
+  can_i yes "$ns_rel" "$sa" "$verb" events.events.k8s.io -n "$ns_other"
+done
+can_i no "$ns_rel" "$sa" delete events.events.k8s.io -n "$ns_other"
 can_i no "$ns_rel" "$sa" update workflows.flowline.io -n "$ns_other"
 can_i no "$ns_rel" "$sa" patch secrets -n "$ns_other"
 can_i no "$ns_rel" "$sa" get configmaps -n "$ns_other"
