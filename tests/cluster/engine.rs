@@ -11,7 +11,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{TestNamespace, eventually, text};
+use crate::support::{TestNamespace, text};
 
 struct Engine {
     ns: TestNamespace,
@@ -76,15 +76,7 @@ impl Engine {
     }
 
     async fn finished(&self, name: &str, within: Duration) -> Run {
-        let runs = self.ns.api::<Run>();
-        eventually(&format!("run {name} to finish"), within, || async {
-            let run = runs.get(name).await.ok()?;
-            run.status
-                .as_ref()
-                .is_some_and(|s| s.phase.is_finished())
-                .then_some(run)
-        })
-        .await
+        crate::support::finished_run(&self.ns, name, within).await
     }
 }
 
@@ -305,21 +297,7 @@ async fn cancel_stops_an_inline_step_within_a_second() {
         .await;
     let name = e.start(&wf, "long-1", json!({})).await;
     let runs = e.ns.api::<Run>();
-    eventually(
-        "the delay step to be running",
-        Duration::from_secs(20),
-        || async {
-            let run = runs.get(&name).await.ok()?;
-            let wait = run
-                .status
-                .as_ref()?
-                .steps
-                .iter()
-                .find(|s| s.step_id == "wait")?;
-            (wait.status == StepPhase::Running).then_some(())
-        },
-    )
-    .await;
+    crate::support::step_running(&e.ns, &name, "wait").await;
     runs.patch(
         &name,
         &PatchParams::default(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use flowline::crd::{Run, RunPhase, StepPhase, Workflow};
+use flowline::crd::{Run, RunPhase, Workflow};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use serde_json::json;
@@ -97,18 +97,6 @@ async fn create(ns: &TestNamespace, wf: serde_json::Value, runs: usize) -> Vec<S
     names
 }
 
-async fn finished(ns: &TestNamespace, name: &str, within: Duration) -> Run {
-    let runs = ns.api::<Run>();
-    eventually(&format!("run {name} to finish"), within, || async {
-        let run = runs.get(name).await.ok()?;
-        run.status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_finished())
-            .then_some(run)
-    })
-    .await
-}
-
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn two_replicas_execute_each_run_once() {
@@ -126,7 +114,7 @@ async fn two_replicas_execute_each_run_once() {
     )
     .await;
     for name in &names {
-        let status = finished(&ns, name, Duration::from_secs(60))
+        let status = crate::support::finished_run(&ns, name, Duration::from_secs(60))
             .await
             .status
             .unwrap();
@@ -170,27 +158,12 @@ async fn a_run_interrupted_by_a_killed_operator_ends_after_a_restart() {
         1,
     )
     .await;
-    let runs = ns.api::<Run>();
-    eventually(
-        "the delay step to be running",
-        Duration::from_secs(30),
-        || async {
-            let run = runs.get(&names[0]).await.ok()?;
-            let wait = run
-                .status
-                .as_ref()?
-                .steps
-                .iter()
-                .find(|s| s.step_id == "wait")?;
-            (wait.status == StepPhase::Running).then_some(())
-        },
-    )
-    .await;
+    crate::support::step_running(&ns, &names[0], "wait").await;
     first.kill(); // SIGKILL: no cleanup, the lease stays until it expires
 
     let (_second, port) = operator(&ns);
     ready(port).await;
-    let run = finished(&ns, &names[0], Duration::from_secs(60)).await;
+    let run = crate::support::finished_run(&ns, &names[0], Duration::from_secs(60)).await;
     let status = run.status.unwrap();
     assert_eq!(status.phase, RunPhase::Succeeded, "{:?}", status.error);
     let wait = status.steps.iter().find(|s| s.step_id == "wait").unwrap();

@@ -336,3 +336,36 @@ pub async fn assert_error(res: reqwest::Response, status: u16, code: &str) -> se
     );
     body
 }
+
+/// Waits until the Run has a final status, and returns it.
+pub async fn finished_run(ns: &TestNamespace, name: &str, within: Duration) -> flowline::crd::Run {
+    let runs = ns.api::<flowline::crd::Run>();
+    eventually(&format!("run {name} to finish"), within, || async {
+        let run = runs.get(name).await.ok()?;
+        run.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_finished())
+            .then_some(run)
+    })
+    .await
+}
+
+/// Waits until step `step` of the Run is running.
+pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
+    let runs = ns.api::<flowline::crd::Run>();
+    eventually(
+        &format!("step {step} of {name} to be running"),
+        Duration::from_secs(30),
+        || async {
+            let run = runs.get(name).await.ok()?;
+            let record = run
+                .status
+                .as_ref()?
+                .steps
+                .iter()
+                .find(|s| s.step_id == step)?;
+            (record.status == flowline::crd::StepPhase::Running).then_some(())
+        },
+    )
+    .await
+}
