@@ -333,7 +333,11 @@ can_i no "$ns_rel" "$sa" update workflows.flowline.io -n "$ns_other"
 can_i no "$ns_rel" "$sa" patch secrets -n "$ns_other"
 can_i no "$ns_rel" "$sa" get configmaps -n "$ns_other"
 can_i no "$ns_rel" "$sa" create pods -n "$ns_other"
-can_i no "$ns_rel" "$sa" create jobs.batch -n "$ns_other"
+for verb in create delete watch; do
+  can_i yes "$ns_rel" "$sa" "$verb" jobs.batch -n "$ns_other"
+done
+can_i yes "$ns_rel" "$sa" list pods -n "$ns_other"
+can_i no "$ns_rel" "$sa" get pods/log -n "$ns_other"
 can_i no "$ns_rel" "$sa" delete namespaces
 can_i no "$ns_rel" "$sa" patch customresourcedefinitions.apiextensions.k8s.io/workflows.flowline.io
 can_i no "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com

@@ -27,6 +27,8 @@ pub enum Command {
     Operator(OperatorArgs),
     /// Run only the /v1 API (stateless; scale it apart from the controllers).
     Api(OperatorArgs),
+    /// Run one built-in step (what a step Job's pod executes).
+    Step,
     /// Manage API keys directly in the cluster (no running API needed).
     ApiKey {
         #[command(subcommand)]
@@ -108,6 +110,16 @@ pub struct OperatorArgs {
     /// Reconcile only this namespace's Runs (default: all namespaces).
     #[arg(long)]
     pub watch_namespace: Option<String>,
+    /// Image of step Jobs running built-in actions (the operator's own image).
+    #[arg(
+        long,
+        env = "FLOWLINE_STEP_IMAGE",
+        default_value = "ghcr.io/flowline/flowline:latest"
+    )]
+    pub step_image: String,
+    /// Annotation added to every step pod, `key=value`; repeatable.
+    #[arg(long = "job-pod-annotation", value_parser = parse_key_value)]
+    pub job_pod_annotations: Vec<(String, String)>,
     /// Seconds a leader's Lease stays valid without renewal.
     #[arg(long, default_value = "15")]
     pub leader_lease_seconds: u64,
@@ -139,4 +151,10 @@ impl OperatorArgs {
             rate_limit_window_secs: self.rate_limit_window_seconds,
         }
     }
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))
 }

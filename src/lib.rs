@@ -14,4 +14,5 @@ pub mod delivery;
 pub mod engine;
 pub mod kubeutil;
 pub mod operator;
+pub mod step_command;
 pub mod telemetry;

@@ -19,6 +19,10 @@ async fn main() -> std::process::ExitCode {
         }
         Command::Api(args) => flowline::operator::run(args, flowline::operator::Role::Api).await,
         Command::ApiKey { command } => flowline::api_key_command::run(command).await,
+        Command::Step => {
+            let code = flowline::step_command::run().await;
+            return std::process::ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

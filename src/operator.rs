@@ -62,6 +62,10 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
             args.default_executor.into(),
             args.watch_namespace.clone(),
             telemetry.clone(),
+            crate::engine::job::JobSettings {
+                step_image: args.step_image.clone(),
+                pod_annotations: args.job_pod_annotations.iter().cloned().collect(),
+            },
         );
         let cfg = leader::LeaseConfig {
             namespace: args.leader_election_namespace.clone(),

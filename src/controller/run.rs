@@ -39,12 +39,7 @@ pub enum Decision {
     Execute,
 }
 
-pub fn decide(
-    run: &Run,
-    workflow: Option<&Workflow>,
-    executing: bool,
-    default_executor: Executor,
-) -> Decision {
+pub fn decide(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Decision {
     let phase = run.status.as_ref().map(|s| s.phase).unwrap_or_default();
     if phase.is_finished() {
         return Decision::Nothing;
@@ -72,25 +67,12 @@ pub fn decide(
             wf.name_any()
         ));
     }
-    let executor = wf.spec.executor.unwrap_or(default_executor);
-    let needs_job = executor == Executor::Job
-        || wf
-            .spec
-            .steps
-            .iter()
-            .any(|s| s.action == crate::crd::Action::Container);
-    if needs_job {
-        return Decision::Fail(
-            "the job executor is not available in this version of Flowline".into(),
-        );
-    }
     Decision::Execute
 }
 
 pub struct Context {
     pub client: Client,
     pub engine: Engine,
-    pub default_executor: Executor,
     /// Watch only this namespace (tests, namespaced installs); None = all.
     pub namespace: Option<String>,
     /// Runs this process is executing, by uid.
@@ -104,15 +86,17 @@ impl Context {
         default_executor: Executor,
         namespace: Option<String>,
         telemetry: EngineTelemetry,
+        jobs: crate::engine::job::JobSettings,
     ) -> Arc<Self> {
         Arc::new(Context {
             engine: Engine {
                 client: client.clone(),
                 http,
                 telemetry,
+                default_executor,
+                jobs,
             },
             client,
-            default_executor,
             namespace,
             executing: Mutex::new(HashMap::new()),
         })
@@ -138,12 +122,7 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Reconcile
     } else {
         workflows.get_opt(&run.spec.workflow_ref).await?
     };
-    let mut decision = decide(
-        &run,
-        workflow.as_ref(),
-        token.is_some(),
-        ctx.default_executor,
-    );
+    let mut decision = decide(&run, workflow.as_ref(), token.is_some());
     let mut run = run;
     if matches!(
         decision,
@@ -157,7 +136,7 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Reconcile
             return Ok(Action::await_change());
         };
         let executing = ctx.token(&uid).is_some();
-        decision = decide(&fresh, workflow.as_ref(), executing, ctx.default_executor);
+        decision = decide(&fresh, workflow.as_ref(), executing);
         run = Arc::new(fresh);
     }
     match decision {
@@ -279,18 +258,18 @@ mod tests {
     #[test]
     fn finished_runs_need_nothing() {
         let r = run(json!({"phase": "succeeded"}), true);
-        assert_eq!(decide(&r, None, false, Executor::Inline), Decision::Nothing);
+        assert_eq!(decide(&r, None, false), Decision::Nothing);
     }
 
     #[test]
     fn cancel_stops_or_marks() {
         let r = run(json!(null), true);
         assert_eq!(
-            decide(&r, Some(&workflow("active", None)), true, Executor::Inline),
+            decide(&r, Some(&workflow("active", None)), true),
             Decision::StopExecution
         );
         assert_eq!(
-            decide(&r, Some(&workflow("active", None)), false, Executor::Inline),
+            decide(&r, Some(&workflow("active", None)), false),
             Decision::MarkCancelled
         );
     }
@@ -299,37 +278,35 @@ mod tests {
     fn runs_that_cannot_start_fail_with_a_clear_error() {
         let r = run(json!(null), false);
         assert_eq!(
-            decide(&r, None, false, Executor::Inline),
+            decide(&r, None, false),
             Decision::Fail("workflow wf does not exist".into())
         );
         assert_eq!(
-            decide(&r, Some(&workflow("paused", None)), false, Executor::Inline),
+            decide(&r, Some(&workflow("paused", None)), false),
             Decision::Fail("workflow wf is paused; runs cannot start".into())
         );
-        assert!(matches!(
-            decide(
-                &r,
-                Some(&workflow("active", Some("job"))),
-                false,
-                Executor::Inline
-            ),
-            Decision::Fail(_)
-        ));
-        assert!(matches!(
-            decide(&r, Some(&workflow("active", None)), false, Executor::Job),
-            Decision::Fail(_)
-        ));
+    }
+
+    #[test]
+    fn both_executors_execute() {
+        let r = run(json!(null), false);
+        let job = workflow("active", Some("job"));
+        assert_eq!(decide(&r, Some(&job), false), Decision::Execute);
+        assert_eq!(
+            decide(&r, Some(&workflow("active", None)), false),
+            Decision::Execute
+        );
     }
 
     #[test]
     fn runnable_runs_execute_once() {
         let r = run(json!(null), false);
         assert_eq!(
-            decide(&r, Some(&workflow("draft", None)), false, Executor::Inline),
+            decide(&r, Some(&workflow("draft", None)), false),
             Decision::Execute
         );
         assert_eq!(
-            decide(&r, Some(&workflow("draft", None)), true, Executor::Inline),
+            decide(&r, Some(&workflow("draft", None)), true),
             Decision::Nothing
         );
     }

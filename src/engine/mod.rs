@@ -3,6 +3,7 @@
 
 pub mod actions;
 pub mod expr;
+pub mod job;
 pub mod output;
 pub mod retry;
 pub mod runner;

@@ -13,8 +13,10 @@ use tokio_util::sync::CancellationToken;
 use super::actions;
 use super::output;
 use super::status_writer::StatusWriter;
-use super::{expr, retry, template};
-use crate::crd::{Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow};
+use super::{expr, job, retry, template};
+use crate::crd::{
+    Action, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow,
+};
 use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
 
 /// What the executor needs from the process.
@@ -23,6 +25,9 @@ pub struct Engine {
     pub client: Client,
     pub http: reqwest::Client,
     pub telemetry: crate::telemetry::engine_metrics::EngineTelemetry,
+    /// Executor of workflows that do not choose one.
+    pub default_executor: Executor,
+    pub jobs: job::JobSettings,
 }
 
 pub fn now() -> Timestamp {
@@ -270,9 +275,33 @@ async fn run_step(
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_secs(24 * 3600));
         let attempt_started = std::time::Instant::now();
+        let in_job = step.action == Action::Container
+            || wf.spec.executor.unwrap_or(engine.default_executor) == Executor::Job;
+        let work = async {
+            if in_job {
+                let spec = job::build(
+                    run,
+                    step,
+                    attempt,
+                    &inputs,
+                    step.timeout_ms.map(Duration::from_millis),
+                    &engine.jobs,
+                );
+                job::run_attempt(&engine.client, namespace, spec)
+                    .await
+                    .map_err(actions::ActionError)
+            } else {
+                actions::execute(step.action, &inputs, &engine.http).await
+            }
+        };
         let result = tokio::select! {
-            _ = cancel.cancelled() => return StepOutcome::Cancelled,
-            r = tokio::time::timeout(timeout, actions::execute(step.action, &inputs, &engine.http)) => r,
+            _ = cancel.cancelled() => {
+                if in_job {
+                    job::delete_run_jobs(&engine.client, namespace, &run.name_any()).await;
+                }
+                return StepOutcome::Cancelled;
+            }
+            r = tokio::time::timeout(timeout, work) => r,
         };
         engine
             .telemetry

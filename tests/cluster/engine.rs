@@ -26,6 +26,10 @@ impl Drop for Engine {
 }
 
 async fn engine(prefix: &str) -> Engine {
+    engine_with(prefix, Default::default()).await
+}
+
+async fn engine_with(prefix: &str, jobs: flowline::engine::job::JobSettings) -> Engine {
     let ns = TestNamespace::new(prefix).await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
@@ -38,6 +42,7 @@ async fn engine(prefix: &str) -> Engine {
         flowline::crd::Executor::Inline,
         Some(ns.name.clone()),
         telemetry.clone(),
+        jobs,
     );
     let stop = CancellationToken::new();
     tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
@@ -344,5 +349,127 @@ async fn a_run_created_with_kubectl_on_a_paused_workflow_fails_at_once() {
     assert_eq!(
         status.error.as_deref(),
         Some("workflow held is paused; runs cannot start")
+    );
+}
+
+/// Job settings whose pods kwok completes with `exit_code` and `message`.
+fn kwok_jobs(exit_code: &str, message: &str) -> flowline::engine::job::JobSettings {
+    flowline::engine::job::JobSettings {
+        step_image: "flowline:test".into(),
+        pod_annotations: [
+            (
+                "flowline.io/fake-exit-code".to_string(),
+                exit_code.to_string(),
+            ),
+            (
+                "flowline.io/fake-termination-message".to_string(),
+                message.to_string(),
+            ),
+        ]
+        .into(),
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_job_executor_run_completes_through_the_scheduler_and_kwok() {
+    let e = engine_with("eng-job", kwok_jobs("0", r#"{"from": "kwok", "n": 1}"#)).await;
+    let wf = e
+        .workflow("in-jobs", json!({"name": "In jobs", "executor": "job", "steps": [
+            {"id": "first", "action": "transform", "with": {"value": 1}},
+            {"id": "second", "action": "transform", "with": {"value": "{{ steps.first.output.n }}"}}
+        ]}))
+        .await;
+    let run = e
+        .finished(
+            &e.start(&wf, "jobs-1", json!({})).await,
+            Duration::from_secs(60),
+        )
+        .await;
+    let status = run.status.as_ref().unwrap();
+    assert_eq!(status.phase, RunPhase::Succeeded, "{:?}", status.error);
+    assert_eq!(
+        step(&run, "first").output,
+        Some(json!({"from": "kwok", "n": 1})),
+        "read from the termination message"
+    );
+    let jobs =
+        e.ns.api::<k8s_openapi::api::batch::v1::Job>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
+    assert_eq!(jobs.len(), 2, "one Job per step attempt");
+    for job in &jobs {
+        assert_eq!(
+            job.metadata.owner_references.as_ref().unwrap()[0].name,
+            "jobs-1",
+            "owned by the Run"
+        );
+        assert_eq!(
+            job.metadata.labels.as_ref().unwrap()["flowline.io/run"],
+            "jobs-1"
+        );
+        let container = &job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        assert_eq!(container.args.as_deref(), Some(&["step".to_string()][..]));
+    }
+    let pods =
+        e.ns.api::<k8s_openapi::api::core::v1::Pod>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
+    assert!(
+        pods.iter()
+            .all(|p| p.spec.as_ref().unwrap().node_name.as_deref() == Some("kwok-node-0"))
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_failed_step_job_fails_the_step_with_its_message() {
+    let e = engine_with("eng-jobfail", kwok_jobs("3", "image pull said no")).await;
+    let wf = e
+        .workflow("boxed", json!({"name": "Boxed", "steps": [
+            {"id": "box", "action": "container", "with": {"image": "busybox", "command": ["false"]}}
+        ]}))
+        .await;
+    let run = e
+        .finished(
+            &e.start(&wf, "box-1", json!({})).await,
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(
+        run.status.as_ref().unwrap().error.as_deref(),
+        Some("step box (container) failed: image pull said no")
+    );
+    let job =
+        e.ns.api::<k8s_openapi::api::batch::v1::Job>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
+    let container = &job[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some("busybox"),
+        "container steps run the user's image"
     );
 }
