@@ -56,6 +56,10 @@ fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPL
 bench-api: cluster install-crds ## /v1 reads (watch caches) vs the same reads from kube-apiserver
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/bench-api.sh
 
+.PHONY: bench-engine
+bench-engine: cluster install-crds ## Run engine: step overhead, runs/s and writes per run, job overhead
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench engine
+
 .PHONY: crds
 crds: ## Regenerate crds/ from the Rust types
 	$(CARGO) run --quiet -- crdgen > crds/flowline.yaml

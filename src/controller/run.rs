@@ -219,7 +219,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = match &ctx.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    // Step Jobs are owned by their Run: a Job's progress wakes the Run at once (after a
+    // restart, that is what resumes a run whose step was running in a Job).
+    let step_jobs = watcher::Config::default().labels(crate::crd::labels::RUN);
     Controller::new(runs, watcher::Config::default())
+        .owns(jobs, step_jobs)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {

@@ -473,3 +473,61 @@ async fn a_failed_step_job_fails_the_step_with_its_message() {
         "container steps run the user's image"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn cancel_deletes_the_running_step_job() {
+    let mut jobs = kwok_jobs("0", "{}");
+    jobs.pod_annotations
+        .insert("flowline.io/fake-hang".into(), "true".into());
+    let e = engine_with("eng-jobcancel", jobs).await;
+    let wf = e
+        .workflow(
+            "held",
+            json!({"name": "Held", "executor": "job", "steps": [
+                {"id": "hang", "action": "transform", "with": {"value": 1}},
+                {"id": "later", "action": "transform", "with": {"value": 2}}
+            ]}),
+        )
+        .await;
+    let name = e.start(&wf, "held-1", json!({})).await;
+    let job_api = e.ns.api::<k8s_openapi::api::batch::v1::Job>();
+    crate::support::eventually(
+        "the step's Job to be running",
+        Duration::from_secs(30),
+        || async {
+            let jobs = job_api.list(&Default::default()).await.ok()?.items;
+            jobs.iter()
+                .any(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0)
+                .then_some(())
+        },
+    )
+    .await;
+    crate::support::step_running(&e.ns, &name, "hang").await;
+    e.ns.api::<Run>()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+    let run = e.finished(&name, Duration::from_secs(10)).await;
+    assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Cancelled);
+    assert_eq!(step(&run, "hang").status, StepPhase::Cancelled);
+    assert_eq!(step(&run, "later").status, StepPhase::Cancelled);
+    crate::support::eventually(
+        "the step Job to be deleted",
+        Duration::from_secs(30),
+        || async {
+            job_api
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+}

@@ -1,0 +1,288 @@
+//! `make bench-engine`: the run engine against references measured in the same run.
+//! (a) 40 sequential inline steps of 10 ms vs the same sleeps in a bare loop;
+//! (b) 1,000 runs of 3 no-op inline steps: runs/s and API-server writes per run, vs
+//!     creating the same Run objects and patching their status directly;
+//! (c) the job executor's per-step overhead vs a bare Job going create → Complete.
+//! Not a test: it prints figures; docs/benchmarks.md records them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flowline::crd::{Run, Workflow};
+use flowline::telemetry::engine_metrics::EngineTelemetry;
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const CONCURRENCY: usize = 32;
+
+async fn namespace(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+fn controller(
+    client: &Client,
+    ns: &str,
+    jobs: flowline::engine::job::JobSettings,
+) -> CancellationToken {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ctx = flowline::controller::run::Context::new(
+        client.clone(),
+        reqwest::Client::new(),
+        flowline::crd::Executor::Inline,
+        Some(ns.to_string()),
+        EngineTelemetry::new(
+            &flowline::telemetry::metrics::Metrics::default(),
+            Some(client.clone()),
+        ),
+        jobs,
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
+    stop
+}
+
+async fn workflow(client: &Client, ns: &str, name: &str, spec: Value) {
+    let wf: Workflow =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    Api::<Workflow>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &wf)
+        .await
+        .unwrap();
+}
+
+fn run_object(name: &str, workflow: &str) -> Run {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"workflowRef": workflow}}))
+        .unwrap()
+}
+
+async fn until_finished(runs: &Api<Run>, name: &str) {
+    await_condition(runs.clone(), name, |r: Option<&Run>| {
+        r.and_then(|r| r.status.as_ref())
+            .is_some_and(|s| s.phase.is_finished())
+    })
+    .await
+    .unwrap();
+}
+
+/// Writes the API server has served so far to Runs and Events (create, patch, update, delete).
+async fn writes(client: &Client) -> f64 {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| l.contains("resource=\"runs\"") || l.contains("resource=\"events\""))
+        .filter(|l| {
+            ["POST", "PATCH", "PUT", "DELETE", "APPLY"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn in_parallel<F, Fut>(count: usize, f: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    futures::stream::iter(0..count)
+        .for_each_concurrent(CONCURRENCY, f)
+        .await;
+}
+
+#[tokio::main]
+async fn main() {
+    let client = Client::try_default().await.expect("KUBECONFIG");
+    let ns = format!("bench-engine-{}", std::process::id());
+    namespace(&client, &ns).await;
+    let runs: Api<Run> = Api::namespaced(client.clone(), &ns);
+    let kwok = flowline::engine::job::JobSettings {
+        step_image: "flowline:bench".into(),
+        pod_annotations: [(
+            "flowline.io/fake-termination-message".to_string(),
+            "{}".to_string(),
+        )]
+        .into(),
+    };
+    let stop = controller(&client, &ns, kwok);
+
+    // (a) 40 sequential 10 ms steps.
+    let steps: Vec<Value> = (0..40)
+        .map(|i| json!({"id": format!("s{i}"), "action": "delay", "with": {"ms": 10}}))
+        .collect();
+    workflow(
+        &client,
+        &ns,
+        "forty",
+        json!({"name": "Forty", "steps": steps}),
+    )
+    .await;
+    let t = Instant::now();
+    runs.create(&PostParams::default(), &run_object("forty-1", "forty"))
+        .await
+        .unwrap();
+    until_finished(&runs, "forty-1").await;
+    let engine_40 = t.elapsed();
+    let t = Instant::now();
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let bare_40 = t.elapsed();
+    println!("(a) 40 sequential inline steps of 10 ms");
+    println!(
+        "    engine, create → finished: {:.3} s; bare loop: {:.3} s; ratio {:.2}x",
+        engine_40.as_secs_f64(),
+        bare_40.as_secs_f64(),
+        engine_40.as_secs_f64() / bare_40.as_secs_f64()
+    );
+
+    // (b) 1,000 runs of 3 no-op steps.
+    let n = 1000;
+    workflow(
+        &client,
+        &ns,
+        "noop",
+        json!({"name": "Noop", "steps": [
+        {"id": "a", "action": "transform", "with": {"value": 1}},
+        {"id": "b", "action": "transform", "with": {"value": 2}},
+        {"id": "c", "action": "transform", "with": {"value": 3}}]}),
+    )
+    .await;
+    let before = writes(&client).await;
+    let t = Instant::now();
+    let runs_ref = Arc::new(runs.clone());
+    in_parallel(n, |i| {
+        let runs = runs_ref.clone();
+        async move {
+            runs.create(
+                &PostParams::default(),
+                &run_object(&format!("noop-{i}"), "noop"),
+            )
+            .await
+            .unwrap();
+        }
+    })
+    .await;
+    in_parallel(n, |i| {
+        let runs = runs_ref.clone();
+        async move { until_finished(&runs, &format!("noop-{i}")).await }
+    })
+    .await;
+    let engine_elapsed = t.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await; // late Event writes land
+    let engine_writes = writes(&client).await - before;
+    stop.cancel();
+
+    // Reference: the same objects, created and given a final status directly.
+    let before = writes(&client).await;
+    let t = Instant::now();
+    in_parallel(n, |i| {
+        let runs = runs_ref.clone();
+        async move {
+            let name = format!("raw-{i}");
+            runs.create(&PostParams::default(), &run_object(&name, "noop"))
+                .await
+                .unwrap();
+            let status = json!({"status": {"phase": "succeeded", "steps": [
+                {"stepId": "a", "name": "a", "status": "succeeded", "attempts": 1, "output": 1},
+                {"stepId": "b", "name": "b", "status": "succeeded", "attempts": 1, "output": 2},
+                {"stepId": "c", "name": "c", "status": "succeeded", "attempts": 1, "output": 3}]}});
+            runs.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let raw_elapsed = t.elapsed();
+    let raw_writes = writes(&client).await - before;
+    let engine_rate = n as f64 / engine_elapsed.as_secs_f64();
+    let raw_rate = n as f64 / raw_elapsed.as_secs_f64();
+    println!("(b) {n} runs of 3 no-op inline steps, {CONCURRENCY} at a time");
+    println!(
+        "    engine: {engine_rate:.0} runs/s, {:.2} API writes per run (the create included)",
+        engine_writes / n as f64
+    );
+    println!(
+        "    raw create + status patch: {raw_rate:.0} runs/s, {:.2} writes per run; ratio {:.2}x",
+        raw_writes / n as f64,
+        engine_rate / raw_rate
+    );
+
+    // (c) job executor overhead per step.
+    let stop = controller(
+        &client,
+        &ns,
+        flowline::engine::job::JobSettings {
+            step_image: "flowline:bench".into(),
+            pod_annotations: [(
+                "flowline.io/fake-termination-message".to_string(),
+                "{}".to_string(),
+            )]
+            .into(),
+        },
+    );
+    workflow(
+        &client,
+        &ns,
+        "jobbed",
+        json!({"name": "Jobbed", "executor": "job", "steps": [
+        {"id": "only", "action": "transform", "with": {"value": 1}}]}),
+    )
+    .await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let mut bare = Vec::new();
+    let mut engine = Vec::new();
+    for i in 0..10 {
+        let job: Job = serde_json::from_value(json!({"metadata": {"name": format!("bare-{i}")}, "spec": {"backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "flowline:bench"}]}}}})).unwrap();
+        let t = Instant::now();
+        jobs.create(&PostParams::default(), &job).await.unwrap();
+        await_condition(
+            jobs.clone(),
+            &format!("bare-{i}"),
+            conditions::is_job_completed(),
+        )
+        .await
+        .unwrap();
+        bare.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        runs.create(
+            &PostParams::default(),
+            &run_object(&format!("jobbed-{i}"), "jobbed"),
+        )
+        .await
+        .unwrap();
+        until_finished(&runs, &format!("jobbed-{i}")).await;
+        engine.push(t.elapsed().as_secs_f64());
+    }
+    stop.cancel();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let (b, e) = (median(&mut bare), median(&mut engine));
+    println!("(c) one-step job-executor run vs a bare Job, create → Complete (median of 10)");
+    println!(
+        "    bare Job: {:.0} ms; run: {:.0} ms; overhead per step: {:.0} ms",
+        b * 1e3,
+        e * 1e3,
+        (e - b) * 1e3
+    );
+
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::background())
+        .await
+        .unwrap();
+}
