@@ -120,6 +120,9 @@ pub struct OperatorArgs {
     /// Annotation added to every step pod, `key=value`; repeatable.
     #[arg(long = "job-pod-annotation", value_parser = parse_key_value)]
     pub job_pod_annotations: Vec<(String, String)>,
+    /// Name of the leader-election Lease (distinct per installation in one namespace).
+    #[arg(long, default_value = "flowline-controller")]
+    pub leader_election_lease: String,
     /// Seconds a leader's Lease stays valid without renewal.
     #[arg(long, default_value = "15")]
     pub leader_lease_seconds: u64,

@@ -2,6 +2,7 @@
 //! start the watch caches, serve the API and the operational endpoints, run until
 //! SIGTERM.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,9 +37,6 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     let metrics = Metrics::default();
 
     let client = crate::kubeutil::client().await?;
-    crate::kubeutil::wait_for_crds(&client, Duration::from_secs(args.crd_wait_seconds)).await?;
-    crds_gate.open();
-    tracing::info!(?role, "CRDs established");
 
     let caches = Caches::start(client.clone(), shutdown.clone());
     let watching = caches.clone();
@@ -48,6 +46,33 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         }
         caches_gate.open();
     });
+    // Serve /healthz (and /readyz, not ready yet) while the CRDs are awaited, so a
+    // slow CRD installation does not look like a dead process.
+    let client_for_release = client.clone();
+    let state = ApiState::new(client.clone(), caches, args.api_config());
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(address = %args.listen, "serving /v1, /healthz, /readyz, /metrics");
+    let app = health::router(readiness, metrics.clone()).merge(crate::api::router(state));
+    let server = tokio::spawn(
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .into_future(),
+    );
+    if let Err(err) =
+        crate::kubeutil::wait_for_crds(&client, Duration::from_secs(args.crd_wait_seconds)).await
+    {
+        shutdown.cancel();
+        let _ = server.await;
+        return Err(err.into());
+    }
+    crds_gate.open();
+    tracing::info!(?role, "CRDs established");
+
     let lost_leadership = Arc::new(AtomicBool::new(false));
     let mut lease = None;
     if role == Role::Operator {
@@ -69,7 +94,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         );
         let cfg = leader::LeaseConfig {
             namespace: args.leader_election_namespace.clone(),
-            name: "flowline-controller".into(),
+            name: args.leader_election_lease.clone(),
             identity: format!("{}-{}", hostname(), crate::api::state::new_id("op")),
             duration: Duration::from_secs(args.leader_lease_seconds.max(3)),
         };
@@ -97,21 +122,10 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
             }
         });
     }
-    let client_for_release = client.clone();
-    let state = ApiState::new(client, caches, args.api_config());
-
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    server
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(address = %args.listen, "serving /v1, /healthz, /readyz, /metrics");
-    let app = health::router(readiness, metrics).merge(crate::api::router(state));
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-    .await
-    .context("HTTP server failed")?;
+        .context("HTTP server task failed")?
+        .context("HTTP server failed")?;
     shutdown.cancel();
     if lost_leadership.load(Ordering::Acquire) {
         anyhow::bail!("lost the leader-election lease");

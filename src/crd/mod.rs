@@ -34,6 +34,34 @@ pub mod labels {
 /// Every CRD Flowline owns, in the order they are installed.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![Workflow::crd(), Run::crd(), Webhook::crd()]
+        .into_iter()
+        .map(with_kubernetes_formats)
+        .collect()
+}
+
+/// schemars writes Rust's unsigned formats (`uint32`, …), which the API server does
+/// not know and warns about on every apply; Kubernetes knows `int32` and `int64`.
+/// The `minimum: 0` that schemars also writes keeps the values unsigned.
+fn with_kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::String(format)) = map.get_mut("format") {
+                    match format.as_str() {
+                        "uint8" | "uint16" => *format = "int32".into(),
+                        "uint32" | "uint64" | "uint" => *format = "int64".into(),
+                        _ => {}
+                    }
+                }
+                map.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).expect("a CRD always serialises");
+    walk(&mut value);
+    serde_json::from_value(value).expect("renaming formats keeps a valid CRD")
 }
 
 /// The CRDs as one multi-document YAML stream, exactly what `flowline crdgen` prints
@@ -59,6 +87,16 @@ mod tests {
             committed == render_yaml(),
             "crds/flowline.yaml is stale: run `make crds` and commit the result"
         );
+    }
+
+    #[test]
+    fn only_formats_kubernetes_knows() {
+        let yaml = render_yaml();
+        assert!(
+            !yaml.contains("format: uint"),
+            "unsigned formats left in the CRDs"
+        );
+        assert!(yaml.contains("format: int64"));
     }
 
     #[test]
