@@ -30,7 +30,8 @@ impl Drop for Process {
     }
 }
 
-/// An operator process reconciling only `ns`, with a short lease.
+/// An operator process reconciling only `ns`, with a short lease (long enough that a
+/// loaded test machine does not make a leader miss its renewals and step down).
 fn operator(ns: &TestNamespace) -> (Process, u16) {
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_flowline"))
@@ -41,7 +42,7 @@ fn operator(ns: &TestNamespace) -> (Process, u16) {
             "--leader-election-namespace",
             &ns.name,
         ])
-        .args(["--leader-lease-seconds", "3"])
+        .args(["--leader-lease-seconds", "8"])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
