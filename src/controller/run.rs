@@ -197,6 +197,12 @@ async fn end_without_executing(
         StepPhase::Pending
     };
     runner::finish(&mut status, phase, error, unfinished);
+    if let Some(kind) = crate::engine::events::final_kind(phase) {
+        let workflow_name = workflow
+            .map(|wf| wf.spec.name.as_str())
+            .unwrap_or(&run.spec.workflow_ref);
+        crate::engine::events::record(&mut status, kind, run, workflow_name);
+    }
     let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
     StatusWriter::start(api, run.name_any(), status.clone())
         .finish(&status)

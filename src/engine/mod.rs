@@ -2,6 +2,7 @@
 //! output caps, coalesced status writes and the inline executor.
 
 pub mod actions;
+pub mod events;
 pub mod expr;
 pub mod job;
 pub mod output;

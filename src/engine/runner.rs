@@ -15,7 +15,7 @@ use super::output;
 use super::status_writer::StatusWriter;
 use super::{expr, job, retry, template};
 use crate::crd::{
-    Action, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow,
+    Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow,
 };
 use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
 
@@ -140,6 +140,7 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
     let namespace = run.namespace().unwrap_or_default();
     let api: Api<Run> = Api::namespaced(engine.client.clone(), &namespace);
     let mut status = initial_status(&run, &wf);
+    super::events::record(&mut status, EventKind::RunStarted, &run, &wf.spec.name);
     let writer = StatusWriter::start(api, run.name_any(), RunStatus::default());
     writer.update(&status);
 
@@ -185,6 +186,9 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
             StepPhase::Pending,
         ),
         (false, None) => finish(&mut status, RunPhase::Succeeded, None, StepPhase::Pending),
+    }
+    if let Some(kind) = super::events::final_kind(status.phase) {
+        super::events::record(&mut status, kind, &run, &wf.spec.name);
     }
     writer.finish(&status).await;
     let phase = status.phase.as_str();

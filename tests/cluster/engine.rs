@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
-use flowline::crd::{Run, RunPhase, StepPhase, Workflow};
+use flowline::crd::{EventKind, Run, RunPhase, StepPhase, Workflow};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -187,6 +187,13 @@ async fn http_steps_pass_outputs_and_secrets_along() {
     assert_eq!(step(&run, "never").status, StepPhase::Skipped);
     assert!(status.duration_ms.is_some() && status.finished_at.is_some());
     assert!(step(&run, "fetch").attempts == 1 && step(&run, "fetch").duration_ms.is_some());
+    let kinds: Vec<EventKind> = status.pending_events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [EventKind::RunStarted, EventKind::RunSucceeded],
+        "recorded for delivery"
+    );
+    assert_eq!(status.pending_events[1].data["workflow_name"], "Chain");
     let succeeded = e.telemetry.runs_finished.get_or_create(
         &flowline::telemetry::engine_metrics::StatusLabel {
             status: "succeeded",
@@ -246,6 +253,16 @@ async fn retries_then_success_and_exhausted_retries_fail_with_the_exact_error() 
         step(&run, "after").status,
         StepPhase::Pending,
         "steps not reached stay pending"
+    );
+    let failed = status
+        .pending_events
+        .iter()
+        .find(|e| e.kind == EventKind::RunFailed)
+        .unwrap();
+    assert_eq!(
+        failed.data["error"].as_str(),
+        status.error.as_deref(),
+        "run.failed names the step, action and reason"
     );
 }
 

@@ -1,0 +1,118 @@
+//! Run events (CONTRACT §7), recorded in the Run's status in the same write that
+//! records the transition, so they survive a crash until they are delivered. Pure.
+
+use serde_json::{Value, json};
+
+use crate::api::views::format_ts;
+use crate::crd::{EventKind, PendingEvent, Run, RunPhase, RunStatus};
+
+/// A fresh event id: `evt_` and 10 lowercase alphanumerics.
+pub fn new_event_id() -> String {
+    crate::api::state::new_id("evt").replacen("evt-", "evt_", 1)
+}
+
+/// The event kind a final phase fires.
+pub fn final_kind(phase: RunPhase) -> Option<EventKind> {
+    match phase {
+        RunPhase::Running => None,
+        RunPhase::Succeeded => Some(EventKind::RunSucceeded),
+        RunPhase::Failed => Some(EventKind::RunFailed),
+        RunPhase::Cancelled => Some(EventKind::RunCancelled),
+    }
+}
+
+/// The `data` of a run event, with the contract's fields for its kind.
+pub fn data(kind: EventKind, run: &Run, workflow_name: &str, status: &RunStatus) -> Value {
+    let ts = |t: Option<jiff::Timestamp>| t.map(format_ts);
+    let mut data = json!({
+        "run_id": run.metadata.name,
+        "workflow_id": run.spec.workflow_ref,
+        "workflow_name": workflow_name,
+        "started_at": ts(status.started_at),
+    });
+    match kind {
+        EventKind::RunStarted => data["trigger"] = json!(run.spec.trigger),
+        EventKind::RunSucceeded | EventKind::RunFailed | EventKind::RunCancelled => {
+            data["finished_at"] = json!(ts(status.finished_at));
+            data["duration_ms"] = json!(status.duration_ms);
+            if kind == EventKind::RunFailed {
+                data["error"] = json!(status.error);
+            }
+        }
+        _ => {}
+    }
+    data
+}
+
+/// Records `kind` in the status unless it is already there (a resumed run does not
+/// fire `run.started` twice).
+pub fn record(status: &mut RunStatus, kind: EventKind, run: &Run, workflow_name: &str) {
+    if status.pending_events.iter().any(|e| e.kind == kind) {
+        return;
+    }
+    let data = data(kind, run, workflow_name, status);
+    status.pending_events.push(PendingEvent {
+        id: new_event_id(),
+        kind,
+        timestamp: crate::engine::runner::now(),
+        data,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "run-1", "namespace": "n"},
+            "spec": {"workflowRef": "wf-1", "trigger": "schedule"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn each_kind_carries_the_contract_fields() {
+        let status: RunStatus = serde_json::from_value(json!({
+            "phase": "failed", "error": "step a (fail) failed: no",
+            "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01.5Z", "durationMs": 1500
+        }))
+        .unwrap();
+        let started = data(EventKind::RunStarted, &run(), "Nightly", &status);
+        assert_eq!(started["trigger"], "schedule");
+        assert_eq!(started["started_at"], "2026-01-01T00:00:00.000Z");
+        let failed = data(EventKind::RunFailed, &run(), "Nightly", &status);
+        assert_eq!(
+            (
+                failed["run_id"].as_str(),
+                failed["workflow_id"].as_str(),
+                failed["workflow_name"].as_str()
+            ),
+            (Some("run-1"), Some("wf-1"), Some("Nightly"))
+        );
+        assert_eq!(
+            (failed["error"].as_str(), failed["duration_ms"].as_u64()),
+            (Some("step a (fail) failed: no"), Some(1500))
+        );
+        let cancelled = data(EventKind::RunCancelled, &run(), "Nightly", &status);
+        assert!(
+            cancelled.get("error").is_none(),
+            "run.cancelled is run.failed without error"
+        );
+    }
+
+    #[test]
+    fn an_event_is_recorded_once_with_a_fresh_id() {
+        let mut status = RunStatus::default();
+        record(&mut status, EventKind::RunStarted, &run(), "N");
+        record(&mut status, EventKind::RunStarted, &run(), "N");
+        assert_eq!(status.pending_events.len(), 1);
+        assert!(status.pending_events[0].id.starts_with("evt_"));
+        assert_eq!(
+            final_kind(RunPhase::Succeeded),
+            Some(EventKind::RunSucceeded)
+        );
+        assert_eq!(final_kind(RunPhase::Running), None);
+    }
+}
