@@ -45,26 +45,32 @@ async fn apply(ns: &TestNamespace, name: &str, spec: serde_json::Value) -> Workf
         .unwrap()
 }
 
-#[tokio::test]
-#[ignore = "needs cluster"]
-async fn status_and_transition_events_follow_kubectl_edits() {
-    let ns = TestNamespace::new("wfc-status").await;
-    let _c = controller(&ns);
-    apply(&ns, "edited", json!({"name": "Edited", "state": "draft"})).await;
+/// `kubectl patch` of a workflow's state, as a cluster admin or GitOps would.
+fn kubectl_set_state(ns: &TestNamespace, name: &str, state: &str) {
+    let patch = format!(r#"{{"spec":{{"state":"{state}"}}}}"#);
     let out = ns.kubectl(&[
         "patch",
         "workflows.flowline.io",
-        "edited",
+        name,
         "--type",
         "merge",
         "-p",
-        r#"{"spec":{"state":"active"}}"#,
+        &patch,
     ]);
     assert!(
         out.status.success(),
         "{}",
         crate::support::text(&out.stderr)
     );
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn status_and_transition_events_follow_kubectl_edits() {
+    let ns = TestNamespace::new("wfc-status").await;
+    let _c = controller(&ns);
+    apply(&ns, "edited", json!({"name": "Edited", "state": "draft"})).await;
+    kubectl_set_state(&ns, "edited", "active");
     let api = ns.api::<Workflow>();
     let wf = eventually(
         "workflow.activated recorded",
@@ -100,20 +106,7 @@ async fn status_and_transition_events_follow_kubectl_edits() {
     )
     .await;
     assert_eq!(status.conditions[0].type_, "Ready");
-    let out = ns.kubectl(&[
-        "patch",
-        "workflows.flowline.io",
-        "edited",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"state":"paused"}}"#,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        crate::support::text(&out.stderr)
-    );
+    kubectl_set_state(&ns, "edited", "paused");
     eventually(
         "workflow.paused recorded",
         Duration::from_secs(20),
