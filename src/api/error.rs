@@ -211,6 +211,25 @@ impl IntoResponse for ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// Maps a 404 from the API server (object deleted meanwhile) to `missing`.
+pub fn not_found_as(err: kube::Error, missing: Missing) -> ApiError {
+    match err {
+        kube::Error::Api(s) if s.code == 404 => ApiError::NotFound(missing),
+        other => write_error(other),
+    }
+}
+
+/// Errors of a write: the API server's own validation (CEL rules) becomes a 400.
+pub fn write_error(err: kube::Error) -> ApiError {
+    match err {
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => ApiError::Validation {
+            message: s.message.clone(),
+            details: vec![],
+        },
+        other => other.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

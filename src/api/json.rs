@@ -21,8 +21,8 @@ pub struct OptionalJson<T>(pub Option<T>);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = read_body(req, state).await?;
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req).await?;
         parse(&bytes).map(ApiJson)
     }
 }
@@ -30,9 +30,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalJson<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let has_content_type = req.headers().contains_key(header::CONTENT_TYPE);
-        let bytes = read_body_any_type(req, state).await?;
+        let bytes = read_body_any_type(req).await?;
         if bytes.is_empty() {
             return Ok(OptionalJson(None));
         }
@@ -56,14 +56,14 @@ fn is_json(req: &Request) -> bool {
         .unwrap_or(false)
 }
 
-async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+async fn read_body(req: Request) -> Result<Bytes, ApiError> {
     if !is_json(&req) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    read_body_any_type(req, state).await
+    read_body_any_type(req).await
 }
 
-async fn read_body_any_type<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+async fn read_body_any_type(req: Request) -> Result<Bytes, ApiError> {
     if req.headers().contains_key(header::CONTENT_TYPE) && !is_json(&req) {
         return Err(ApiError::UnsupportedMediaType);
     }
@@ -75,7 +75,6 @@ async fn read_body_any_type<S: Send + Sync>(req: Request, state: &S) -> Result<B
     if declared.is_some_and(|len| len > MAX_BODY_BYTES) {
         return Err(ApiError::PayloadTooLarge);
     }
-    let _ = state;
     // The explicit limit applies whatever the router's DefaultBodyLimit says.
     axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)
         .await

@@ -17,13 +17,13 @@ use super::views::{ApiKeyCreated, ApiKeyView};
 
 use super::auth::{KeyRecord, Principal, SECRET_TYPE, Scope, generate_key, hash_key};
 use super::cache;
-use super::error::{ApiError, ApiResult, Missing};
+use super::error::{ApiError, ApiResult, Missing, not_found_as};
 use super::input;
 use super::json::ApiJson;
 use super::pagination::{self, SortKey};
 use super::state::{ApiState, FIELD_MANAGER, new_id};
 use super::views;
-use super::workflows::{location, not_found_as};
+use super::workflows::location;
 
 pub fn router() -> Router<ApiState> {
     Router::new()

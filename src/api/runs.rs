@@ -14,13 +14,13 @@ use super::views::{RunListItem, RunView};
 
 use super::auth::{Principal, Scope};
 use super::cache;
-use super::error::{ApiError, ApiResult, Missing};
+use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use super::input;
 use super::json::OptionalJson;
 use super::pagination::{self, SortKey};
 use super::state::{ApiState, new_id};
 use super::views;
-use super::workflows::{find as find_workflow, location, not_found_as, write_error};
+use super::workflows::{find as find_workflow, location};
 use crate::crd::{Run, RunPhase, RunSpec, RunTrigger, WorkflowState, labels};
 
 pub fn router() -> Router<ApiState> {

@@ -17,13 +17,13 @@ use super::views::{WebhookCreated, WebhookView};
 
 use super::auth::{Principal, Scope};
 use super::cache;
-use super::error::{ApiError, ApiResult, Missing};
+use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use super::input;
 use super::json::ApiJson;
 use super::pagination::{self, SortKey};
 use super::state::{ApiState, new_id};
 use super::views;
-use super::workflows::{find as find_workflow, location, not_found_as, write_error};
+use super::workflows::{find as find_workflow, location};
 use crate::crd::{SecretReference, Webhook, WebhookSpec};
 use crate::delivery::signing::generate_secret;
 

@@ -14,7 +14,7 @@ use super::views::{WorkflowListItem, WorkflowView};
 
 use super::auth::{Principal, Scope};
 use super::cache;
-use super::error::{ApiError, ApiResult, Missing};
+use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use super::input;
 use super::json::ApiJson;
 use super::pagination::{self, SortKey};
@@ -224,23 +224,4 @@ async fn remove(
     }
     cache::await_delete(&state.caches.workflows, &who.namespace, &id).await;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Maps a 404 from the API server (object deleted meanwhile) to `missing`.
-pub fn not_found_as(err: kube::Error, missing: Missing) -> ApiError {
-    match err {
-        kube::Error::Api(s) if s.code == 404 => ApiError::NotFound(missing),
-        other => write_error(other),
-    }
-}
-
-/// Errors of a write: the API server's own validation (CEL rules) becomes a 400.
-pub fn write_error(err: kube::Error) -> ApiError {
-    match err {
-        kube::Error::Api(s) if s.code == 422 || s.code == 400 => ApiError::Validation {
-            message: s.message.clone(),
-            details: vec![],
-        },
-        other => other.into(),
-    }
 }

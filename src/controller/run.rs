@@ -117,7 +117,9 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Reconcile
     let workflows: Api<Workflow> = Api::namespaced(ctx.client.clone(), &namespace);
     let token = ctx.token(&uid);
     let phase_finished = run.status.as_ref().is_some_and(|s| s.phase.is_finished());
-    let workflow = if phase_finished {
+    // decide() needs the workflow only for a run that is neither finished nor
+    // executing here: skip the round trip otherwise.
+    let workflow = if phase_finished || token.is_some() {
         None
     } else {
         workflows.get_opt(&run.spec.workflow_ref).await?

@@ -91,16 +91,17 @@ pub fn plan(
 
     // Counts, last run, retention.
     let mut counts = crate::crd::RunCounts::default();
-    let mut finished: Vec<&Arc<Run>> = Vec::new();
+    let mut finished: Vec<(&Arc<Run>, RunPhase)> = Vec::new();
     for run in runs {
-        match crate::api::views::run_phase(run) {
+        let phase = crate::api::views::run_phase(run);
+        match phase {
             RunPhase::Running => counts.running += 1,
             RunPhase::Succeeded => counts.succeeded += 1,
             RunPhase::Failed => counts.failed += 1,
             RunPhase::Cancelled => counts.cancelled += 1,
         }
-        if crate::api::views::run_phase(run).is_finished() {
-            finished.push(run);
+        if phase.is_finished() {
+            finished.push((run, phase));
         }
     }
     status.last_run_at = runs
@@ -108,12 +109,11 @@ pub fn plan(
         .map(|r| run_started(r))
         .max()
         .or(previous.last_run_at);
-    finished.sort_by_key(|r| std::cmp::Reverse(run_started(r)));
+    finished.sort_by_key(|(r, _)| std::cmp::Reverse(run_started(r)));
     let (mut kept_ok, mut kept_failed) = (0u32, 0u32);
     let mut delete = Vec::new();
-    for run in finished {
-        let failed = crate::api::views::run_phase(run) == RunPhase::Failed;
-        let (kept, limit) = if failed {
+    for (run, phase) in finished {
+        let (kept, limit) = if phase == RunPhase::Failed {
             (&mut kept_failed, wf.spec.history.failed)
         } else {
             (&mut kept_ok, wf.spec.history.succeeded)
@@ -122,7 +122,7 @@ pub fn plan(
             *kept += 1;
         } else {
             delete.push(run.name_any());
-            match crate::api::views::run_phase(run) {
+            match phase {
                 RunPhase::Failed => counts.failed -= 1,
                 RunPhase::Cancelled => counts.cancelled -= 1,
                 _ => counts.succeeded -= 1,
@@ -201,7 +201,7 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Recon
         .collect();
     let now = Timestamp::now();
     let plan = plan(&wf, &runs, now, &mut || {
-        crate::api::state::new_id("evt").replace("evt-", "evt_")
+        crate::engine::events::new_event_id()
     });
     let run_api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
     for victim in &plan.delete {

@@ -54,7 +54,7 @@ pub fn record(status: &mut RunStatus, kind: EventKind, run: &Run, workflow_name:
     status.pending_events.push(PendingEvent {
         id: new_event_id(),
         kind,
-        timestamp: crate::engine::runner::now(),
+        timestamp: crate::api::views::now_ms(),
         data,
     });
 }

@@ -14,6 +14,7 @@ use super::actions;
 use super::output;
 use super::status_writer::StatusWriter;
 use super::{expr, job, retry, template};
+use crate::api::views::now_ms;
 use crate::crd::{
     Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow,
 };
@@ -28,11 +29,6 @@ pub struct Engine {
     /// Executor of workflows that do not choose one.
     pub default_executor: Executor,
     pub jobs: job::JobSettings,
-}
-
-pub fn now() -> Timestamp {
-    Timestamp::from_millisecond(Timestamp::now().as_millisecond())
-        .unwrap_or_else(|_| Timestamp::now())
 }
 
 fn millis_between(a: Timestamp, b: Timestamp) -> u64 {
@@ -65,7 +61,7 @@ pub fn initial_status(run: &Run, wf: &Workflow) -> RunStatus {
 
 /// Ends a run: final phase, times, and every unfinished step marked `as_step`.
 pub fn finish(status: &mut RunStatus, phase: RunPhase, error: Option<String>, as_step: StepPhase) {
-    let at = now();
+    let at = now_ms();
     for step in status.steps.iter_mut() {
         if matches!(step.status, StepPhase::Pending | StepPhase::Running) {
             step.status = as_step;
@@ -226,7 +222,7 @@ async fn run_step(
 ) -> StepOutcome {
     let fail_step = |status: &mut RunStatus, reason: String| {
         let record = &mut status.steps[index];
-        let at = now();
+        let at = now_ms();
         record.status = StepPhase::Failed;
         record.finished_at = Some(at);
         record.duration_ms = record.started_at.map(|s| millis_between(s, at));
@@ -265,7 +261,7 @@ async fn run_step(
             let record = &mut status.steps[index];
             record.attempts = attempt;
             record.status = StepPhase::Running;
-            record.started_at.get_or_insert_with(now);
+            record.started_at.get_or_insert_with(now_ms);
             record.next_attempt_at = None;
         }
         writer.update(status);
@@ -317,7 +313,7 @@ async fn run_step(
         let error = match result {
             Ok(Ok(out)) => {
                 let (stored, truncated) = output::cap(out);
-                let at = now();
+                let at = now_ms();
                 let record = &mut status.steps[index];
                 record.status = StepPhase::Succeeded;
                 record.output = Some(stored);

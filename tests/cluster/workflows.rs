@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use flowline::crd::{EventKind, Run, RunPhase, RunStatus, Workflow};
+use flowline::crd::{EventKind, Run, RunStatus, Workflow};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -209,20 +209,7 @@ async fn a_schedule_fires_on_time_without_duplicates_across_a_restart() {
     let _b = controller(&ns);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let items = runs.list(&Default::default()).await.unwrap().items;
-    let mut ticks: Vec<i64> = items
-        .iter()
-        .map(|r| {
-            r.metadata
-                .name
-                .as_deref()
-                .unwrap()
-                .rsplit('-')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .collect();
+    let mut ticks: Vec<i64> = items.iter().map(tick_of).collect();
     ticks.sort();
     assert!(ticks.len() >= 4, "{ticks:?}");
     assert!(
@@ -240,20 +227,16 @@ async fn a_schedule_fires_on_time_without_duplicates_across_a_restart() {
             .unwrap()
             .0
             .as_second();
-        let tick: i64 = run
-            .metadata
-            .name
-            .as_deref()
-            .unwrap()
-            .rsplit('-')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let tick = tick_of(run);
         assert!(
             (created - tick).abs() <= 2,
             "run for tick {tick} created at {created}"
         );
     }
-    let _ = RunPhase::Running;
+}
+
+/// The cron tick a scheduled run is for: the Unix seconds its name ends with.
+fn tick_of(run: &Run) -> i64 {
+    let name = run.metadata.name.as_deref().unwrap();
+    name.rsplit('-').next().unwrap().parse().unwrap()
 }
