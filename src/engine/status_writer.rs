@@ -7,6 +7,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::crd::{Run, RunStatus};
 
@@ -19,6 +20,7 @@ pub struct StatusWriter {
     api: Api<Run>,
     name: String,
     tx: watch::Sender<RunStatus>,
+    closing: CancellationToken,
     flusher: tokio::task::JoinHandle<()>,
 }
 
@@ -41,17 +43,29 @@ impl StatusWriter {
     pub fn start(api: Api<Run>, name: String, initial: RunStatus) -> Self {
         let (tx, mut rx) = watch::channel(initial);
         let (flush_api, flush_name) = (api.clone(), name.clone());
+        let closing = CancellationToken::new();
+        let stop = closing.clone();
         let flusher = tokio::spawn(async move {
-            while rx.changed().await.is_ok() {
+            loop {
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { return },
+                    _ = stop.cancelled() => return,
+                }
                 let status = rx.borrow_and_update().clone();
+                // Never interrupted mid-request: an aborted request may still reach the
+                // API server after the final write and put back a stale status.
                 write(&flush_api, &flush_name, &status).await;
-                tokio::time::sleep(FLUSH_INTERVAL).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(FLUSH_INTERVAL) => {},
+                    _ = stop.cancelled() => return,
+                }
             }
         });
         StatusWriter {
             api,
             name,
             tx,
+            closing,
             flusher,
         }
     }
@@ -60,11 +74,11 @@ impl StatusWriter {
         self.tx.send_replace(status.clone());
     }
 
-    /// Records the final status and waits until it is written.
+    /// Records the final status and waits until it is written. The flusher stops
+    /// without waiting out its interval, but a write it has in flight completes
+    /// first, so the final write is always the last one.
     pub async fn finish(self, status: &RunStatus) {
-        // The flusher may be sleeping out its interval; the final write must not wait
-        // for it, and must come after any write it has in flight.
-        self.flusher.abort();
+        self.closing.cancel();
         let _ = self.flusher.await;
         write(&self.api, &self.name, status).await;
     }
