@@ -126,6 +126,20 @@ pub struct OperatorArgs {
     /// Seconds a leader's Lease stays valid without renewal.
     #[arg(long, default_value = "15")]
     pub leader_lease_seconds: u64,
+    /// PEM file of extra CA certificates trusted for webhook deliveries (besides the
+    /// system roots).
+    #[arg(long, value_name = "PATH", env = "FLOWLINE_CA_BUNDLE")]
+    pub ca_bundle: Option<std::path::PathBuf>,
+    /// Allow webhook deliveries to this CIDR although it is loopback, link-local or
+    /// private (e.g. `10.0.0.0/8`); repeatable or comma-separated.
+    #[arg(long = "allow-cidr", value_name = "CIDR", value_delimiter = ',')]
+    pub allow_cidrs: Vec<crate::delivery::ssrf::Cidr>,
+    /// Webhook delivery attempts in flight per webhook.
+    #[arg(long, default_value = "16", value_parser = clap::value_parser!(u16).range(1..))]
+    pub delivery_concurrency: u16,
+    /// Multiplies every webhook retry delay (1 in production; tests compress time).
+    #[arg(long, default_value = "1", hide = true)]
+    pub delivery_time_scale: f64,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +166,26 @@ impl OperatorArgs {
                 enterprise_requests: self.enterprise_requests_per_minute,
             },
             rate_limit_window_secs: self.rate_limit_window_seconds,
+        }
+    }
+}
+
+impl OperatorArgs {
+    pub fn sender_config(&self) -> crate::delivery::sender::SenderConfig {
+        crate::delivery::sender::SenderConfig {
+            ca_bundle: self.ca_bundle.clone(),
+            policy: crate::delivery::ssrf::DestinationPolicy {
+                allowed: self.allow_cidrs.clone(),
+            },
+            allow_http: self.allow_http,
+        }
+    }
+
+    pub fn delivery_settings(&self) -> crate::delivery::worker::Settings {
+        crate::delivery::worker::Settings {
+            namespace: self.watch_namespace.clone(),
+            schedule: crate::delivery::schedule::RetrySchedule::scaled(self.delivery_time_scale),
+            concurrency: self.delivery_concurrency.into(),
         }
     }
 }

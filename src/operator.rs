@@ -81,6 +81,11 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
             .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
             .build()
             .context("building the HTTP client of the engine")?;
+        // A bad CA bundle is a start-up error, not a stream of failed deliveries.
+        let sender = crate::delivery::sender::Sender::new(&args.sender_config())
+            .context("configuring webhook deliveries")?;
+        let delivery_settings = args.delivery_settings();
+        let delivery_metrics = crate::telemetry::delivery_metrics::DeliveryMetrics::new(&metrics);
         let ctx = crate::controller::run::Context::new(
             client.clone(),
             http,
@@ -112,6 +117,13 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
                 client.clone(),
                 watch_namespace,
                 workflow_telemetry,
+                controllers.clone(),
+            ));
+            tokio::spawn(crate::delivery::worker::run(
+                client.clone(),
+                sender,
+                delivery_settings,
+                delivery_metrics,
                 controllers.clone(),
             ));
             if !leader::keep(client, cfg, shutdown.clone()).await {

@@ -60,6 +60,8 @@ pub enum ApiError {
     WorkflowPaused,
     #[error("the run is not running (status: {0})")]
     RunNotRunning(&'static str),
+    #[error("the event of this delivery is no longer stored (its run or workflow was deleted); it cannot be sent again")]
+    EventExpired,
     #[error("request body is larger than 1 MiB")]
     PayloadTooLarge,
     #[error("rate limit exceeded; retry after {retry_after_secs} s")]
@@ -109,9 +111,10 @@ impl ApiError {
             ApiError::InsufficientScope(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) | ApiError::RouteNotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::WorkflowActive | ApiError::WorkflowPaused | ApiError::RunNotRunning(_) => {
-                StatusCode::CONFLICT
-            }
+            ApiError::WorkflowActive
+            | ApiError::WorkflowPaused
+            | ApiError::RunNotRunning(_)
+            | ApiError::EventExpired => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -137,6 +140,7 @@ impl ApiError {
             ApiError::WorkflowActive => "workflow_active",
             ApiError::WorkflowPaused => "workflow_paused",
             ApiError::RunNotRunning(_) => "run_not_running",
+            ApiError::EventExpired => "event_expired",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::Unavailable => "unavailable",

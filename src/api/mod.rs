@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod cache;
+pub(crate) mod deliveries;
 pub mod error;
 pub mod input;
 pub mod json;
@@ -30,6 +31,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(workflows::router())
         .merge(runs::router())
         .merge(webhooks::router())
+        .merge(deliveries::router())
         .merge(keys::router())
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

@@ -23,6 +23,7 @@ pub const ERROR_CODES: &[&str] = &[
     "webhook_not_found",
     "api_key_not_found",
     "delivery_not_found",
+    "event_expired",
     "not_found",
     "method_not_allowed",
     "workflow_active",
@@ -192,6 +193,9 @@ pub struct RunListQuery {
         super::webhooks::show,
         super::webhooks::create,
         super::webhooks::remove,
+        super::deliveries::list,
+        super::deliveries::retry,
+        super::deliveries::rotate_secret,
         super::keys::list,
         super::keys::create,
         super::keys::remove,
@@ -309,6 +313,7 @@ mod tests {
             ApiError::WorkflowPaused,
             ApiError::RunNotRunning("failed"),
             ApiError::PayloadTooLarge,
+            ApiError::EventExpired,
             ApiError::RateLimited {
                 retry_after_secs: 1,
             },
@@ -326,7 +331,7 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let ops: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!((paths.len(), ops), (9, 16));
+        assert_eq!((paths.len(), ops), (12, 19));
         let text = doc.to_string();
         for piece in text.split("#/components/schemas/").skip(1) {
             let name: String = piece

@@ -1,6 +1,5 @@
 //! `/v1/webhooks`.
 
-use std::collections::BTreeMap;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -9,7 +8,7 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DeleteParams;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::Value;
 
 use super::pagination::Page;
@@ -26,9 +25,6 @@ use super::views;
 use super::workflows::{find as find_workflow, location};
 use crate::crd::{SecretReference, Webhook, WebhookSpec};
 use crate::delivery::signing::generate_secret;
-
-/// Key of the signing secret inside its Secret.
-pub const SECRET_KEY: &str = "secret";
 
 pub fn router() -> Router<ApiState> {
     Router::new()
@@ -118,20 +114,7 @@ async fn create(
 
     // The Secret is owned by the Webhook, so deleting the webhook deletes it.
     let value = generate_secret();
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(secret_name),
-            owner_references: created.controller_owner_ref(&()).map(|o| vec![o]),
-            labels: Some(BTreeMap::from([(
-                "flowline.io/webhook".to_string(),
-                id.clone(),
-            )])),
-            ..Default::default()
-        },
-        type_: Some("flowline.io/webhook-secret".into()),
-        string_data: Some(BTreeMap::from([(SECRET_KEY.to_string(), value.clone())])),
-        ..Default::default()
-    };
+    let secret = crate::delivery::secrets::owned_secret(&created, &value);
     let secrets: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
     if let Err(err) = secrets.create(&ApiState::post_params(), &secret).await {
         // Leave nothing half-made behind.

@@ -242,6 +242,7 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Recon
         .last()
         .filter(|_| plan.status.pending_events.len() > before)
     {
+        crate::delivery::unseen::created(&new.id, new.timestamp);
         let reason = if new.kind == EventKind::WorkflowActivated {
             "Activated"
         } else {

@@ -11,7 +11,9 @@ mod workflow;
 
 pub use common::{Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object};
 pub use run::{Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord};
-pub use webhook::{DeliveryAttempt, SecretReference, Webhook, WebhookSpec, WebhookStatus};
+pub use webhook::{
+    DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,
+};
 pub use workflow::{
     Action, Executor, History, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger, TriggerType,
     Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,

@@ -89,6 +89,31 @@ pub struct WebhookStatus {
     /// The most recent attempts, newest first (bounded).
     #[serde(default)]
     pub recent_attempts: Vec<DeliveryAttempt>,
+    /// Acknowledgement watermark: every matching event at or before this time has been
+    /// delivered or has exhausted its retries, except those listed in `retrying`.
+    /// Absent until the first acknowledgement; the creation time counts until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_through: Option<Timestamp>,
+    /// Events at or before `deliveredThrough` still in their retry series (bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retrying: Vec<RetryingEvent>,
+    /// Redelivery requests (annotation `flowline.io/redeliver`) already carried out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handled_redeliveries: Vec<String>,
+}
+
+/// An event whose retry series continues after a restart.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryingEvent {
+    /// Id of the event.
+    pub event_id: String,
+    /// The event's timestamp.
+    pub timestamp: Timestamp,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// Earliest time of the next attempt.
+    pub next_attempt_at: Timestamp,
 }
 
 fn enabled_by_default() -> bool {
@@ -105,6 +130,9 @@ impl Default for WebhookStatus {
             consecutive_failures: 0,
             failing_since: None,
             recent_attempts: Vec::new(),
+            delivered_through: None,
+            retrying: Vec::new(),
+            handled_redeliveries: Vec::new(),
         }
     }
 }

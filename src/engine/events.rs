@@ -51,12 +51,14 @@ pub fn record(status: &mut RunStatus, kind: EventKind, run: &Run, workflow_name:
         return;
     }
     let data = data(kind, run, workflow_name, status);
-    status.pending_events.push(PendingEvent {
+    let event = PendingEvent {
         id: new_event_id(),
         kind,
         timestamp: crate::api::views::now_ms(),
         data,
-    });
+    };
+    crate::delivery::unseen::created(&event.id, event.timestamp);
+    status.pending_events.push(event);
 }
 
 #[cfg(test)]

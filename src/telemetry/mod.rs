@@ -1,5 +1,6 @@
 //! Operational surface: logs, Prometheus metrics, health and readiness.
 
+pub mod delivery_metrics;
 pub mod engine_metrics;
 pub mod health;
 pub mod logging;

@@ -1,0 +1,214 @@
+//! `/v1/webhooks/{id}/deliveries` (the attempts the worker recorded in the Webhook's
+//! status), redelivery requests, and secret rotation.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::auth::{Principal, Scope};
+use super::cache;
+use super::error::{ApiError, ApiResult, Missing, not_found_as};
+use super::pagination::{self, Page, SortKey};
+use super::state::{ApiState, FIELD_MANAGER, new_id};
+use super::views::{self, ApiTime, DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView};
+use crate::crd::Webhook;
+use crate::delivery::outbox;
+use crate::delivery::secrets::{self, ROTATED_ANNOTATION, SECRET_KEY};
+use crate::delivery::signing::generate_secret;
+use crate::delivery::worker::{REDELIVER_ANNOTATION, REDELIVERY_REQUESTS, redelivery_requests};
+
+pub fn router() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/webhooks/{id}/deliveries", get(list))
+        .route(
+            "/v1/webhooks/{id}/deliveries/{delivery_id}/retry",
+            post(retry),
+        )
+        .route("/v1/webhooks/{id}/rotate-secret", post(rotate_secret))
+}
+
+fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Webhook>> {
+    cache::get(&state.caches.webhooks, namespace, id).ok_or(ApiError::NotFound(Missing::Webhook))
+}
+
+#[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", tag = "webhooks",
+    description = "Scope: `read`. The most recent delivery attempts (the last 50), newest first.",
+    params(("id" = String, Path, description = "Webhook id"), crate::api::openapi::PageQuery),
+    responses((status = 200, description = "A page of delivery attempts", body = crate::api::pagination::Page<DeliveryView>),
+              (status = 400, description = "Bad limit or cursor"),
+              (status = 404, description = "No such webhook")))]
+async fn list(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Page<DeliveryView>>> {
+    who.require(Scope::Read)?;
+    let q = pagination::parse_query(query.as_deref(), None)?;
+    let hook = find(&state, &who.namespace, &id)?;
+    let items = hook
+        .status
+        .iter()
+        .flat_map(|s| s.recent_attempts.iter())
+        .map(|a| (SortKey::new(a.at, &a.id), DeliveryView::from(a)))
+        .collect();
+    Ok(Json(pagination::paginate(items, &q)))
+}
+
+#[utoipa::path(post, path = "/v1/webhooks/{id}/deliveries/{delivery_id}/retry", tag = "webhooks",
+    description = "Scope: `write`. Sends the event of this delivery once more (a new attempt with the same event id).",
+    params(("id" = String, Path, description = "Webhook id"),
+           ("delivery_id" = String, Path, description = "Delivery attempt id")),
+    responses((status = 202, description = "Queued", body = RedeliveryAccepted),
+              (status = 404, description = "No such webhook or delivery"),
+              (status = 409, description = "The event is no longer stored")))]
+async fn retry(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path((id, delivery_id)): Path<(String, String)>,
+) -> ApiResult<(StatusCode, Json<RedeliveryAccepted>)> {
+    who.require(Scope::Write)?;
+    let hook = find(&state, &who.namespace, &id)?;
+    let attempt = hook
+        .status
+        .iter()
+        .flat_map(|s| s.recent_attempts.iter())
+        .find(|a| a.id == delivery_id)
+        .cloned()
+        .ok_or(ApiError::NotFound(Missing::Delivery))?;
+    if !event_stored(&state, &who.namespace, &attempt.event_id) {
+        return Err(ApiError::EventExpired);
+    }
+    let request_id = new_id("rdl").replacen("rdl-", "rdl_", 1);
+    let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
+    // Appended under optimistic concurrency: two requests at once must both survive.
+    for _ in 0..5 {
+        let current = hooks
+            .get(&id)
+            .await
+            .map_err(|e| not_found_as(e, Missing::Webhook))?;
+        let mut requests: Vec<serde_json::Value> = redelivery_requests(&current)
+            .into_iter()
+            .map(|r| json!({"id": r.id, "delivery": r.delivery}))
+            .collect();
+        requests.push(json!({"id": request_id, "delivery": delivery_id}));
+        let excess = requests.len().saturating_sub(REDELIVERY_REQUESTS);
+        requests.drain(..excess);
+        let patch = json!({"metadata": {
+            "resourceVersion": current.resource_version(),
+            "annotations": {REDELIVER_ANNOTATION: serde_json::Value::Array(requests).to_string()},
+        }});
+        match hooks
+            .patch(&id, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                return Ok((
+                    StatusCode::ACCEPTED,
+                    Json(RedeliveryAccepted {
+                        id: request_id,
+                        delivery_id,
+                        event_id: attempt.event_id,
+                        event: attempt.event,
+                        status: "queued",
+                    }),
+                ));
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(not_found_as(e, Missing::Webhook)),
+        }
+    }
+    Err(ApiError::Unavailable)
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// Whether a Run or Workflow of the namespace still holds the event.
+fn event_stored(state: &ApiState, namespace: &str, event_id: &str) -> bool {
+    let held = |events: &[crate::crd::PendingEvent]| events.iter().any(|e| e.id == event_id);
+    cache::in_namespace(&state.caches.runs, namespace)
+        .iter()
+        .any(|r| held(outbox::of_run(r).1))
+        || cache::in_namespace(&state.caches.workflows, namespace)
+            .iter()
+            .any(|w| held(outbox::of_workflow(w).1))
+}
+
+#[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", tag = "webhooks",
+    description = "Scope: `write`. Replaces the signing secret. For 24 hours deliveries carry signatures with both secrets (two `v1,` entries in `webhook-signature`); `X-Service-Signature` uses the new one.",
+    params(("id" = String, Path, description = "Webhook id")),
+    responses((status = 200, description = "The new secret (shown only here)", body = SecretRotated),
+              (status = 404, description = "No such webhook")))]
+async fn rotate_secret(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SecretRotated>> {
+    who.require(Scope::Write)?;
+    let hook = find(&state, &who.namespace, &id)?;
+    let name = secrets::secret_name(&hook);
+    let api: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
+    let new = generate_secret();
+    let now = views::now_ms();
+    let mut rotated = false;
+    for _ in 0..5 {
+        let current = api.get_opt(&name).await?;
+        let result = match &current {
+            // Never used yet (a webhook applied with kubectl): simply create it.
+            None => api
+                .create(&ApiState::post_params(), &secrets::owned_secret(&hook, &new))
+                .await
+                .map(|_| ()),
+            Some(secret) => {
+                let old = secrets::signing_keys(secret, now)
+                    .map(|keys| keys[0].clone())
+                    .unwrap_or_default();
+                let data = if old.is_empty() {
+                    [(SECRET_KEY.to_string(), new.clone())].into()
+                } else {
+                    secrets::rotation(&old, &new, now)
+                };
+                let patch = json!({
+                    "metadata": {"resourceVersion": secret.resource_version()},
+                    "stringData": data,
+                });
+                api.patch(&name, &patch_params(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        match result {
+            Ok(()) => {
+                rotated = true;
+                break;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !rotated {
+        return Err(ApiError::Unavailable);
+    }
+    // Tells the worker to drop the keys it cached.
+    let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
+    let signal = json!({"metadata": {"annotations": {ROTATED_ANNOTATION: views::format_ts(now)}}});
+    let updated = hooks
+        .patch(&id, &patch_params(), &Patch::Merge(&signal))
+        .await
+        .map_err(|e| not_found_as(e, Missing::Webhook))?;
+    Ok(Json(SecretRotated {
+        webhook: WebhookView::from(&updated),
+        secret: new,
+        previous_secret_expires_at: ApiTime(now + secrets::ROTATION_GRACE),
+    }))
+}

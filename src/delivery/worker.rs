@@ -1,0 +1,701 @@
+//! The delivery worker (leader only): watches the events Runs and Workflows hold,
+//! sends each to the webhooks that subscribe to it, retries on the schedule, and
+//! records attempts and acknowledgements in the Webhook's status, at most one write
+//! per webhook per second (docs/delivery.md).
+//!
+//! One task owns all the state; attempts, retry timers and status writes run as
+//! tasks that report back through a channel, so no lock is held across I/O.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::ledger::{Ledger, SETTLE};
+use super::outbox::{self, Event};
+use super::schedule::{self, RetrySchedule};
+use super::secrets::{ROTATED_ANNOTATION, SecretCache};
+use super::sender::{Attempted, Outgoing, SendError, Sender};
+use super::unseen;
+use crate::crd::{DeliveryAttempt, Run, Webhook, WebhookStatus, Workflow};
+use crate::telemetry::delivery_metrics::DeliveryMetrics;
+
+/// Field manager of the worker's Webhook status writes.
+pub const FIELD_MANAGER: &str = "flowline-delivery";
+/// Annotation through which the API asks for a delivery to be sent again: a JSON list
+/// of `{"id": "rdl_…", "delivery": "<attempt id>"}`, newest last.
+pub const REDELIVER_ANNOTATION: &str = "flowline.io/redeliver";
+/// Attempts shown in the status (and by `GET …/deliveries`).
+pub const RECENT_ATTEMPTS: usize = 50;
+/// Redelivery requests kept in the annotation by the API.
+pub const REDELIVERY_REQUESTS: usize = 20;
+/// Handled request ids remembered (more than the API keeps, so none is redone).
+const HANDLED_REDELIVERIES: usize = 2 * REDELIVERY_REQUESTS;
+/// Status writes per webhook are at least this far apart.
+const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Watch one namespace, or all.
+    pub namespace: Option<String>,
+    pub schedule: RetrySchedule,
+    /// Attempts in flight per webhook: one slow receiver holds only its own slots.
+    pub concurrency: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct RedeliveryRequest {
+    pub id: String,
+    pub delivery: String,
+}
+
+/// The redelivery requests an annotation value holds (none when it is malformed).
+pub fn redelivery_requests(hook: &Webhook) -> Vec<RedeliveryRequest> {
+    hook.annotations()
+        .get(REDELIVER_ANNOTATION)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+#[derive(Clone)]
+struct Job {
+    event: Arc<Event>,
+    attempt: u32,
+    /// Sent on request: one attempt, outside the event's retry series.
+    redelivery: bool,
+}
+
+enum Input {
+    Hook(ObjectRef<Webhook>),
+    Run(ObjectRef<Run>),
+    Workflow(ObjectRef<Workflow>),
+    Attempted {
+        hook: ObjectRef<Webhook>,
+        uid: String,
+        job: Job,
+        attempted: Attempted,
+    },
+    Due {
+        hook: ObjectRef<Webhook>,
+        uid: String,
+        job: Job,
+    },
+    Written {
+        hook: ObjectRef<Webhook>,
+        ok: bool,
+    },
+}
+
+struct HookState {
+    uid: String,
+    hook: Arc<Webhook>,
+    ledger: Ledger,
+    status: WebhookStatus,
+    ready: VecDeque<Job>,
+    waiting: usize,
+    in_flight: usize,
+    dirty: bool,
+    writing: bool,
+}
+
+struct Stores {
+    hooks: Store<Webhook>,
+    runs: Store<Run>,
+    workflows: Store<Workflow>,
+}
+
+struct Worker {
+    client: Client,
+    sender: Sender,
+    secrets: Arc<SecretCache>,
+    settings: Settings,
+    metrics: DeliveryMetrics,
+    stores: Stores,
+    hooks: HashMap<ObjectRef<Webhook>, HookState>,
+    tx: mpsc::UnboundedSender<Input>,
+}
+
+fn watch<K>(
+    api: Api<K>,
+    tx: mpsc::UnboundedSender<Input>,
+    wrap: fn(ObjectRef<K>) -> Input,
+    shutdown: CancellationToken,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff();
+    tokio::spawn(async move {
+        let forward = stream.for_each(|event| {
+            match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))
+                | Ok(watcher::Event::Delete(o)) => {
+                    let _ = tx.send(wrap(ObjectRef::from_obj(&o)));
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(error = %err, "delivery watch error; retrying"),
+            }
+            futures::future::ready(())
+        });
+        tokio::select! {
+            _ = forward => {},
+            _ = shutdown.cancelled() => {},
+        }
+    });
+    reader
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs until `shutdown`, then writes what it has not written yet.
+pub async fn run(
+    client: Client,
+    sender: Sender,
+    settings: Settings,
+    metrics: DeliveryMetrics,
+    shutdown: CancellationToken,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let ns = settings.namespace.clone();
+    let stores = Stores {
+        hooks: watch(api(&client, ns.as_deref()), tx.clone(), Input::Hook, shutdown.clone()),
+        runs: watch(api(&client, ns.as_deref()), tx.clone(), Input::Run, shutdown.clone()),
+        workflows: watch(
+            api(&client, ns.as_deref()),
+            tx.clone(),
+            Input::Workflow,
+            shutdown.clone(),
+        ),
+    };
+    let ready = async {
+        let _ = stores.hooks.wait_until_ready().await;
+        let _ = stores.runs.wait_until_ready().await;
+        let _ = stores.workflows.wait_until_ready().await;
+    };
+    tokio::select! {
+        _ = ready => {},
+        _ = shutdown.cancelled() => return,
+    }
+    let mut worker = Worker {
+        secrets: Arc::new(SecretCache::new(client.clone())),
+        client,
+        sender,
+        settings,
+        metrics,
+        stores,
+        hooks: HashMap::new(),
+        tx,
+    };
+    // Everything listed so far; later changes arrive through the channel (and the
+    // ones already queued are harmless repeats).
+    for hook in worker.stores.hooks.state() {
+        worker.on_hook(ObjectRef::from_obj(&*hook));
+    }
+    tracing::info!(webhooks = worker.hooks.len(), "delivery worker started");
+    let mut tick = tokio::time::interval(FLUSH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(input) = rx.recv() => worker.handle(input),
+            _ = tick.tick() => worker.flush(),
+        }
+    }
+    worker.final_flush().await;
+}
+
+impl Worker {
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Hook(r) => self.on_hook(r),
+            Input::Run(r) => {
+                if let Some(run) = self.stores.runs.get(&r) {
+                    let (workflow, events) = outbox::of_run(&run);
+                    self.offer(&run.namespace().unwrap_or_default(), workflow, events, None);
+                }
+            }
+            Input::Workflow(r) => {
+                if let Some(wf) = self.stores.workflows.get(&r) {
+                    let (workflow, events) = outbox::of_workflow(&wf);
+                    self.offer(&wf.namespace().unwrap_or_default(), &workflow, events, None);
+                }
+            }
+            Input::Attempted {
+                hook,
+                uid,
+                job,
+                attempted,
+            } => self.on_attempted(hook, &uid, job, attempted),
+            Input::Due { hook, uid, job } => {
+                if let Some(state) = self.hooks.get_mut(&hook).filter(|s| s.uid == uid) {
+                    state.waiting -= 1;
+                    if state.status.enabled {
+                        state.ready.push_back(job);
+                        self.pump(&hook);
+                    }
+                }
+            }
+            Input::Written { hook, ok } => {
+                if let Some(state) = self.hooks.get_mut(&hook) {
+                    state.writing = false;
+                    state.dirty |= !ok;
+                }
+            }
+        }
+    }
+
+    fn on_hook(&mut self, r: ObjectRef<Webhook>) {
+        let Some(hook) = self.stores.hooks.get(&r) else {
+            self.hooks.remove(&r);
+            return;
+        };
+        let uid = hook.uid().unwrap_or_default();
+        let rescan = match self.hooks.get_mut(&r) {
+            Some(state) if state.uid == uid => {
+                let spec_changed = state.hook.spec != hook.spec;
+                if state.hook.annotations().get(ROTATED_ANNOTATION)
+                    != hook.annotations().get(ROTATED_ANNOTATION)
+                {
+                    self.secrets.invalidate(&hook);
+                }
+                state.hook = hook.clone();
+                spec_changed
+            }
+            _ => {
+                let created = hook
+                    .meta()
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .unwrap_or_else(Timestamp::now);
+                let status = hook.status.clone().unwrap_or_default();
+                self.hooks.insert(
+                    r.clone(),
+                    HookState {
+                        uid,
+                        ledger: Ledger::from_status(Some(&status), created),
+                        status,
+                        hook: hook.clone(),
+                        ready: VecDeque::new(),
+                        waiting: 0,
+                        in_flight: 0,
+                        dirty: false,
+                        writing: false,
+                    },
+                );
+                true
+            }
+        };
+        if rescan {
+            self.scan_for(&r);
+        }
+        self.redeliveries(&r);
+    }
+
+    /// Offers every event of the hook's namespace to it (a new or changed webhook).
+    fn scan_for(&mut self, r: &ObjectRef<Webhook>) {
+        let ns = r.namespace.clone().unwrap_or_default();
+        let in_ns = |o: &kube::api::ObjectMeta| o.namespace.as_deref() == Some(ns.as_str());
+        for run in self.stores.runs.state() {
+            if in_ns(&run.metadata) {
+                let (workflow, events) = outbox::of_run(&run);
+                self.offer(&ns, workflow, events, Some(r));
+            }
+        }
+        for wf in self.stores.workflows.state() {
+            if in_ns(&wf.metadata) {
+                let (workflow, events) = outbox::of_workflow(&wf);
+                self.offer(&ns, &workflow, events, Some(r));
+            }
+        }
+    }
+
+    /// Queues the events for the subscribed webhooks of `ns` (or only `only`) that
+    /// still owe them.
+    fn offer(
+        &mut self,
+        ns: &str,
+        workflow: &str,
+        events: &[crate::crd::PendingEvent],
+        only: Option<&ObjectRef<Webhook>>,
+    ) {
+        if events.is_empty() {
+            return;
+        }
+        for pending in events {
+            unseen::seen(&pending.id);
+        }
+        let targets: Vec<ObjectRef<Webhook>> = self
+            .hooks
+            .keys()
+            .filter(|k| k.namespace.as_deref() == Some(ns) && only.is_none_or(|o| o == *k))
+            .cloned()
+            .collect();
+        for key in targets {
+            let Some(state) = self.hooks.get_mut(&key) else {
+                continue;
+            };
+            if !state.status.enabled {
+                continue;
+            }
+            let mut later = Vec::new();
+            for pending in events {
+                if !outbox::subscribes(&state.hook, pending.kind, workflow) {
+                    continue;
+                }
+                let Some(admission) = state.ledger.admit(&pending.id, pending.timestamp) else {
+                    continue;
+                };
+                let job = Job {
+                    event: Arc::new(Event::new(pending, workflow)),
+                    attempt: admission.attempt,
+                    redelivery: false,
+                };
+                match admission.not_before.and_then(until) {
+                    Some(wait) => later.push((wait, job)),
+                    None => state.ready.push_back(job),
+                }
+            }
+            for (wait, job) in later {
+                self.schedule(&key, wait, job);
+            }
+            self.pump(&key);
+        }
+    }
+
+    fn schedule(&mut self, key: &ObjectRef<Webhook>, wait: Duration, job: Job) {
+        let Some(state) = self.hooks.get_mut(key) else {
+            return;
+        };
+        state.waiting += 1;
+        let (tx, hook, uid) = (self.tx.clone(), key.clone(), state.uid.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let _ = tx.send(Input::Due { hook, uid, job });
+        });
+    }
+
+    /// Starts attempts while the webhook has free slots.
+    fn pump(&mut self, key: &ObjectRef<Webhook>) {
+        let Some(state) = self.hooks.get_mut(key) else {
+            return;
+        };
+        while state.in_flight < self.settings.concurrency.max(1) {
+            let Some(job) = state.ready.pop_front() else {
+                break;
+            };
+            state.in_flight += 1;
+            let (tx, hook_ref, uid) = (self.tx.clone(), key.clone(), state.uid.clone());
+            let (sender, secrets, hook) =
+                (self.sender.clone(), self.secrets.clone(), state.hook.clone());
+            tokio::spawn(async move {
+                let attempted = attempt(&sender, &secrets, &hook, &job).await;
+                let _ = tx.send(Input::Attempted {
+                    hook: hook_ref,
+                    uid,
+                    job,
+                    attempted,
+                });
+            });
+        }
+    }
+
+    fn on_attempted(&mut self, key: ObjectRef<Webhook>, uid: &str, job: Job, done: Attempted) {
+        let Some(state) = self.hooks.get_mut(&key).filter(|s| s.uid == uid) else {
+            return;
+        };
+        state.in_flight -= 1;
+        let now = crate::api::views::now_ms();
+        let (status_code, error, retry_after) = match &done.result {
+            Ok(r) => (Some(r.status), None, r.retry_after),
+            Err(e) => (None, Some(e.to_string()), None),
+        };
+        let outcome = match &done.result {
+            Ok(r) if schedule::status_is_success(r.status) => "delivered",
+            Ok(_) => "http_error",
+            Err(SendError::Refused(_) | SendError::InsecureScheme) => "refused",
+            Err(_) => "transport_error",
+        };
+        self.metrics.record(outcome, done.duration.as_secs_f64());
+        let s = &mut state.status;
+        s.recent_attempts.insert(
+            0,
+            DeliveryAttempt {
+                id: crate::api::state::new_id("dlv").replacen("dlv-", "dlv_", 1),
+                event_id: job.event.id.clone(),
+                event: job.event.kind,
+                attempt: job.attempt,
+                status_code,
+                error,
+                duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+                at: now,
+            },
+        );
+        s.recent_attempts.truncate(RECENT_ATTEMPTS);
+        s.last_delivery_at = Some(now);
+        s.last_status_code = status_code;
+        state.dirty = true;
+        if outcome == "delivered" {
+            s.consecutive_failures = 0;
+            s.failing_since = None;
+            if !job.redelivery {
+                state.ledger.settle(&job.event.id);
+            }
+        } else {
+            s.consecutive_failures += 1;
+            let since = *s.failing_since.get_or_insert(now);
+            if status_code.is_some_and(schedule::disables_endpoint) {
+                disable(state, "the endpoint answered 410 Gone");
+            } else if schedule::should_disable_after_failures(since, now) {
+                disable(state, "every delivery failed for 5 days");
+            } else if !job.redelivery {
+                let next = job.attempt + 1;
+                let jitter: f64 = rand::random();
+                match self.settings.schedule.delay_before(next, retry_after, jitter) {
+                    Some(wait) => {
+                        let at = now + jiff::SignedDuration::try_from(wait).unwrap_or_default();
+                        state.ledger.failed(&job.event.id, at);
+                        let retry = Job {
+                            attempt: next,
+                            ..job
+                        };
+                        self.schedule(&key, wait, retry);
+                    }
+                    None => {
+                        tracing::warn!(webhook = %key, event = %job.event.id, attempts = job.attempt, "retries exhausted; the delivery series failed");
+                        state.ledger.settle(&job.event.id);
+                    }
+                }
+            }
+        }
+        self.pump(&key);
+    }
+
+    /// Carries out the redelivery requests the API left in the annotation.
+    fn redeliveries(&mut self, key: &ObjectRef<Webhook>) {
+        let Some(state) = self.hooks.get(key) else {
+            return;
+        };
+        let requests: Vec<RedeliveryRequest> = redelivery_requests(&state.hook)
+            .into_iter()
+            .filter(|r| !state.status.handled_redeliveries.contains(&r.id))
+            .collect();
+        if requests.is_empty() {
+            return;
+        }
+        let ns = key.namespace.clone().unwrap_or_default();
+        let mut jobs = Vec::new();
+        for request in &requests {
+            let Some(previous) = state
+                .status
+                .recent_attempts
+                .iter()
+                .find(|a| a.id == request.delivery)
+            else {
+                tracing::warn!(webhook = %key, delivery = %request.delivery, "redelivery of an unknown attempt ignored");
+                continue;
+            };
+            let last_attempt = state
+                .status
+                .recent_attempts
+                .iter()
+                .filter(|a| a.event_id == previous.event_id)
+                .map(|a| a.attempt)
+                .max()
+                .unwrap_or(previous.attempt);
+            match self.find_event(&ns, &previous.event_id) {
+                Some(event) => jobs.push(Job {
+                    event: Arc::new(event),
+                    attempt: last_attempt + 1,
+                    redelivery: true,
+                }),
+                None => {
+                    tracing::warn!(webhook = %key, event = %previous.event_id, "redelivery of an event that no longer exists ignored")
+                }
+            }
+        }
+        let Some(state) = self.hooks.get_mut(key) else {
+            return;
+        };
+        for request in requests {
+            state.status.handled_redeliveries.push(request.id);
+        }
+        let excess = state
+            .status
+            .handled_redeliveries
+            .len()
+            .saturating_sub(HANDLED_REDELIVERIES);
+        state.status.handled_redeliveries.drain(..excess);
+        state.dirty = true;
+        for job in jobs.into_iter().rev() {
+            state.ready.push_front(job);
+        }
+        self.pump(key);
+    }
+
+    fn find_event(&self, ns: &str, id: &str) -> Option<Event> {
+        let in_ns = |m: &kube::api::ObjectMeta| m.namespace.as_deref() == Some(ns);
+        let runs = self.stores.runs.state();
+        let from_runs = runs.iter().filter(|r| in_ns(&r.metadata)).find_map(|r| {
+            let (workflow, events) = outbox::of_run(r);
+            events
+                .iter()
+                .find(|e| e.id == id)
+                .map(|e| Event::new(e, workflow))
+        });
+        from_runs.or_else(|| {
+            self.stores
+                .workflows
+                .state()
+                .iter()
+                .filter(|w| in_ns(&w.metadata))
+                .find_map(|w| {
+                    let (workflow, events) = outbox::of_workflow(w);
+                    events
+                        .iter()
+                        .find(|e| e.id == id)
+                        .map(|e| Event::new(e, &workflow))
+                })
+        })
+    }
+
+    /// Writes the status of every webhook with something new, at most once per
+    /// interval each; the watermark moves only within such writes (or once the
+    /// settle window has passed the events remembered in memory).
+    fn flush(&mut self) {
+        let now = Timestamp::now();
+        let floor = unseen::floor(now);
+        let mut depth = 0;
+        for (key, state) in &mut self.hooks {
+            depth += state.ready.len() + state.waiting;
+            if state.writing {
+                continue;
+            }
+            let settled_due = state
+                .ledger
+                .newest_settled()
+                .is_some_and(|newest| newest < now - SETTLE);
+            if !state.dirty && !settled_due {
+                continue;
+            }
+            state.ledger.advance(now, floor);
+            state.status.delivered_through = Some(state.ledger.through());
+            state.status.retrying = state.ledger.retrying();
+            state.dirty = false;
+            state.writing = true;
+            let api: Api<Webhook> =
+                Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
+            let (tx, hook, status) = (self.tx.clone(), key.clone(), state.status.clone());
+            let writes = self.metrics.status_writes.clone();
+            tokio::spawn(async move {
+                writes.inc();
+                let ok = write_status(&api, &hook.name, &status).await;
+                let _ = tx.send(Input::Written { hook, ok });
+            });
+        }
+        self.metrics.queue_depth.set(depth as i64);
+    }
+
+    async fn final_flush(&mut self) {
+        let now = Timestamp::now();
+        let floor = unseen::floor(now);
+        let mut writes = Vec::new();
+        for (key, state) in &mut self.hooks {
+            if !state.dirty {
+                continue;
+            }
+            state.ledger.advance(now, floor);
+            state.status.delivered_through = Some(state.ledger.through());
+            state.status.retrying = state.ledger.retrying();
+            let api: Api<Webhook> =
+                Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
+            let (name, status) = (key.name.clone(), state.status.clone());
+            writes.push(async move { write_status(&api, &name, &status).await });
+        }
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            futures::future::join_all(writes),
+        )
+        .await;
+    }
+}
+
+fn disable(state: &mut HookState, reason: &str) {
+    tracing::warn!(webhook = %state.hook.name_any(), reason, "webhook disabled");
+    state.status.enabled = false;
+    state.status.disabled_reason = Some(reason.to_string());
+    state.ready.clear();
+}
+
+/// How long until `at`, if it is in the future.
+fn until(at: Timestamp) -> Option<Duration> {
+    let wait = at.duration_since(Timestamp::now());
+    Duration::try_from(wait).ok().filter(|d| !d.is_zero())
+}
+
+async fn attempt(sender: &Sender, secrets: &SecretCache, hook: &Webhook, job: &Job) -> Attempted {
+    let keys = match secrets.keys(hook).await {
+        Ok(keys) => keys,
+        Err(err) => {
+            return Attempted {
+                result: Err(SendError::Request(err.to_string())),
+                duration: Duration::ZERO,
+            };
+        }
+    };
+    sender
+        .send(Outgoing {
+            url: &hook.spec.url,
+            webhook_allows_http: hook.spec.allow_insecure_http,
+            event_id: &job.event.id,
+            kind: job.event.kind,
+            attempt: job.attempt,
+            body: job.event.body.clone(),
+            secrets: &keys,
+        })
+        .await
+}
+
+/// Server-side apply of the whole status under the worker's field manager, so fields
+/// it no longer sets (an emptied `retrying`) are removed, and nobody else's are touched.
+async fn write_status(api: &Api<Webhook>, name: &str, status: &WebhookStatus) -> bool {
+    let patch = serde_json::json!({
+        "apiVersion": "flowline.io/v1",
+        "kind": "Webhook",
+        "status": status,
+    });
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.code == 404 => true,
+        Err(err) => {
+            tracing::warn!(webhook = name, error = %err, "webhook status write failed; retrying");
+            false
+        }
+    }
+}
