@@ -42,11 +42,15 @@ unit-test: ## Tests that need no cluster
 	$(CARGO) test
 
 .PHONY: cluster-test
-cluster-test: cluster install-crds ## Tests against the control plane (fails, never skips, without one)
+cluster-test: cluster install-crds python-deps ## Tests against the control plane (fails, never skips, without one)
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_REQUIRE_CLUSTER=1 \
 	  $(CARGO) test -- --ignored --test-threads 4
 	$(MAKE) --no-print-directory fuzz-api
 	$(MAKE) --no-print-directory chart-test
+
+.PHONY: python-deps
+python-deps: ## schemathesis and the standardwebhooks verifier in .flowline/venv (from PyPI)
+	hack/python-deps.sh
 
 .PHONY: fuzz-api
 fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPLES per operation)

@@ -8,11 +8,7 @@ examples=${FUZZ_EXAMPLES:-25}
 venv="$repo/.flowline/venv"
 flowline="$repo/target/debug/flowline"
 
-if [ ! -x "$venv/bin/schemathesis" ]; then
-  echo "[fuzz] installing schemathesis into $venv" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q 'schemathesis>=4,<5'
-fi
+"$repo/hack/python-deps.sh"
 
 ns="flowline-fuzz-$RANDOM$RANDOM"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -166,7 +166,10 @@ async fn rotate_secret(
         let result = match &current {
             // Never used yet (a webhook applied with kubectl): simply create it.
             None => api
-                .create(&ApiState::post_params(), &secrets::owned_secret(&hook, &new))
+                .create(
+                    &ApiState::post_params(),
+                    &secrets::owned_secret(&hook, &new),
+                )
                 .await
                 .map(|_| ()),
             Some(secret) => {

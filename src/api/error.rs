@@ -60,7 +60,9 @@ pub enum ApiError {
     WorkflowPaused,
     #[error("the run is not running (status: {0})")]
     RunNotRunning(&'static str),
-    #[error("the event of this delivery is no longer stored (its run or workflow was deleted); it cannot be sent again")]
+    #[error(
+        "the event of this delivery is no longer stored (its run or workflow was deleted); it cannot be sent again"
+    )]
     EventExpired,
     #[error("request body is larger than 1 MiB")]
     PayloadTooLarge,

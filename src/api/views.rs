@@ -12,8 +12,8 @@ use utoipa::ToSchema;
 
 use super::auth::{KeyRecord, Scope};
 use crate::crd::{
-    Action, DeliveryAttempt, EventKind, Executor, Run, RunPhase, RunTrigger, StepPhase, StepRecord, TriggerType,
-    Webhook, Workflow, WorkflowState,
+    Action, DeliveryAttempt, EventKind, Executor, Run, RunPhase, RunTrigger, StepPhase, StepRecord,
+    TriggerType, Webhook, Workflow, WorkflowState,
 };
 
 /// Annotation with the millisecond creation time the API records (Kubernetes'

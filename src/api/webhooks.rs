@@ -1,6 +1,5 @@
 //! `/v1/webhooks`.
 
-
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;

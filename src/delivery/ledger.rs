@@ -59,9 +59,7 @@ impl Ledger {
     /// The ledger a webhook's status describes; a webhook that never acknowledged
     /// anything owes the events after its creation (`created`), not older ones.
     pub fn from_status(status: Option<&WebhookStatus>, created: Timestamp) -> Self {
-        let through = status
-            .and_then(|s| s.delivered_through)
-            .unwrap_or(created);
+        let through = status.and_then(|s| s.delivered_through).unwrap_or(created);
         let parked = status
             .map(|s| {
                 s.retrying
@@ -254,7 +252,11 @@ mod tests {
         l.settle("b");
         assert!(l.advance(t(1000), None));
         assert_eq!(l.through(), t(1000) - SETTLE);
-        assert_eq!(l.admit("b", t(20)), None, "settled events are not owed again");
+        assert_eq!(
+            l.admit("b", t(20)),
+            None,
+            "settled events are not owed again"
+        );
     }
 
     #[test]
@@ -264,7 +266,10 @@ mod tests {
         l.settle("a");
         assert!(!l.advance(t(30), None), "inside the settle window");
         assert_eq!(l.admit("a", t(10)), None);
-        assert!(!l.persisted_settled("a", t(10)), "a restart would send it again");
+        assert!(
+            !l.persisted_settled("a", t(10)),
+            "a restart would send it again"
+        );
     }
 
     #[test]

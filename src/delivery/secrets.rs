@@ -54,7 +54,12 @@ fn text(secret: &Secret, key: &str) -> Option<String> {
         .as_ref()
         .and_then(|d| d.get(key))
         .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(key).cloned()))
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key).cloned())
+        })
         .filter(|v| !v.is_empty())
 }
 
@@ -98,17 +103,22 @@ pub fn owned_secret(hook: &Webhook, value: &str) -> Secret {
             ..Default::default()
         },
         type_: Some(SECRET_TYPE.into()),
-        string_data: Some(BTreeMap::from([(SECRET_KEY.to_string(), value.to_string())])),
+        string_data: Some(BTreeMap::from([(
+            SECRET_KEY.to_string(),
+            value.to_string(),
+        )])),
         ..Default::default()
     }
 }
 
 type Key = (String, String);
+/// Keys to sign with, and when they were read.
+type Entries = HashMap<Key, (Arc<Vec<String>>, Instant)>;
 
 /// The worker's cache of signing keys, one GET per webhook per [`CACHE_TTL`].
 pub struct SecretCache {
     client: Client,
-    entries: Mutex<HashMap<Key, (Arc<Vec<String>>, Instant)>>,
+    entries: Mutex<Entries>,
 }
 
 impl SecretCache {
@@ -127,7 +137,7 @@ impl SecretCache {
         self.lock().remove(&Self::key(hook));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Arc<Vec<String>>, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -149,7 +159,10 @@ impl SecretCache {
             Some(secret) => secret,
             None if hook.spec.secret_ref.is_none() => {
                 match api
-                    .create(&PostParams::default(), &owned_secret(hook, &generate_secret()))
+                    .create(
+                        &PostParams::default(),
+                        &owned_secret(hook, &generate_secret()),
+                    )
                     .await
                 {
                     Ok(created) => created,
@@ -198,7 +211,10 @@ mod tests {
 
     #[test]
     fn a_secret_without_the_key_signs_nothing() {
-        assert_eq!(signing_keys(&secret(BTreeMap::new()), Timestamp::now()), None);
+        assert_eq!(
+            signing_keys(&secret(BTreeMap::new()), Timestamp::now()),
+            None
+        );
         let hook: Webhook = serde_json::from_value(serde_json::json!({
             "apiVersion": "flowline.io/v1", "kind": "Webhook",
             "metadata": {"name": "wh", "namespace": "n", "uid": "u"},

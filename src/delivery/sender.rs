@@ -146,8 +146,7 @@ impl Sender {
         }
         let timestamp = Timestamp::now().as_second();
         let secrets: Vec<&str> = out.secrets.iter().map(String::as_str).collect();
-        let standard =
-            signing::standard_signature(&secrets, out.event_id, timestamp, &out.body)?;
+        let standard = signing::standard_signature(&secrets, out.event_id, timestamp, &out.body)?;
         let seed = signing::seed_signature(secrets[0], &out.body);
         let response = self
             .client
@@ -277,12 +276,11 @@ fn read_bundle(path: &Path) -> Result<Vec<reqwest::Certificate>, SenderConfigErr
         path: display.clone(),
         source,
     })?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-        SenderConfigError::BadBundle {
+    let certs =
+        reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| SenderConfigError::BadBundle {
             path: display.clone(),
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     if certs.is_empty() {
         return Err(SenderConfigError::BadBundle {
             path: display,

@@ -140,8 +140,8 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
     tokio::spawn(async move {
         let forward = stream.for_each(|event| {
             match event {
@@ -183,8 +183,18 @@ pub async fn run(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let ns = settings.namespace.clone();
     let stores = Stores {
-        hooks: watch(api(&client, ns.as_deref()), tx.clone(), Input::Hook, shutdown.clone()),
-        runs: watch(api(&client, ns.as_deref()), tx.clone(), Input::Run, shutdown.clone()),
+        hooks: watch(
+            api(&client, ns.as_deref()),
+            tx.clone(),
+            Input::Hook,
+            shutdown.clone(),
+        ),
+        runs: watch(
+            api(&client, ns.as_deref()),
+            tx.clone(),
+            Input::Run,
+            shutdown.clone(),
+        ),
         workflows: watch(
             api(&client, ns.as_deref()),
             tx.clone(),
@@ -411,8 +421,11 @@ impl Worker {
             };
             state.in_flight += 1;
             let (tx, hook_ref, uid) = (self.tx.clone(), key.clone(), state.uid.clone());
-            let (sender, secrets, hook) =
-                (self.sender.clone(), self.secrets.clone(), state.hook.clone());
+            let (sender, secrets, hook) = (
+                self.sender.clone(),
+                self.secrets.clone(),
+                state.hook.clone(),
+            );
             tokio::spawn(async move {
                 let attempted = attempt(&sender, &secrets, &hook, &job).await;
                 let _ = tx.send(Input::Attempted {
@@ -476,7 +489,11 @@ impl Worker {
             } else if !job.redelivery {
                 let next = job.attempt + 1;
                 let jitter: f64 = rand::random();
-                match self.settings.schedule.delay_before(next, retry_after, jitter) {
+                match self
+                    .settings
+                    .schedule
+                    .delay_before(next, retry_after, jitter)
+                {
                     Some(wait) => {
                         let at = now + jiff::SignedDuration::try_from(wait).unwrap_or_default();
                         state.ledger.failed(&job.event.id, at);
@@ -637,11 +654,8 @@ impl Worker {
             let (name, status) = (key.name.clone(), state.status.clone());
             writes.push(async move { write_status(&api, &name, &status).await });
         }
-        let _ = tokio::time::timeout(
-            Duration::from_secs(5),
-            futures::future::join_all(writes),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(writes)).await;
     }
 }
 

@@ -1,7 +1,6 @@
 //! The operator as real processes: two replicas execute each run once, and a run
 //! interrupted by a killed operator ends correctly after a restart.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -11,51 +10,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use serde_json::json;
 
-use crate::foundation::{free_port, http_status};
-use crate::support::{TestNamespace, eventually};
+use crate::support::{Process, TestNamespace, ready};
 
-/// A child process killed when the test ends, even when it fails.
-struct Process(Child);
-
-impl Process {
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// An operator process reconciling only `ns`, with a short lease (long enough that a
-/// loaded test machine does not make a leader miss its renewals and step down).
 fn operator(ns: &TestNamespace) -> (Process, u16) {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_flowline"))
-        .args(["operator", "--listen", &format!("127.0.0.1:{port}")])
-        .args([
-            "--watch-namespace",
-            &ns.name,
-            "--leader-election-namespace",
-            &ns.name,
-        ])
-        .args(["--leader-lease-seconds", "8"])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    (Process(child), port)
-}
-
-async fn ready(port: u16) {
-    eventually(
-        "the operator to be ready",
-        Duration::from_secs(30),
-        || async { (http_status(port, "/readyz") == Some(200)).then_some(()) },
-    )
-    .await;
+    Process::operator(ns, &[])
 }
 
 /// A local endpoint that counts its calls.

@@ -2,7 +2,7 @@
 //! namespace per test, deleted when the test ends.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -368,4 +368,51 @@ pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
         },
     )
     .await
+}
+
+/// A child process killed when the test ends, even when it fails.
+pub struct Process(Child);
+
+impl Process {
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// An operator process reconciling only `ns`, with a short lease (long enough that
+    /// a loaded test machine does not make a leader miss its renewals and step down),
+    /// plus `extra` flags. Returns it and the port of its HTTP listener.
+    pub fn operator(ns: &TestNamespace, extra: &[&str]) -> (Process, u16) {
+        let port = crate::foundation::free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_flowline"))
+            .args(["operator", "--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "--watch-namespace",
+                &ns.name,
+                "--leader-election-namespace",
+                &ns.name,
+            ])
+            .args(["--leader-lease-seconds", "8"])
+            .args(extra)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        (Process(child), port)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until the process serving on `port` is ready.
+pub async fn ready(port: u16) {
+    eventually(
+        "the operator to be ready",
+        Duration::from_secs(30),
+        || async { (crate::foundation::http_status(port, "/readyz") == Some(200)).then_some(()) },
+    )
+    .await;
 }

@@ -1,0 +1,795 @@
+//! Webhook delivery end to end: a real operator process delivers to a real HTTPS
+//! receiver on loopback (its CA handed over with `--ca-bundle`, loopback allowed with
+//! `--allow-cidr`), with the retry clock compressed by `--delivery-time-scale`.
+//! Signatures are checked with code independent of Flowline's and with the
+//! `standardwebhooks` package from PyPI run as a process.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use crate::support::{Process, TestApi, assert_error, eventually, new_key, ready, repo_root};
+use flowline::api::auth::Scope;
+
+#[path = "../support/receiver.rs"]
+mod receiver;
+use receiver::{Received, Receiver, TestPki};
+
+const ALL_KINDS: [&str; 6] = [
+    "run.started",
+    "run.succeeded",
+    "run.failed",
+    "run.cancelled",
+    "workflow.activated",
+    "workflow.paused",
+];
+
+struct Setup {
+    api: TestApi,
+    receiver: Receiver,
+    operator: Process,
+}
+
+/// The operator flags of a test: trust the receiver's CA, allow loopback, and compress
+/// the retry schedule a thousandfold (5 s → 5 ms, 5 min → 0.3 s, 30 min → 1.8 s).
+fn flags(pki: &TestPki) -> Vec<String> {
+    vec![
+        "--ca-bundle".into(),
+        pki.ca_file.display().to_string(),
+        "--allow-cidr".into(),
+        "127.0.0.0/8,::1/128".into(),
+        "--delivery-time-scale".into(),
+        "0.001".into(),
+    ]
+}
+
+async fn start_operator(api: &TestApi, flags: &[String]) -> Process {
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (process, port) = Process::operator(&api.ns, &args);
+    ready(port).await;
+    process
+}
+
+async fn setup(prefix: &str) -> Setup {
+    let api = TestApi::start(prefix).await;
+    let receiver = Receiver::start().await;
+    let operator = start_operator(&api, &flags(&receiver.pki)).await;
+    Setup {
+        api,
+        receiver,
+        operator,
+    }
+}
+
+/// Creates a webhook through the API; returns its id and secret.
+async fn webhook(
+    api: &TestApi,
+    url: &str,
+    events: &[&str],
+    workflow: Option<&str>,
+) -> (String, String) {
+    let res = api
+        .send(
+            "POST",
+            &api.admin_key,
+            "/v1/webhooks",
+            Some(json!({"url": url, "events": events, "workflow_id": workflow})),
+        )
+        .await;
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    let body: Value = res.json().await.unwrap();
+    (
+        body["id"].as_str().unwrap().to_string(),
+        body["secret"].as_str().unwrap().to_string(),
+    )
+}
+
+/// An active workflow with these steps; returns its id.
+async fn workflow(api: &TestApi, name: &str, steps: Value) -> String {
+    let res = api
+        .send(
+            "POST",
+            &api.admin_key,
+            "/v1/workflows",
+            Some(json!({"name": name})),
+        )
+        .await;
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    let id = res.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    patch(api, &id, json!({"steps": steps, "state": "active"})).await;
+    id
+}
+
+async fn set_state(api: &TestApi, id: &str, state: &str) {
+    patch(api, id, json!({"state": state})).await;
+}
+
+async fn patch(api: &TestApi, id: &str, body: Value) {
+    let res = api
+        .send(
+            "PATCH",
+            &api.admin_key,
+            &format!("/v1/workflows/{id}"),
+            Some(body),
+        )
+        .await;
+    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+}
+
+async fn start_run(api: &TestApi, workflow: &str) -> String {
+    let res = api
+        .send(
+            "POST",
+            &api.admin_key,
+            &format!("/v1/workflows/{workflow}/runs"),
+            Some(json!({"payload": {}})),
+        )
+        .await;
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    res.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn transform() -> Value {
+    json!([{"id": "a", "name": "A", "action": "transform", "with": {"value": 1}}])
+}
+
+/// Waits until a request on `path` matches `pred`; returns it.
+async fn received(
+    receiver: &Receiver,
+    what: &str,
+    within: Duration,
+    pred: impl Fn(&Received) -> bool,
+) -> Received {
+    eventually(what, within, || async {
+        receiver.received().into_iter().find(|r| pred(r))
+    })
+    .await
+}
+
+fn is_event(r: &Received, kind: &str, field: &str, value: &str) -> bool {
+    let body = r.json();
+    body["event"] == kind && body["data"][field] == value
+}
+
+/// Checks the headers and both signatures with code independent of Flowline's
+/// signing module. `secrets` newest first.
+fn assert_signed(r: &Received, secrets: &[&str]) {
+    let body = r.json();
+    assert_eq!(r.header("content-type"), "application/json");
+    assert!(
+        r.header("user-agent").starts_with("flowline/"),
+        "{}",
+        r.header("user-agent")
+    );
+    assert_eq!(r.header("x-service-event"), body["event"].as_str().unwrap());
+    assert_eq!(r.header("x-service-event-id"), body["id"].as_str().unwrap());
+    assert_eq!(r.header("webhook-id"), body["id"].as_str().unwrap());
+    assert!(body["id"].as_str().unwrap().starts_with("evt_"));
+    assert!(
+        r.header("x-service-delivery-attempt")
+            .parse::<u32>()
+            .unwrap()
+            >= 1
+    );
+    let ts: i64 = r.header("webhook-timestamp").parse().unwrap();
+    assert!((jiff::Timestamp::now().as_second() - ts).abs() < 300);
+
+    let mut mac = Hmac::<Sha256>::new_from_slice(secrets[0].as_bytes()).unwrap();
+    mac.update(&r.body);
+    let seed = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    assert_eq!(r.header("x-service-signature"), seed);
+
+    let expected: Vec<String> = secrets
+        .iter()
+        .map(|secret| {
+            let key = BASE64
+                .decode(secret.strip_prefix("whsec_").unwrap())
+                .unwrap();
+            let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+            mac.update(format!("{}.{ts}.", r.header("webhook-id")).as_bytes());
+            mac.update(&r.body);
+            format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
+        })
+        .collect();
+    assert_eq!(r.header("webhook-signature"), expected.join(" "));
+}
+
+/// Verifies deliveries with the `standardwebhooks` package (PyPI) in a Python
+/// process; returns its verdict per delivery.
+fn standard_webhooks_verdicts(items: &[(&str, &Received)]) -> Vec<String> {
+    let python = repo_root().join(".flowline/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run `make python-deps` (make test does)",
+        python.display()
+    );
+    let input: Vec<Value> = items
+        .iter()
+        .map(|(secret, r)| {
+            let headers: serde_json::Map<String, Value> = ["webhook-id", "webhook-timestamp", "webhook-signature"]
+                .iter()
+                .map(|h| (h.to_string(), json!(r.header(h))))
+                .collect();
+            json!({"secret": secret, "headers": headers, "body": String::from_utf8(r.body.to_vec()).unwrap()})
+        })
+        .collect();
+    let mut child = std::process::Command::new(python)
+        .arg(repo_root().join("hack/verify-standard-webhooks.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(&input).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+async fn deliveries(api: &TestApi, hook: &str) -> Vec<Value> {
+    let res = api
+        .get(
+            &api.admin_key,
+            &format!("/v1/webhooks/{hook}/deliveries?limit=100"),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    res.json::<Value>().await.unwrap()["data"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn every_event_kind_arrives_signed_with_its_data_and_filters_apply() {
+    let s = setup("dlv-kinds").await;
+    let api = &s.api;
+    let (_all, secret) = webhook(api, &s.receiver.url("/all"), &ALL_KINDS, None).await;
+    let ok = workflow(api, "Succeeds", transform()).await;
+    // Subscribed to run.succeeded of one workflow only.
+    let (_filtered, filtered_secret) = webhook(
+        api,
+        &s.receiver.url("/filtered"),
+        &["run.succeeded"],
+        Some(&ok),
+    )
+    .await;
+    let failing = workflow(
+        api,
+        "Fails",
+        json!([{"id": "boom", "name": "Boom", "action": "fail", "with": {"message": "no"}}]),
+    )
+    .await;
+    let slow = workflow(
+        api,
+        "Slow",
+        json!([{"id": "wait", "name": "Wait", "action": "delay", "with": {"ms": 60000}}]),
+    )
+    .await;
+
+    let ok_run = start_run(api, &ok).await;
+    let failed_run = start_run(api, &failing).await;
+    let slow_run = start_run(api, &slow).await;
+    crate::support::step_running(&api.ns, &slow_run, "wait").await;
+    let res = api
+        .send(
+            "POST",
+            &api.admin_key,
+            &format!("/v1/runs/{slow_run}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(res.status(), 202);
+    set_state(api, &failing, "paused").await;
+
+    let wait = Duration::from_secs(30);
+    let started = received(&s.receiver, "run.started", wait, |r| {
+        is_event(r, "run.started", "run_id", &ok_run)
+    })
+    .await;
+    let succeeded = received(&s.receiver, "run.succeeded", wait, |r| {
+        is_event(r, "run.succeeded", "run_id", &ok_run)
+    })
+    .await;
+    let failed = received(&s.receiver, "run.failed", wait, |r| {
+        is_event(r, "run.failed", "run_id", &failed_run)
+    })
+    .await;
+    let cancelled = received(&s.receiver, "run.cancelled", wait, |r| {
+        is_event(r, "run.cancelled", "run_id", &slow_run)
+    })
+    .await;
+    let activated = received(&s.receiver, "workflow.activated", wait, |r| {
+        is_event(r, "workflow.activated", "workflow_id", &ok)
+    })
+    .await;
+    let paused = received(&s.receiver, "workflow.paused", wait, |r| {
+        is_event(r, "workflow.paused", "workflow_id", &failing)
+    })
+    .await;
+
+    let data = |r: &Received| r.json()["data"].clone();
+    let d = data(&started);
+    assert_eq!(
+        (d["workflow_id"].as_str(), d["workflow_name"].as_str()),
+        (Some(ok.as_str()), Some("Succeeds"))
+    );
+    assert_eq!(d["trigger"], "manual");
+    assert!(d["started_at"].as_str().unwrap().ends_with('Z'));
+    let d = data(&succeeded);
+    assert!(
+        d["finished_at"].is_string() && d["duration_ms"].is_u64(),
+        "{d}"
+    );
+    let d = data(&failed);
+    let error = d["error"].as_str().unwrap();
+    assert!(
+        error.contains("boom") && error.contains("fail") && error.contains("no"),
+        "{error}"
+    );
+    assert!(d["duration_ms"].is_u64());
+    let d = data(&cancelled);
+    assert!(
+        d.get("error").is_none() && d["finished_at"].is_string(),
+        "{d}"
+    );
+    let d = data(&activated);
+    assert_eq!(
+        (d["previous_state"].as_str(), d["state"].as_str()),
+        (Some("draft"), Some("active"))
+    );
+    let d = data(&paused);
+    assert_eq!(
+        (d["previous_state"].as_str(), d["state"].as_str()),
+        (Some("active"), Some("paused"))
+    );
+
+    // The catch-all webhook got everything above; by the time it has, the filtered
+    // one has been offered every event too. Give stragglers a moment anyway.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let everything = s.receiver.received();
+
+    // Which request went to which webhook: the signature says (different secrets).
+    let mut for_filtered = Vec::new();
+    let mut for_all = Vec::new();
+    for r in &everything {
+        let mut mac = Hmac::<Sha256>::new_from_slice(filtered_secret.as_bytes()).unwrap();
+        mac.update(&r.body);
+        if r.header("x-service-signature")
+            == format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+        {
+            for_filtered.push(r.clone());
+        } else {
+            assert_signed(r, &[&secret]);
+            for_all.push(r.clone());
+        }
+    }
+    assert_eq!(for_filtered.len(), 1, "only run.succeeded of {ok}");
+    assert!(is_event(
+        &for_filtered[0],
+        "run.succeeded",
+        "workflow_id",
+        &ok
+    ));
+    assert_signed(&for_filtered[0], &[&filtered_secret]);
+    let kinds: std::collections::BTreeSet<String> = for_all
+        .iter()
+        .map(|r| r.json()["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds.len(), 6, "{kinds:?}");
+
+    let mut items: Vec<(&str, &Received)> = for_all.iter().map(|r| (secret.as_str(), r)).collect();
+    items.push((filtered_secret.as_str(), &for_filtered[0]));
+    let verdicts = standard_webhooks_verdicts(&items);
+    assert_eq!(verdicts.len(), items.len());
+    assert!(verdicts.iter().all(|v| v == "ok"), "{verdicts:?}");
+    // And the library does reject a wrong secret (the check can fail).
+    let wrong = standard_webhooks_verdicts(&[(filtered_secret.as_str(), &for_all[0])]);
+    assert!(wrong[0].starts_with("invalid"), "{wrong:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn failures_are_retried_with_one_event_id_and_listed_as_deliveries() {
+    let s = setup("dlv-retry").await;
+    let api = &s.api;
+    let (hook, secret) = webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
+    let wf = workflow(api, "Retry", transform()).await;
+
+    // 500, 500, 200: delivered on the third attempt.
+    s.receiver.script(&[500, 500]);
+    let run = start_run(api, &wf).await;
+    let third = received(
+        &s.receiver,
+        "the third attempt",
+        Duration::from_secs(30),
+        |r| r.status_sent == 200 && is_event(r, "run.succeeded", "run_id", &run),
+    )
+    .await;
+    let of_run: Vec<Received> = s
+        .receiver
+        .received()
+        .into_iter()
+        .filter(|r| is_event(r, "run.succeeded", "run_id", &run))
+        .collect();
+    let attempts: Vec<(&str, u16)> = of_run
+        .iter()
+        .map(|r| (r.header("x-service-delivery-attempt"), r.status_sent))
+        .collect();
+    assert_eq!(attempts, [("1", 500), ("2", 500), ("3", 200)]);
+    let event_id = third.header("webhook-id").to_string();
+    assert!(of_run.iter().all(|r| r.header("webhook-id") == event_id));
+    for r in &of_run {
+        assert_signed(r, &[&secret]);
+    }
+
+    // The deliveries API: newest first, with status codes, durations and times.
+    let listed = eventually(
+        "the attempts in the status",
+        Duration::from_secs(10),
+        || async {
+            let list = deliveries(api, &hook).await;
+            (list.len() >= 3).then_some(list)
+        },
+    )
+    .await;
+    let codes: Vec<u64> = listed
+        .iter()
+        .map(|d| d["status_code"].as_u64().unwrap())
+        .collect();
+    assert_eq!(codes, [200, 500, 500]);
+    assert!(
+        listed
+            .iter()
+            .all(|d| d["event_id"] == event_id.as_str() && d["event"] == "run.succeeded")
+    );
+    assert_eq!(listed[0]["attempt"], 3);
+    assert!(listed[0]["duration_ms"].is_u64() && listed[0]["attempted_at"].is_string());
+    assert!(listed[0]["error"].is_null());
+    // Paging.
+    let page: Value = api
+        .get(
+            &api.admin_key,
+            &format!("/v1/webhooks/{hook}/deliveries?limit=1"),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let next: Value = api
+        .get(
+            &api.admin_key,
+            &format!("/v1/webhooks/{hook}/deliveries?limit=1&cursor={cursor}"),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(next["data"][0]["id"], listed[1]["id"]);
+    let hook_view: Value = api
+        .get(&api.admin_key, &format!("/v1/webhooks/{hook}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(hook_view["enabled"], true);
+
+    // Redelivery on request: one more attempt of the same event.
+    let delivery = listed[0]["id"].as_str().unwrap();
+    let reader = new_key(&api.ns, &[Scope::Read]).await;
+    api.await_key(&reader).await;
+    let path = format!("/v1/webhooks/{hook}/deliveries/{delivery}/retry");
+    assert_error(
+        api.send("POST", &reader, &path, None).await,
+        403,
+        "insufficient_scope",
+    )
+    .await;
+    assert_eq!(
+        api.get(&reader, &format!("/v1/webhooks/{hook}/deliveries"))
+            .await
+            .status(),
+        200
+    );
+    let res = api.send("POST", &api.admin_key, &path, None).await;
+    assert_eq!(res.status(), 202);
+    let accepted: Value = res.json().await.unwrap();
+    assert_eq!(
+        (accepted["event_id"].as_str(), accepted["status"].as_str()),
+        (Some(event_id.as_str()), Some("queued"))
+    );
+    received(
+        &s.receiver,
+        "the redelivery",
+        Duration::from_secs(15),
+        |r| r.header("webhook-id") == event_id && r.header("x-service-delivery-attempt") == "4",
+    )
+    .await;
+    assert_error(
+        api.send(
+            "POST",
+            &api.admin_key,
+            &format!("/v1/webhooks/{hook}/deliveries/dlv_nope/retry"),
+            None,
+        )
+        .await,
+        404,
+        "delivery_not_found",
+    )
+    .await;
+    assert_error(
+        api.send(
+            "POST",
+            &api.admin_key,
+            "/v1/webhooks/wh-nope/deliveries/x/retry",
+            None,
+        )
+        .await,
+        404,
+        "webhook_not_found",
+    )
+    .await;
+    assert_error(
+        api.get(&api.admin_key, "/v1/webhooks/wh-nope/deliveries")
+            .await,
+        404,
+        "webhook_not_found",
+    )
+    .await;
+
+    // Receiver down, then up: attempts fail, then one succeeds with a higher number.
+    s.receiver.set_down(true);
+    let second = start_run(api, &wf).await;
+    eventually("two failed attempts", Duration::from_secs(30), || async {
+        let list = deliveries(api, &hook).await;
+        let failed = list
+            .iter()
+            .filter(|d| d["status_code"].is_null() && d["error"].is_string())
+            .count();
+        (failed >= 2).then_some(())
+    })
+    .await;
+    s.receiver.set_down(false);
+    let delivered = received(
+        &s.receiver,
+        "delivery after the receiver is back",
+        Duration::from_secs(30),
+        |r| is_event(r, "run.succeeded", "run_id", &second),
+    )
+    .await;
+    assert!(
+        delivered
+            .header("x-service-delivery-attempt")
+            .parse::<u32>()
+            .unwrap()
+            >= 3
+    );
+    let errors: Vec<String> = deliveries(api, &hook)
+        .await
+        .iter()
+        .filter_map(|d| d["error"].as_str().map(str::to_string))
+        .collect();
+    assert!(!errors.is_empty(), "transport errors are listed");
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_410_disables_the_webhook() {
+    let s = setup("dlv-gone").await;
+    let api = &s.api;
+    let (hook, _) = webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
+    let wf = workflow(api, "Gone", transform()).await;
+    s.receiver.script(&[410]);
+    start_run(api, &wf).await;
+    eventually(
+        "the webhook to be disabled",
+        Duration::from_secs(30),
+        || async {
+            let view: Value = api
+                .get(&api.admin_key, &format!("/v1/webhooks/{hook}"))
+                .await
+                .json()
+                .await
+                .ok()?;
+            (view["enabled"] == false).then_some(())
+        },
+    )
+    .await;
+    let hooks = api.ns.api::<flowline::crd::Webhook>();
+    let status = hooks.get(&hook).await.unwrap().status.unwrap();
+    assert_eq!(status.last_status_code, Some(410));
+    assert!(status.disabled_reason.unwrap().contains("410"));
+    // Nothing more is sent to it.
+    let run = start_run(api, &wf).await;
+    crate::support::finished_run(&api.ns, &run, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(s.receiver.received().len(), 1);
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn an_event_survives_an_operator_killed_before_delivering_it() {
+    let mut s = setup("dlv-crash").await;
+    let api = &s.api;
+    webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
+    let wf = workflow(api, "Crash", transform()).await;
+    s.receiver.set_down(true);
+    let run = start_run(api, &wf).await;
+    let finished = crate::support::finished_run(&api.ns, &run, Duration::from_secs(30)).await;
+    let event_id = finished
+        .status
+        .unwrap()
+        .pending_events
+        .last()
+        .unwrap()
+        .id
+        .clone();
+    s.operator.kill();
+    assert_eq!(s.receiver.count(), 0);
+    s.receiver.set_down(false);
+    let _restarted = start_operator(api, &flags(&s.receiver.pki)).await;
+    let delivered = received(
+        &s.receiver,
+        "the delivery after the restart",
+        Duration::from_secs(30),
+        |r| is_event(r, "run.succeeded", "run_id", &run),
+    )
+    .await;
+    assert_eq!(delivered.header("webhook-id"), event_id);
+    assert_eq!(delivered.json()["id"], event_id.as_str());
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn the_destination_guard_refuses_loopback_metadata_and_plain_http() {
+    let api = TestApi::start("dlv-ssrf").await;
+    let pki = Arc::new(TestPki::new());
+    let receiver = Receiver::start_with(pki.clone()).await;
+    // Trusts the CA, but neither --allow-cidr nor --allow-http.
+    let ca = pki.ca_file.display().to_string();
+    let _operator = start_operator(&api, &["--ca-bundle".into(), ca]).await;
+    let loopback = format!("https://127.0.0.1:{}/", receiver.addr.port());
+    let (to_loopback, _) = webhook(&api, &loopback, &["workflow.activated"], None).await;
+    let (to_metadata, _) = webhook(
+        &api,
+        "https://169.254.169.254/latest/meta-data",
+        &["workflow.activated"],
+        None,
+    )
+    .await;
+    // http:// cannot even be created through the API without the flag; kubectl can.
+    let plain = format!("http://127.0.0.1:{}/", receiver.addr.port());
+    let hooks = api.ns.api::<flowline::crd::Webhook>();
+    let manifest: flowline::crd::Webhook = serde_json::from_value(json!({
+        "apiVersion": "flowline.io/v1", "kind": "Webhook",
+        "metadata": {"name": "plain-http"},
+        "spec": {"url": plain, "allowInsecureHttp": true, "events": ["workflow.activated"]}
+    }))
+    .unwrap();
+    hooks.create(&Default::default(), &manifest).await.unwrap();
+    workflow(&api, "Guarded", transform()).await;
+
+    let first_error = |hook: String| {
+        let api = &api;
+        async move {
+            eventually(
+                &format!("a refused attempt for {hook}"),
+                Duration::from_secs(30),
+                || async {
+                    deliveries(api, &hook)
+                        .await
+                        .first()
+                        .and_then(|d| d["error"].as_str().map(str::to_string))
+                },
+            )
+            .await
+        }
+    };
+    let e = first_error(to_loopback).await;
+    assert!(
+        e.contains("127.0.0.1 is loopback") && e.contains("--allow-cidr"),
+        "{e}"
+    );
+    let e = first_error(to_metadata).await;
+    assert!(
+        e.contains("169.254.169.254 is link-local") && e.contains("--allow-cidr"),
+        "{e}"
+    );
+    let e = first_error("plain-http".into()).await;
+    assert!(e.contains("--allow-http"), "{e}");
+    // kubectl users get the generated signing Secret, owned by the webhook.
+    let secret = api
+        .ns
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get("plain-http-signing")
+        .await
+        .unwrap();
+    assert_eq!(
+        secret.metadata.owner_references.unwrap()[0].name,
+        "plain-http"
+    );
+    assert_eq!(receiver.count(), 0, "nothing reached the receiver");
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_rotated_secret_signs_alongside_the_old_one_for_a_day() {
+    let s = setup("dlv-rotate").await;
+    let api = &s.api;
+    let (hook, old) = webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
+    let res = api
+        .send(
+            "POST",
+            &api.admin_key,
+            &format!("/v1/webhooks/{hook}/rotate-secret"),
+            None,
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let rotated: Value = res.json().await.unwrap();
+    let new = rotated["secret"].as_str().unwrap().to_string();
+    assert!(new.starts_with("whsec_") && new != old);
+    assert_eq!(rotated["id"], hook.as_str());
+    let expires: jiff::Timestamp = rotated["previous_secret_expires_at"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let in_a_day = expires.duration_since(jiff::Timestamp::now()).as_hours();
+    assert!((23..=24).contains(&in_a_day), "{expires}");
+
+    let wf = workflow(api, "Rotate", transform()).await;
+    let run = start_run(api, &wf).await;
+    let r = received(
+        &s.receiver,
+        "a delivery after rotation",
+        Duration::from_secs(30),
+        |r| is_event(r, "run.succeeded", "run_id", &run),
+    )
+    .await;
+    assert_eq!(r.header("webhook-signature").matches("v1,").count(), 2);
+    assert_signed(&r, &[&new, &old]);
+    let verdicts = standard_webhooks_verdicts(&[(&new, &r), (&old, &r)]);
+    assert_eq!(verdicts, ["ok", "ok"], "receivers on either secret verify");
+    assert_error(
+        api.send(
+            "POST",
+            &api.admin_key,
+            "/v1/webhooks/wh-nope/rotate-secret",
+            None,
+        )
+        .await,
+        404,
+        "webhook_not_found",
+    )
+    .await;
+}

@@ -1,0 +1,216 @@
+//! A real HTTPS webhook receiver on loopback, with its own certificate authority (the
+//! operator trusts it through `--ca-bundle`). It records every request and answers
+//! with scripted statuses. Shared by the cluster tests and `benches/delivery.rs`.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::{self, pki_types};
+
+/// One request as received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+    pub status_sent: u16,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("deliveries are JSON")
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    received: Mutex<Vec<Received>>,
+    script: Mutex<VecDeque<u16>>,
+    down: AtomicBool,
+    count: AtomicU64,
+    keep_bodies: AtomicBool,
+}
+
+/// A CA and a certificate it issued for `localhost` and `127.0.0.1`.
+pub struct TestPki {
+    pub ca_pem: String,
+    pub ca_file: PathBuf,
+    cert_der: pki_types::CertificateDer<'static>,
+    key_der: Vec<u8>,
+}
+
+impl TestPki {
+    pub fn new() -> TestPki {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "flowline test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        let ca_pem = ca_cert.pem();
+        let ca_file = std::env::temp_dir().join(format!(
+            "flowline-test-ca-{}-{}.pem",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::write(&ca_file, &ca_pem).unwrap();
+        TestPki {
+            ca_pem,
+            ca_file,
+            cert_der: leaf.der().clone(),
+            key_der: leaf_key.serialize_der(),
+        }
+    }
+
+    fn acceptor(&self) -> TlsAcceptor {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let key = pki_types::PrivateKeyDer::Pkcs8(self.key_der.clone().into());
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![self.cert_der.clone()], key)
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        TlsAcceptor::from(Arc::new(config))
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// The receiver; it stops when dropped.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    pub pki: Arc<TestPki>,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Receiver {
+    pub async fn start() -> Receiver {
+        Self::start_with(Arc::new(TestPki::new())).await
+    }
+
+    pub async fn start_with(pki: Arc<TestPki>) -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared::default());
+        shared.keep_bodies.store(true, Ordering::SeqCst);
+        let acceptor = pki.acceptor();
+        let state = shared.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                if state.down.load(Ordering::SeqCst) {
+                    drop(tcp); // as if nothing listened: the attempt fails to connect
+                    continue;
+                }
+                let (acceptor, state) = (acceptor.clone(), state.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = service_fn(move |req| handle(state.clone(), req));
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Receiver {
+            addr,
+            pki,
+            shared,
+            task,
+        }
+    }
+
+    /// `https://localhost:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.addr.port())
+    }
+
+    /// The next requests get these statuses, in order; then 200 again.
+    pub fn script(&self, statuses: &[u16]) {
+        self.shared.script.lock().unwrap().extend(statuses);
+    }
+
+    /// While down, connections are closed before TLS (the sender sees a transport error).
+    pub fn set_down(&self, down: bool) {
+        self.shared.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Count only, without keeping requests (benchmarks).
+    pub fn count_only(&self) {
+        self.shared.keep_bodies.store(false, Ordering::SeqCst);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.shared.count.load(Ordering::SeqCst)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.shared.received.lock().unwrap().clone()
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, BoxError> {
+    if shared.down.load(Ordering::SeqCst) {
+        // Also on connections opened while up: the connection closes without a response.
+        return Err("receiver is down".into());
+    }
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let status = shared.script.lock().unwrap().pop_front().unwrap_or(200);
+    shared.count.fetch_add(1, Ordering::SeqCst);
+    if shared.keep_bodies.load(Ordering::SeqCst) {
+        shared.received.lock().unwrap().push(Received {
+            headers: parts.headers,
+            body,
+            status_sent: status,
+        });
+    }
+    Ok(Response::builder()
+        .status(status)
+        .body(Full::new(Bytes::from_static(b"ok")))
+        .unwrap())
+}
