@@ -64,6 +64,10 @@ bench-api: cluster install-crds ## /v1 reads (watch caches) vs the same reads fr
 bench-engine: cluster install-crds ## Run engine: step overhead, runs/s and writes per run, job overhead
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench engine
 
+.PHONY: bench-delivery
+bench-delivery: cluster install-crds ## Webhook delivery: 50k events to a local HTTPS sink vs a raw hyper client, writes per 1,000
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench delivery
+
 .PHONY: crds
 crds: ## Regenerate crds/ from the Rust types
 	$(CARGO) run --quiet -- crdgen > crds/flowline.yaml

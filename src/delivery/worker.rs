@@ -713,3 +713,47 @@ async fn write_status(api: &Api<Webhook>, name: &str, status: &WebhookStatus) ->
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook(annotation: Option<&str>) -> Webhook {
+        let mut hook: Webhook = serde_json::from_value(serde_json::json!({
+            "apiVersion": "flowline.io/v1", "kind": "Webhook",
+            "metadata": {"name": "wh", "namespace": "n"},
+            "spec": {"url": "https://example.com", "events": ["run.started"]}
+        }))
+        .unwrap();
+        if let Some(value) = annotation {
+            hook.metadata.annotations =
+                Some([(REDELIVER_ANNOTATION.to_string(), value.to_string())].into());
+        }
+        hook
+    }
+
+    #[test]
+    fn redelivery_requests_are_read_from_the_annotation() {
+        let h = hook(Some(r#"[{"id": "rdl_1", "delivery": "dlv_a"}]"#));
+        assert_eq!(
+            redelivery_requests(&h),
+            vec![RedeliveryRequest {
+                id: "rdl_1".into(),
+                delivery: "dlv_a".into()
+            }]
+        );
+        assert!(redelivery_requests(&hook(None)).is_empty());
+        assert!(
+            redelivery_requests(&hook(Some("not json"))).is_empty(),
+            "a hand-edited, malformed annotation is ignored, not fatal"
+        );
+    }
+
+    #[test]
+    fn only_future_times_are_waited_for() {
+        let now = Timestamp::now();
+        assert_eq!(until(now - jiff::SignedDuration::from_secs(5)), None);
+        let wait = until(now + jiff::SignedDuration::from_secs(60)).unwrap();
+        assert!(wait > Duration::from_secs(55) && wait <= Duration::from_secs(60));
+    }
+}

@@ -53,7 +53,24 @@ app.kubernetes.io/part-of: flowline
 {{- end }}
 {{- end }}
 
-{{/* The pod spec both Deployments share; call with (dict "root" $ "component" "api"). */}}
+{{/* Flags of webhook deliveries (the controller alone delivers). */}}
+{{- define "flowline.deliveryArgs" -}}
+- --delivery-concurrency={{ .Values.delivery.concurrency | int }}
+{{- range .Values.delivery.allowCidrs }}
+- --allow-cidr={{ . }}
+{{- end }}
+{{- with .Values.delivery.caBundle.configMap }}
+- --ca-bundle={{ include "flowline.caBundleDir" $ }}/{{ $.Values.delivery.caBundle.key }}
+{{- end }}
+{{- end }}
+
+{{/* Where the ConfigMap of delivery.caBundle is mounted in the controller pods. */}}
+{{- define "flowline.caBundleDir" -}}
+/etc/flowline/ca
+{{- end }}
+
+{{/* The pod spec both Deployments share; call with (dict "root" $ "component" "api"),
+plus "delivers" true for the controller (delivery flags and the CA bundle mount). */}}
 {{- define "flowline.podSpec" -}}
 {{- $root := .root -}}
 serviceAccountName: {{ include "flowline.fullname" $root }}
@@ -70,6 +87,9 @@ containers:
   args:
   - {{ .subcommand }}
   {{- include "flowline.args" $root | nindent 2 }}
+  {{- if .delivers }}
+  {{- include "flowline.deliveryArgs" $root | nindent 2 }}
+  {{- end }}
   env:
   - name: RUST_LOG
     value: {{ $root.Values.config.logLevel | quote }}
@@ -99,6 +119,20 @@ containers:
     {{- toYaml .resources | nindent 4 }}
   securityContext:
     {{- toYaml $root.Values.securityContext | nindent 4 }}
+  {{- if and .delivers $root.Values.delivery.caBundle.configMap }}
+  volumeMounts:
+  - name: ca-bundle
+    mountPath: {{ include "flowline.caBundleDir" $root }}
+    readOnly: true
+  {{- end }}
+{{- if and .delivers $root.Values.delivery.caBundle.configMap }}
+volumes:
+- name: ca-bundle
+  configMap:
+    name: {{ $root.Values.delivery.caBundle.configMap }}
+    items:
+    - {key: {{ $root.Values.delivery.caBundle.key | quote }}, path: {{ $root.Values.delivery.caBundle.key | quote }}}
+{{- end }}
 {{- with $root.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
