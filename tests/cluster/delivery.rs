@@ -105,6 +105,18 @@ async fn workflow(api: &TestApi, name: &str, steps: Value) -> String {
         .as_str()
         .unwrap()
         .to_string();
+    // Activate once the controller has seen the draft, so workflow.activated says
+    // where it came from (a workflow first seen active has no previous state).
+    let workflows = api.ns.api::<flowline::crd::Workflow>();
+    eventually(
+        "the controller to observe the draft",
+        Duration::from_secs(30),
+        || async {
+            let wf = workflows.get(&id).await.ok()?;
+            wf.status?.observed_state.map(|_| ())
+        },
+    )
+    .await;
     patch(api, &id, json!({"steps": steps, "state": "active"})).await;
     id
 }
