@@ -177,7 +177,10 @@ async fn main() {
 
     println!("bench-delivery: {EVENTS} events of {mean_size} bytes, {CONCURRENCY} in flight");
     let (raw_rate, raw_p99) = raw_hyper(&receiver, &bodies).await;
-    println!("  raw hyper client (before): {raw_rate:.0} req/s, p99 <= {raw_p99} s");
+    println!(
+        "  raw hyper client (before): {raw_rate:.0} req/s, p99 <= {raw_p99} s, {} of {EVENTS} over HTTP/2",
+        receiver.http2_count()
+    );
 
     // The outbox: a webhook first (events before it are not owed), then 1,000
     // Workflows holding 50 pending events each, written as status like the
@@ -236,6 +239,7 @@ async fn main() {
     let writes_before = writes(&client).await;
     let stop = CancellationToken::new();
     let before = receiver.count();
+    let h2_before = receiver.http2_count();
     let started = Instant::now();
     tokio::spawn(worker::run(
         client.clone(),
@@ -269,7 +273,8 @@ async fn main() {
         .status
         .unwrap_or_default();
     println!(
-        "  flowline worker:  {rate:.0} deliveries/s, p99 <= {p99} s (from start, incl. the initial list)"
+        "  flowline worker:  {rate:.0} deliveries/s, p99 <= {p99} s (from start, incl. the initial list), {} over HTTP/2",
+        receiver.http2_count() - h2_before
     );
     // The reference again, so neither side profits from going first or second; the
     // ratios use the better of its two runs.

@@ -107,9 +107,16 @@ pub struct OperatorArgs {
     /// Namespace of the leader-election Lease (in a pod: its own namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub leader_election_namespace: String,
-    /// Reconcile only this namespace's Runs (default: all namespaces).
-    #[arg(long)]
-    pub watch_namespace: Option<String>,
+    /// Serve and reconcile only these namespaces (repeatable or comma-separated;
+    /// default: the whole cluster). Namespaced installs need it: their RBAC covers only
+    /// the listed namespaces.
+    #[arg(
+        long = "watch-namespace",
+        value_name = "NAMESPACE",
+        value_delimiter = ',',
+        env = "FLOWLINE_WATCH_NAMESPACES"
+    )]
+    pub watch_namespaces: Vec<String>,
     /// Image of step Jobs running built-in actions (the operator's own image).
     #[arg(
         long,
@@ -181,9 +188,17 @@ impl OperatorArgs {
         }
     }
 
-    pub fn delivery_settings(&self) -> crate::delivery::worker::Settings {
+    pub fn scope(&self) -> crate::kubeutil::WatchScope {
+        crate::kubeutil::WatchScope::from_list(&self.watch_namespaces)
+    }
+
+    /// Settings of the delivery worker of one namespace (or of the cluster).
+    pub fn delivery_settings(
+        &self,
+        namespace: Option<String>,
+    ) -> crate::delivery::worker::Settings {
         crate::delivery::worker::Settings {
-            namespace: self.watch_namespace.clone(),
+            namespace,
             schedule: crate::delivery::schedule::RetrySchedule::scaled(self.delivery_time_scale),
             concurrency: self.delivery_concurrency.into(),
         }

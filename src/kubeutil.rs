@@ -55,3 +55,71 @@ pub async fn wait_for_crds(client: &Client, timeout: Duration) -> Result<(), Clu
     }
     Ok(())
 }
+
+/// The namespaces a process watches: the whole cluster, or a listed set (namespaced
+/// installs, whose RBAC grants only those). Listed namespaces get one watch each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchScope {
+    Cluster,
+    Namespaces(std::sync::Arc<[String]>),
+}
+
+impl WatchScope {
+    /// An empty list means the whole cluster.
+    pub fn from_list(namespaces: &[String]) -> Self {
+        let mut list: Vec<String> = namespaces
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        list.sort();
+        list.dedup();
+        if list.is_empty() {
+            WatchScope::Cluster
+        } else {
+            WatchScope::Namespaces(list.into())
+        }
+    }
+
+    /// One entry per watch: `None` for the whole cluster, else each namespace.
+    pub fn each(&self) -> Vec<Option<String>> {
+        match self {
+            WatchScope::Cluster => vec![None],
+            WatchScope::Namespaces(list) => list.iter().cloned().map(Some).collect(),
+        }
+    }
+
+    /// Whether objects of `namespace` are in scope.
+    pub fn contains(&self, namespace: &str) -> bool {
+        match self {
+            WatchScope::Cluster => true,
+            WatchScope::Namespaces(list) => list.iter().any(|n| n == namespace),
+        }
+    }
+}
+
+/// The API of a namespaced kind over one namespace, or all of them.
+pub fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_list_is_the_cluster_and_a_list_is_deduplicated() {
+        assert_eq!(WatchScope::from_list(&[]), WatchScope::Cluster);
+        assert_eq!(WatchScope::from_list(&[" ".into()]), WatchScope::Cluster);
+        let scope = WatchScope::from_list(&["b".into(), "a".into(), "b".into()]);
+        assert_eq!(scope.each(), vec![Some("a".into()), Some("b".into())]);
+        assert!(scope.contains("a") && !scope.contains("c"));
+        assert!(WatchScope::Cluster.contains("anything"));
+    }
+}

@@ -38,7 +38,8 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
 
     let client = crate::kubeutil::client().await?;
 
-    let caches = Caches::start(client.clone(), shutdown.clone());
+    let scope = args.scope();
+    let caches = Caches::start(client.clone(), &scope, shutdown.clone());
     let watching = caches.clone();
     tokio::spawn(async move {
         while !watching.is_synced() {
@@ -84,13 +85,12 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         // A bad CA bundle is a start-up error, not a stream of failed deliveries.
         let sender = crate::delivery::sender::Sender::new(&args.sender_config())
             .context("configuring webhook deliveries")?;
-        let delivery_settings = args.delivery_settings();
         let delivery_metrics = crate::telemetry::delivery_metrics::DeliveryMetrics::new(&metrics);
         let ctx = crate::controller::run::Context::new(
             client.clone(),
             http,
             args.default_executor.into(),
-            args.watch_namespace.clone(),
+            None,
             telemetry.clone(),
             crate::engine::job::JobSettings {
                 step_image: args.step_image.clone(),
@@ -105,27 +105,38 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         };
         lease = Some(cfg.clone());
         let (client, shutdown, lost) = (client.clone(), shutdown.clone(), lost_leadership.clone());
-        let watch_namespace = args.watch_namespace.clone();
+        let delivery_settings: Vec<_> = scope
+            .each()
+            .into_iter()
+            .map(|ns| args.delivery_settings(ns))
+            .collect();
         let workflow_telemetry = telemetry.clone();
         tokio::spawn(async move {
             if !leader::acquire(client.clone(), &cfg, &shutdown).await {
                 return;
             }
             let controllers = shutdown.child_token();
-            tokio::spawn(crate::controller::run::run(ctx, controllers.clone()));
-            tokio::spawn(crate::controller::workflow::run(
-                client.clone(),
-                watch_namespace,
-                workflow_telemetry,
-                controllers.clone(),
-            ));
-            tokio::spawn(crate::delivery::worker::run(
-                client.clone(),
-                sender,
-                delivery_settings,
-                delivery_metrics,
-                controllers.clone(),
-            ));
+            // One set of watches per listed namespace (or one for the cluster).
+            for settings in delivery_settings {
+                let namespace = settings.namespace.clone();
+                tokio::spawn(crate::controller::run::run(
+                    ctx.in_namespace(namespace.clone()),
+                    controllers.clone(),
+                ));
+                tokio::spawn(crate::controller::workflow::run(
+                    client.clone(),
+                    namespace,
+                    workflow_telemetry.clone(),
+                    controllers.clone(),
+                ));
+                tokio::spawn(crate::delivery::worker::run(
+                    client.clone(),
+                    sender.clone(),
+                    settings,
+                    delivery_metrics.clone(),
+                    controllers.clone(),
+                ));
+            }
             if !leader::keep(client, cfg, shutdown.clone()).await {
                 // Another replica may lead now: stop everything and let Kubernetes
                 // restart this one as a follower.

@@ -15,17 +15,79 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::SECRET_TYPE;
 use crate::crd::{Run, Webhook, Workflow};
+use crate::kubeutil::{WatchScope, scoped_api};
 
 /// Longest a write waits for its own result to reach the cache.
 const READ_YOUR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// One kind's watch cache over the namespaces served: a single reflector for the
+/// whole cluster, or one per listed namespace (what namespaced RBAC allows). Offers
+/// the `Store` methods the API uses.
+pub struct ScopedStore<K: Resource + 'static>
+where
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    parts: Arc<[Store<K>]>,
+}
+
+impl<K: Resource + 'static> Clone for ScopedStore<K>
+where
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        ScopedStore {
+            parts: self.parts.clone(),
+        }
+    }
+}
+
+impl<K> ScopedStore<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        self.parts.iter().find_map(|p| p.get(key))
+    }
+
+    pub fn state(&self) -> Vec<Arc<K>> {
+        match &*self.parts {
+            [one] => one.state(),
+            parts => parts.iter().flat_map(Store::state).collect(),
+        }
+    }
+
+    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        for part in self.parts.iter() {
+            part.wait_until_ready().await?;
+        }
+        Ok(())
+    }
+}
+
+fn spawn_scoped<K>(
+    apis: Vec<(Api<K>, watcher::Config)>,
+    shutdown: &CancellationToken,
+) -> ScopedStore<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    ScopedStore {
+        parts: apis
+            .into_iter()
+            .map(|(api, config)| spawn_reflector(api, config, shutdown.clone()))
+            .collect(),
+    }
+}
+
 #[derive(Clone)]
 pub struct Caches {
-    pub workflows: Store<Workflow>,
-    pub runs: Store<Run>,
-    pub webhooks: Store<Webhook>,
-    pub api_keys: Store<Secret>,
-    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub workflows: ScopedStore<Workflow>,
+    pub runs: ScopedStore<Run>,
+    pub webhooks: ScopedStore<Webhook>,
+    pub api_keys: ScopedStore<Secret>,
+    pub namespaces: ScopedStore<PartialObjectMeta<Namespace>>,
     synced: Arc<AtomicBool>,
 }
 
@@ -54,32 +116,45 @@ where
 }
 
 impl Caches {
-    /// Starts the reflectors; `is_synced` turns true once every one has listed.
-    pub fn start(client: Client, shutdown: CancellationToken) -> Caches {
+    /// Starts the reflectors over `scope`; `is_synced` turns true once every one has
+    /// listed.
+    pub fn start(client: Client, scope: &WatchScope, shutdown: CancellationToken) -> Caches {
         let keys_config = watcher::Config::default().fields(&format!("type={SECRET_TYPE}"));
+        let each = scope.each();
+        fn per_namespace<K>(
+            client: &Client,
+            each: &[Option<String>],
+            config: &watcher::Config,
+        ) -> Vec<(Api<K>, watcher::Config)>
+        where
+            K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+        {
+            each.iter()
+                .map(|ns| (scoped_api(client, ns.as_deref()), config.clone()))
+                .collect()
+        }
+        let plain = watcher::Config::default();
+        // Namespace objects are cluster-scoped: in a namespace list, watch each by name
+        // (RBAC can grant exactly those with resourceNames).
+        let namespace_watches = each
+            .iter()
+            .map(|ns| {
+                let config = match ns {
+                    Some(name) => {
+                        watcher::Config::default().fields(&format!("metadata.name={name}"))
+                    }
+                    None => watcher::Config::default(),
+                };
+                (Api::all(client.clone()), config)
+            })
+            .collect();
         let caches = Caches {
-            workflows: spawn_reflector(
-                Api::all(client.clone()),
-                Default::default(),
-                shutdown.clone(),
-            ),
-            runs: spawn_reflector(
-                Api::all(client.clone()),
-                Default::default(),
-                shutdown.clone(),
-            ),
-            webhooks: spawn_reflector(
-                Api::all(client.clone()),
-                Default::default(),
-                shutdown.clone(),
-            ),
-            api_keys: spawn_reflector(Api::all(client.clone()), keys_config, shutdown.clone()),
+            workflows: spawn_scoped(per_namespace(&client, &each, &plain), &shutdown),
+            runs: spawn_scoped(per_namespace(&client, &each, &plain), &shutdown),
+            webhooks: spawn_scoped(per_namespace(&client, &each, &plain), &shutdown),
+            api_keys: spawn_scoped(per_namespace(&client, &each, &keys_config), &shutdown),
             // Metadata only: the rate limiter needs just the plan annotations.
-            namespaces: spawn_reflector(
-                Api::all(client.clone()),
-                Default::default(),
-                shutdown.clone(),
-            ),
+            namespaces: spawn_scoped(namespace_watches, &shutdown),
             synced: Arc::new(AtomicBool::new(false)),
         };
         let waiting = caches.clone();
@@ -105,7 +180,7 @@ impl Caches {
 }
 
 /// Looks up one object of a namespace in a store.
-pub fn get<K>(store: &Store<K>, namespace: &str, name: &str) -> Option<Arc<K>>
+pub fn get<K>(store: &ScopedStore<K>, namespace: &str, name: &str) -> Option<Arc<K>>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -114,7 +189,7 @@ where
 }
 
 /// Every object of a namespace.
-pub fn in_namespace<K>(store: &Store<K>, namespace: &str) -> Vec<Arc<K>>
+pub fn in_namespace<K>(store: &ScopedStore<K>, namespace: &str) -> Vec<Arc<K>>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -132,7 +207,7 @@ fn version(rv: Option<&str>) -> Option<u64> {
 
 /// Waits (bounded) until the store holds `written` or something newer, so a client
 /// that reads right after a write, on any connection, sees its write.
-pub async fn await_write<K>(store: &Store<K>, written: &K)
+pub async fn await_write<K>(store: &ScopedStore<K>, written: &K)
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -152,7 +227,7 @@ where
 }
 
 /// Waits (bounded) until the store no longer holds the object.
-pub async fn await_delete<K>(store: &Store<K>, namespace: &str, name: &str)
+pub async fn await_delete<K>(store: &ScopedStore<K>, namespace: &str, name: &str)
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,

@@ -8,7 +8,7 @@ use std::sync::RwLock;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 
 use super::auth::{KeyRecord, Principal};
 
@@ -28,7 +28,11 @@ pub struct KeyIndex {
 
 impl KeyIndex {
     /// The principal of the key whose SHA-256 is `hash`, if the key exists.
-    pub fn resolve(&self, keys: &Store<Secret>, hash: &str) -> Option<Principal> {
+    pub fn resolve(
+        &self,
+        keys: &super::cache::ScopedStore<Secret>,
+        hash: &str,
+    ) -> Option<Principal> {
         if let Some(entry) = self
             .entries
             .read()

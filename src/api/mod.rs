@@ -59,7 +59,11 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let caches = cache::Caches::start(client.clone(), shutdown.clone());
+        let caches = cache::Caches::start(
+            client.clone(),
+            &crate::kubeutil::WatchScope::Cluster,
+            shutdown.clone(),
+        );
         let api_config = state::ApiConfig {
             allow_http_webhooks: false,
             plans: ratelimit::PlanDefaults {

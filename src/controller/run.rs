@@ -102,6 +102,17 @@ impl Context {
         })
     }
 
+    /// The same engine and settings, watching `namespace` (None = all). Each
+    /// namespace of a list gets its own controller and so its own context.
+    pub fn in_namespace(&self, namespace: Option<String>) -> Arc<Self> {
+        Arc::new(Context {
+            client: self.client.clone(),
+            engine: self.engine.clone(),
+            namespace,
+            executing: Mutex::new(HashMap::new()),
+        })
+    }
+
     fn token(&self, uid: &str) -> Option<CancellationToken> {
         self.executing
             .lock()
@@ -223,14 +234,9 @@ fn error_policy(_run: Arc<Run>, err: &ReconcileError, ctx: Arc<Context>) -> Acti
 
 /// Runs the controller until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let runs: Api<Run> = match &ctx.namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let jobs: Api<k8s_openapi::api::batch::v1::Job> = match &ctx.namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+    let runs: Api<Run> = crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+        crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     // Step Jobs are owned by their Run: a Job's progress wakes the Run at once (after a
     // restart, that is what resumes a run whose step was running in a Job).
     let step_jobs = watcher::Config::default().labels(crate::crd::labels::RUN);

@@ -298,13 +298,8 @@ pub async fn run(
     telemetry: EngineTelemetry,
     shutdown: CancellationToken,
 ) {
-    let (workflows, runs): (Api<Workflow>, Api<Run>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
+    let workflows: Api<Workflow> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
+    let runs: Api<Run> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
     // The runs of every workflow, for counts and retention.
     let (reader, writer) = reflector::store();
     let run_stream =

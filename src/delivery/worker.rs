@@ -162,16 +162,6 @@ where
     reader
 }
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 /// Runs until `shutdown`, then writes what it has not written yet.
 pub async fn run(
     client: Client,
@@ -184,19 +174,19 @@ pub async fn run(
     let ns = settings.namespace.clone();
     let stores = Stores {
         hooks: watch(
-            api(&client, ns.as_deref()),
+            crate::kubeutil::scoped_api(&client, ns.as_deref()),
             tx.clone(),
             Input::Hook,
             shutdown.clone(),
         ),
         runs: watch(
-            api(&client, ns.as_deref()),
+            crate::kubeutil::scoped_api(&client, ns.as_deref()),
             tx.clone(),
             Input::Run,
             shutdown.clone(),
         ),
         workflows: watch(
-            api(&client, ns.as_deref()),
+            crate::kubeutil::scoped_api(&client, ns.as_deref()),
             tx.clone(),
             Input::Workflow,
             shutdown.clone(),

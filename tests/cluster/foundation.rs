@@ -341,3 +341,53 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     stream.read_to_string(&mut response).ok()?;
     response.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// `--watch-namespace a,b`: the caches hold exactly the listed namespaces (one watch
+/// each, as namespaced RBAC allows), and nothing of the others.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn caches_over_a_namespace_list_see_only_those_namespaces() {
+    let (a, b, other) = (
+        TestNamespace::new("scope-a").await,
+        TestNamespace::new("scope-b").await,
+        TestNamespace::new("scope-c").await,
+    );
+    for ns in [&a, &b, &other] {
+        let wf: Workflow = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "wf"}, "spec": {"name": ns.name}
+        }))
+        .unwrap();
+        ns.api::<Workflow>()
+            .create(&PostParams::default(), &wf)
+            .await
+            .unwrap();
+    }
+    let scope = flowline::kubeutil::WatchScope::from_list(&[a.name.clone(), b.name.clone()]);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let caches = flowline::api::cache::Caches::start(a.client.clone(), &scope, shutdown.clone());
+    eventually("the caches to sync", Duration::from_secs(30), || async {
+        caches.is_synced().then_some(())
+    })
+    .await;
+    let mut seen: Vec<String> = caches
+        .workflows
+        .state()
+        .iter()
+        .map(|w| w.namespace().unwrap())
+        .collect();
+    seen.sort();
+    let mut want = vec![a.name.clone(), b.name.clone()];
+    want.sort();
+    assert_eq!(seen, want);
+    assert!(flowline::api::cache::get(&caches.workflows, &b.name, "wf").is_some());
+    assert!(flowline::api::cache::get(&caches.workflows, &other.name, "wf").is_none());
+    let mut namespaces: Vec<String> = caches
+        .namespaces
+        .state()
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    namespaces.sort();
+    assert_eq!(namespaces, want);
+    shutdown.cancel();
+}

@@ -192,7 +192,9 @@ impl TestApi {
         let ns = TestNamespace::new(prefix).await;
         annotate_namespace(&ns, &options.plan_annotations).await;
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let caches = flowline::api::cache::Caches::start(ns.client.clone(), shutdown.clone());
+        let scope = flowline::kubeutil::WatchScope::from_list(std::slice::from_ref(&ns.name));
+        let caches =
+            flowline::api::cache::Caches::start(ns.client.clone(), &scope, shutdown.clone());
         let config = ApiConfig {
             allow_http_webhooks: options.allow_http,
             plans: PlanDefaults {

@@ -46,6 +46,7 @@ struct Shared {
     script: Mutex<VecDeque<u16>>,
     down: AtomicBool,
     count: AtomicU64,
+    http2: AtomicU64,
     keep_bodies: AtomicBool,
 }
 
@@ -183,6 +184,11 @@ impl Receiver {
         self.shared.count.load(Ordering::SeqCst)
     }
 
+    /// Requests that came over HTTP/2 (the rest were HTTP/1.1).
+    pub fn http2_count(&self) -> u64 {
+        self.shared.http2.load(Ordering::SeqCst)
+    }
+
     pub fn received(&self) -> Vec<Received> {
         self.shared.received.lock().unwrap().clone()
     }
@@ -202,6 +208,9 @@ async fn handle(
     let body = body.collect().await?.to_bytes();
     let status = shared.script.lock().unwrap().pop_front().unwrap_or(200);
     shared.count.fetch_add(1, Ordering::SeqCst);
+    if parts.version == http::Version::HTTP_2 {
+        shared.http2.fetch_add(1, Ordering::SeqCst);
+    }
     if shared.keep_bodies.load(Ordering::SeqCst) {
         shared.received.lock().unwrap().push(Received {
             headers: parts.headers,
