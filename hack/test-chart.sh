@@ -14,8 +14,11 @@
 #   7. helm upgrade changes a value and keeps the bootstrap key; revoking it works
 #   8. helm uninstall removes everything but the CRDs
 #   9. namespaced mode: Roles only in the listed namespaces (no Secrets elsewhere), the
-#      admission policy refuses deleting an active workflow, allows it once paused,
-#      ignores other namespaces and lets a namespace be deleted
+#      listed Namespace objects only; the binary runs as that ServiceAccount with the
+#      Deployments' --watch-namespace: keys of the listed namespaces work, one of another
+#      namespace is refused, a run succeeds in each listed namespace; the admission
+#      policy refuses deleting an active workflow, allows it once paused, ignores other
+#      namespaces and lets a namespace be deleted
 #  10. the CRD upgrade path: helm upgrade leaves CRDs alone, the documented
 #      `kubectl apply --server-side --force-conflicts` upgrades them
 #
@@ -30,7 +33,8 @@
 # bound to throwaway namespaces. The CRD upgrade path uses a copy of the CRDs under a
 # throwaway API group, never the real CRDs. Step 6 runs a flowline operator for a few
 # seconds, which reconciles Runs in every namespace: `make test` runs this script after
-# the cargo cluster tests, not beside them.
+# the cargo cluster tests, not beside them. (Step 9's operator watches only its two
+# throwaway namespaces.)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -262,6 +266,42 @@ for want in '- --delivery-concurrency=32' '- --allow-cidr=10.0.0.0/8' '- --allow
   '- {key: "bundle.pem", path: "bundle.pem"}'; do
   grep -qF -- "$want" "$tmp/controller-full.yaml" || die "delivery.* values: the full controller lacks \"$want\""
 done
+# Namespaced mode: both Deployments watch the listed namespaces (--watch-namespace);
+# in cluster mode neither gets the flag.
+for d in api controller; do
+  render_doc "$tmp/render-namespaced.yaml" Deployment "$fullname-$d" >"$tmp/$d-namespaced.yaml"
+  grep -qxE -- " *- --watch-namespace=$ns_a,$ns_b" "$tmp/$d-namespaced.yaml" ||
+    die "namespaced mode: the $d Deployment lacks --watch-namespace=$ns_a,$ns_b"
+  for s in default full; do
+    grep -q -- '--watch-namespace' "$tmp/$d-$s.yaml" && die "cluster mode ($s values): the $d Deployment got --watch-namespace"
+  done
+done
+# Each listed namespace's Role grants exactly the rules of the cluster-mode ClusterRole;
+# the Namespace objects are readable by name only, the listed ones (cluster mode: all).
+python3 - "$tmp/render-default.yaml" "$tmp/render-namespaced.yaml" "$fullname" "$ns_a" "$ns_b" <<'PY' || die "namespaced RBAC rendering (above)"
+import sys
+default, namespaced, fullname, ns_a, ns_b = sys.argv[1:6]
+def find(path, kind, name, namespace=None):
+    found = [d for d in open(path).read().split("\n---\n")
+             if f"\nkind: {kind}\n" in f"\n{d}\n" and f"\n  name: {name}\n" in f"{d}\n"
+             and (namespace is None or f"\n  namespace: {namespace}\n" in f"{d}\n")]
+    if len(found) != 1:
+        sys.exit(f"{path}: {len(found)} {kind} {name} {namespace or ''}, want 1")
+    return found[0]
+rules = lambda doc: doc[doc.index("\nrules:\n"):].strip()
+want = rules(find(default, "ClusterRole", fullname))
+for ns in (ns_a, ns_b):
+    if rules(find(namespaced, "Role", fullname, ns)) != want:
+        sys.exit(f"the Role in {ns} differs from the cluster-mode ClusterRole's rules")
+def namespaces_rule(path):
+    doc = rules(find(path, "ClusterRole", fullname + "-cluster"))
+    return doc[doc.index("  resources: [namespaces]\n"):].split("\n- ")[0]
+ns_rule = namespaces_rule(namespaced)
+if f"  resourceNames:\n    - {ns_a}\n    - {ns_b}\n  verbs: [get, list, watch]" not in ns_rule:
+    sys.exit(f"namespaced mode: the namespaces rule is not limited to {ns_a} and {ns_b}:\n{ns_rule}")
+if "resourceNames" in namespaces_rule(default):
+    sys.exit("cluster mode: the namespaces rule is limited by resourceNames")
+PY
 
 # Wrong values fail at install time, with a message that says why.
 bad_values=(
@@ -388,11 +428,14 @@ can_i no "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/serv
 can_i no "$ns_rel" "$sa" get clusterroles.rbac.authorization.k8s.io
 log "can-i: every call the code makes is allowed; updates, other kinds and other CRDs are not"
 
-# A kubeconfig holding a token of the ServiceAccount, and nothing else.
+# A kubeconfig holding a token of a ServiceAccount of the release namespace, and
+# nothing else.
 server=$(kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
 ca=$(kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
-token=$(kubectl create token "$sa" -n "$ns_rel" --duration 10m)
-cat >"$tmp/sa.kubeconfig" <<KC
+sa_kubeconfig() { # service-account file
+  local sa=$1 file=$2 token
+  token=$(kubectl create token "$sa" -n "$ns_rel" --duration 10m) || die "kubectl create token $sa"
+  (umask 077; cat >"$file") <<KC
 apiVersion: v1
 kind: Config
 clusters: [{name: cluster, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
@@ -400,7 +443,8 @@ users: [{name: $sa, user: {token: "$token"}}]
 contexts: [{name: sa, context: {cluster: cluster, user: $sa, namespace: $ns_rel}}]
 current-context: sa
 KC
-chmod 600 "$tmp/sa.kubeconfig"
+}
+sa_kubeconfig "$sa" "$tmp/sa.kubeconfig"
 cp "$flowline_src" "$tmp/flowline"
 
 # A file the Deployment mounts from a ConfigMap, copied from the cluster into $tmp:
@@ -438,11 +482,11 @@ PY
 }
 
 # Starts the binary with a Deployment's own arguments and environment, as the
-# ServiceAccount; sets base to its URL once /readyz answers. Changed: --listen (a
-# free local port) and --ca-bundle (the same file, copied from the ConfigMap the
-# Deployment mounts, since the mount path does not exist here).
-start_like() { # deployment log-file
-  local deploy=$1 logf=$2 port args=() envs=() replaced=0 a
+# ServiceAccount of the kubeconfig; sets base to its URL once /readyz answers.
+# Changed: --listen (a free local port) and --ca-bundle (the same file, copied from
+# the ConfigMap the Deployment mounts, since the mount path does not exist here).
+start_like() { # deployment log-file kubeconfig
+  local deploy=$1 logf=$2 kubeconfig=$3 port args=() envs=() replaced=0 a
   port=$(free_port)
   while IFS= read -r a; do
     if [[ "$a" == --listen=* ]]; then a="--listen=127.0.0.1:$port"; replaced=1; fi
@@ -459,7 +503,7 @@ start_like() { # deployment log-file
     esac
     envs+=("$name=$value")
   done < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].env[*]}{.name}{"|"}{.value}{"|"}{.valueFrom.fieldRef.fieldPath}{"\n"}{end}')
-  env "${envs[@]}" KUBECONFIG="$tmp/sa.kubeconfig" "$tmp/flowline" "${args[@]}" >"$logf" 2>&1 9>&- &
+  env "${envs[@]}" KUBECONFIG="$kubeconfig" "$tmp/flowline" "${args[@]}" >"$logf" 2>&1 9>&- &
   local pid=$!
   pids+=("$pid")
   local deadline=$((SECONDS + 40))
@@ -484,7 +528,7 @@ call() { # method path expected-status [json-body]; the body lands in $tmp/body
   [ "$code" = "$want" ] || die "$method $path answered $code (want $want): $(cat "$tmp/body")"
 }
 
-start_like "$fullname-api" "$tmp/api.log"
+start_like "$fullname-api" "$tmp/api.log" "$tmp/sa.kubeconfig"
 call GET /v1/workflows 200
 call GET /v1/workflows/order-relay 200
 [ "$(json_get steps.0.action <"$tmp/body")" = http.request ] || die "the API does not show the example's steps: $(cat "$tmp/body")"
@@ -525,7 +569,7 @@ pids+=("$!")
 eventually "the HTTPS receiver listens" 10 test -s "$tmp/receiver.port"
 receiver_port=$(cat "$tmp/receiver.port")
 
-start_like "$fullname-controller" "$tmp/operator.log"
+start_like "$fullname-controller" "$tmp/operator.log" "$tmp/sa.kubeconfig"
 # The webhook exists before the run, so the run's run.succeeded event goes to it.
 call POST /v1/webhooks 201 "{\"url\": \"https://localhost:$receiver_port/hook\", \"events\": [\"run.succeeded\"]}"
 hook=$(json_get id <"$tmp/body")
@@ -655,10 +699,16 @@ releases+=("$reln")
 quiet "helm install $reln (namespaced)" helm install "$reln" "$chart" -n "$ns_rel" ${set_flags[namespaced]} \
   --wait --timeout 120s
 sa=$fullname_ns
+# The Role in each listed namespace grants what the cluster-mode ClusterRole grants
+# (step 2 compares the renderings; here a sample, as the API server sees it).
 for ns in "$ns_a" "$ns_b"; do
-  for verb in get list watch create delete; do can_i yes "$ns_rel" "$sa" "$verb" secrets -n "$ns"; done
+  for verb in get list watch create patch delete; do can_i yes "$ns_rel" "$sa" "$verb" secrets -n "$ns"; done
   can_i yes "$ns_rel" "$sa" create workflows.flowline.io -n "$ns"
-  can_i yes "$ns_rel" "$sa" patch runs.flowline.io --subresource status -n "$ns"
+  for r in runs webhooks; do can_i yes "$ns_rel" "$sa" patch "$r.flowline.io" --subresource status -n "$ns"; done
+  can_i yes "$ns_rel" "$sa" create jobs.batch -n "$ns"
+  can_i yes "$ns_rel" "$sa" create events.events.k8s.io -n "$ns"
+  # Its Namespace object, by name: what a list or watch with fieldSelector=metadata.name=<ns> is checked against.
+  for verb in get list watch; do can_i yes "$ns_rel" "$sa" "$verb" "namespaces/$ns"; done
 done
 for ns in "$ns_rel" "$ns_other" default kube-system; do
   can_i no "$ns_rel" "$sa" get secrets -n "$ns"
@@ -666,10 +716,86 @@ for ns in "$ns_rel" "$ns_other" default kube-system; do
 done
 can_i no "$ns_rel" "$sa" list secrets --all-namespaces
 can_i no "$ns_rel" "$sa" watch workflows.flowline.io --all-namespaces
-can_i yes "$ns_rel" "$sa" list namespaces
+for verb in get watch; do can_i no "$ns_rel" "$sa" "$verb" "namespaces/$ns_other"; done
+for verb in list watch; do can_i no "$ns_rel" "$sa" "$verb" namespaces; done
 can_i yes "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/runs.flowline.io
+can_i yes "$ns_rel" "$sa" create leases.coordination.k8s.io -n "$ns_rel"
+can_i yes "$ns_rel" "$sa" update leases.coordination.k8s.io/flowline-controller -n "$ns_rel"
 kubectl get secret -n "$ns_a" "$fullname_ns-admin" >/dev/null 2>&1 || die "the bootstrap key is not in $ns_a"
-log "can-i: Secrets and workflows only in $ns_a and $ns_b; not in $ns_rel, $ns_other, default, kube-system, nor cluster-wide"
+log "can-i: Secrets and workflows only in $ns_a and $ns_b; not in $ns_rel, $ns_other, default, kube-system, nor cluster-wide;"
+log "  Namespace objects $ns_a and $ns_b only; the Lease in $ns_rel"
+
+# The binary in namespaced mode: API and controller as this release's ServiceAccount,
+# with the namespaced Deployments' own arguments (--watch-namespace=$ns_a,$ns_b).
+for d in api controller; do
+  deploy_args=$(kubectl get -n "$ns_rel" "deployment/$fullname_ns-$d" -o jsonpath='{.spec.template.spec.containers[0].args}')
+  [[ "$deploy_args" == *"\"--watch-namespace=$ns_a,$ns_b\""* ]] ||
+    die "deployment/$fullname_ns-$d lacks --watch-namespace=$ns_a,$ns_b: $deploy_args"
+done
+mint_key() { # namespace: prints a new admin key of that account (created with the cluster credentials)
+  local value
+  value=$("$tmp/flowline" api-key create --namespace "$1" --name t --scopes admin 2>"$tmp/out") ||
+    { cat "$tmp/out" >&2; die "flowline api-key create --namespace $1"; }
+  [[ "$value" == flk_* ]] || die "flowline api-key create --namespace $1 printed no key: $value"
+  printf '%s\n' "$value"
+}
+# A key of an unlisted namespace, made before the processes start: had they listed
+# Secrets beyond their namespaces, their first list would hold it.
+other_key=$(mint_key "$ns_other")
+sa_kubeconfig "$sa" "$tmp/sa-ns.kubeconfig"
+start_like "$fullname_ns-api" "$tmp/api-ns.log" "$tmp/sa-ns.kubeconfig"
+api_base=$base
+start_like "$fullname_ns-controller" "$tmp/operator-ns.log" "$tmp/sa-ns.kubeconfig"
+operator_base=$base
+base=$api_base
+# Keys made now reach the API through its watch of each listed namespace.
+declare -A ns_key=() ns_wf=() ns_run=()
+for ns in "$ns_a" "$ns_b"; do
+  ns_key[$ns]=$(mint_key "$ns")
+  eventually "the new key of $ns accepted by flowline api" 10 \
+    curl -fsS -o /dev/null -H "Authorization: Bearer ${ns_key[$ns]}" "$base/v1/workflows"
+done
+key=$(kubectl get secret -n "$ns_a" "$fullname_ns-admin-key" -o jsonpath='{.data.api-key}' | base64 -d)
+call GET /v1/workflows 200
+# Through the API, in each listed namespace: a workflow, activated with one transform
+# step, and a run, which only the namespaced controller can take to succeeded.
+for ns in "$ns_a" "$ns_b"; do
+  key=${ns_key[$ns]}
+  call POST /v1/workflows 201 '{"name": "namespaced"}'
+  ns_wf[$ns]=$(json_get id <"$tmp/body")
+  call PATCH "/v1/workflows/${ns_wf[$ns]}" 200 '{"state": "active", "steps": [
+    {"id": "shape", "action": "transform", "with": {"value": {"account": "{{ trigger.payload.account }}"}}}]}'
+  call POST "/v1/workflows/${ns_wf[$ns]}/runs" 201 "{\"payload\": {\"account\": \"$ns\"}}"
+  ns_run[$ns]=$(json_get id <"$tmp/body")
+done
+for ns in "$ns_a" "$ns_b"; do
+  key=${ns_key[$ns]} run=${ns_run[$ns]}
+  deadline=$((SECONDS + 30))
+  until run_done; do
+    [ "$SECONDS" -lt "$deadline" ] || { tail -n 30 "$tmp/operator-ns.log" >&2; die "run $run in $ns did not finish within 30s: $(cat "$tmp/body")"; }
+    sleep 0.5
+  done
+  call GET "/v1/runs/$run" 200
+  [ "$(json_get status <"$tmp/body")" = succeeded ] || die "run $run in $ns did not succeed: $(cat "$tmp/body")"
+  [ "$(json_get steps.0.output.account <"$tmp/body")" = "$ns" ] || die "run $run in $ns has the wrong output: $(cat "$tmp/body")"
+  quiet "run $run is a Run of $ns" kubectl get -n "$ns" "runs.flowline.io/$run"
+  # Finished by this operator, not by another one that happens to watch the cluster.
+  grep -qE "run finished.*\"$run\"|\"$run\".*run finished" "$tmp/operator-ns.log" ||
+    { tail -n 30 "$tmp/operator-ns.log" >&2; die "run $run succeeded, but the namespaced operator did not log finishing it"; }
+done
+# Accounts stay apart, and a key of an unlisted namespace is unknown to both processes.
+key=${ns_key[$ns_a]}
+call GET "/v1/workflows/${ns_wf[$ns_b]}" 404
+key=$other_key
+for base in "$api_base" "$operator_base"; do call GET /v1/workflows 401; done
+for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; done
+pids=()
+if grep -iE 'forbidden|code: 403' "$tmp/api-ns.log" "$tmp/operator-ns.log" >&2; then
+  die "the binary met a permission error as the namespaced ServiceAccount (above)"
+fi
+log "flowline api and operator with --watch-namespace=$ns_a,$ns_b as the namespaced ServiceAccount: ready;"
+log "  keys from flowline api-key create accepted in $ns_a and $ns_b (and the bootstrap key), a key of $ns_other refused (401);"
+log "  in each listed namespace a workflow created, activated, run ${ns_run[$ns_a]} / ${ns_run[$ns_b]} succeeded; no permission errors"
 
 policy="$fullname_ns-active-workflow-delete"
 workflow guarded active | quiet "create an active workflow in $ns_a" kubectl apply -n "$ns_a" -f -

@@ -41,7 +41,8 @@ app.kubernetes.io/part-of: flowline
 {{- .Values.bootstrapAdminKey.namespace | default .Release.Namespace }}
 {{- end }}
 
-{{/* Flags shared by `flowline operator` and `flowline api`. */}}
+{{/* Flags shared by `flowline operator` and `flowline api` (both serve the listed
+namespaces only in namespaced mode). */}}
 {{- define "flowline.args" -}}
 - --listen=0.0.0.0:8080
 - --log-format={{ .Values.config.logFormat }}
@@ -50,6 +51,10 @@ app.kubernetes.io/part-of: flowline
 - --default-executor={{ .Values.config.defaultExecutor }}
 {{- if .Values.config.allowHttp }}
 - --allow-http
+{{- end }}
+{{- with .Values.watchNamespaces }}
+{{- /* Namespaced mode: watches, caches and controllers only in these namespaces. */}}
+- --watch-namespace={{ join "," . }}
 {{- end }}
 {{- end }}
 
