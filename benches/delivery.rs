@@ -63,8 +63,7 @@ fn p99_from_metrics(text: &str) -> f64 {
         .unwrap_or(f64::INFINITY)
 }
 
-/// Writes the API server has served in `ns`-independent terms: every create, patch,
-/// update, delete and apply, all resources.
+/// Writes (create, patch, update, delete, apply) the API server has served so far.
 async fn writes(client: &Client) -> f64 {
     let text = client
         .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
@@ -77,7 +76,13 @@ async fn writes(client: &Client) -> f64 {
                 .iter()
                 .any(|v| l.contains(&format!("verb=\"{v}\"")))
         })
-        .filter(|l| !l.contains("resource=\"leases\"") && !l.contains("resource=\"events\""))
+        // What the worker could write (it writes only Webhook status and signing
+        // Secrets); counted cluster-wide, so run it on an otherwise idle cluster.
+        .filter(|l| {
+            ["webhooks", "secrets", "workflows", "runs"]
+                .iter()
+                .any(|r| l.contains(&format!("resource=\"{r}\"")))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -106,11 +111,16 @@ async fn raw_hyper(receiver: &Receiver, bodies: &[Bytes]) -> (f64, f64) {
     let tls = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // TCP_NODELAY as reqwest sets it: without it Nagle's algorithm slows small
+    // HTTP/2 frames and the reference would be unfairly slow.
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_only()
         .enable_all_versions()
-        .build();
+        .wrap_connector(tcp);
     let client: HyperClient<_, Full<Bytes>> =
         HyperClient::builder(TokioExecutor::new()).build(https);
     let url: http::Uri = receiver.url("/raw").parse().unwrap();
@@ -252,7 +262,11 @@ async fn main() {
         delivery_metrics.clone(),
         stop.clone(),
     ));
+    let mut first: Option<Instant> = None;
     while receiver.count() - before < EVENTS as u64 {
+        if first.is_none() && receiver.count() > before {
+            first = Some(Instant::now());
+        }
         assert!(
             started.elapsed() < Duration::from_secs(600),
             "only {} of {EVENTS} delivered in 10 min",
@@ -261,7 +275,15 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let rate = EVENTS as f64 / elapsed;
+    let total_rate = EVENTS as f64 / elapsed;
+    // From the first delivery: the initial list of 1,000 objects holding 50 MB of
+    // events is start-up cost, not delivery throughput.
+    let first = first.unwrap_or(started);
+    let rate = EVENTS as f64 / first.elapsed().as_secs_f64();
+    println!(
+        "  flowline start-up: first delivery {:.2} s after start (lists 1,000 workflows), {total_rate:.0}/s including it",
+        first.duration_since(started).as_secs_f64()
+    );
     let p99 = p99_from_metrics(&metrics.render());
     // Let the last acknowledgement land.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -273,7 +295,7 @@ async fn main() {
         .status
         .unwrap_or_default();
     println!(
-        "  flowline worker:  {rate:.0} deliveries/s, p99 <= {p99} s (from start, incl. the initial list), {} over HTTP/2",
+        "  flowline worker:  {rate:.0} deliveries/s from the first delivery, p99 <= {p99} s, {} over HTTP/2",
         receiver.http2_count() - h2_before
     );
     // The reference again, so neither side profits from going first or second; the

@@ -133,6 +133,10 @@ pub struct OperatorArgs {
     /// Seconds a leader's Lease stays valid without renewal.
     #[arg(long, default_value = "15")]
     pub leader_lease_seconds: u64,
+    /// Run the controllers without serving `/v1` (and without the API's watch caches):
+    /// for a controller Deployment next to separate API replicas.
+    #[arg(long)]
+    pub no_api: bool,
     /// PEM file of extra CA certificates trusted for webhook deliveries (besides the
     /// system roots).
     #[arg(long, value_name = "PATH", env = "FLOWLINE_CA_BUNDLE")]

@@ -31,31 +31,43 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
+    if role == Role::Api && args.no_api {
+        anyhow::bail!("`flowline api --no-api` would serve nothing; drop --no-api");
+    }
     let readiness = health::Readiness::default();
     let crds_gate = readiness.gate("crds");
-    let caches_gate = readiness.gate("caches");
     let metrics = Metrics::default();
 
     let client = crate::kubeutil::client().await?;
-
     let scope = args.scope();
-    let caches = Caches::start(client.clone(), &scope, shutdown.clone());
-    let watching = caches.clone();
-    tokio::spawn(async move {
-        while !watching.is_synced() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        caches_gate.open();
-    });
+
+    let mut app = health::router(readiness.clone(), metrics.clone());
+    // The API's watch caches are its own: a controller-only process (--no-api) does
+    // not hold a second copy of every object.
+    if !args.no_api {
+        let caches_gate = readiness.gate("caches");
+        let caches = Caches::start(client.clone(), &scope, shutdown.clone());
+        let watching = caches.clone();
+        tokio::spawn(async move {
+            while !watching.is_synced() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            caches_gate.open();
+        });
+        let state = ApiState::new(client.clone(), caches, args.api_config());
+        app = app.merge(crate::api::router(state));
+    }
     // Serve /healthz (and /readyz, not ready yet) while the CRDs are awaited, so a
     // slow CRD installation does not look like a dead process.
     let client_for_release = client.clone();
-    let state = ApiState::new(client.clone(), caches, args.api_config());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(address = %args.listen, "serving /v1, /healthz, /readyz, /metrics");
-    let app = health::router(readiness, metrics.clone()).merge(crate::api::router(state));
+    if args.no_api {
+        tracing::info!(address = %args.listen, "serving /healthz, /readyz, /metrics (no /v1: --no-api)");
+    } else {
+        tracing::info!(address = %args.listen, "serving /v1, /healthz, /readyz, /metrics");
+    }
     let server = tokio::spawn(
         axum::serve(
             listener,

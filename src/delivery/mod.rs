@@ -2,6 +2,7 @@
 //! acknowledgement ledger, signing, the retry schedule, the destination guard, the
 //! HTTPS sender and the worker that ties them together.
 
+pub mod lane;
 pub mod ledger;
 pub mod outbox;
 pub mod schedule;

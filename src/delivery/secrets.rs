@@ -2,7 +2,7 @@
 //! worker's short-lived cache of the keys to sign with.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use jiff::{SignedDuration, Timestamp};
@@ -118,14 +118,16 @@ type Entries = HashMap<Key, (Arc<Vec<String>>, Instant)>;
 /// The worker's cache of signing keys, one GET per webhook per [`CACHE_TTL`].
 pub struct SecretCache {
     client: Client,
-    entries: Mutex<Entries>,
+    // Read on every attempt from many tasks at once: a read lock does not make them wait
+    // for each other.
+    entries: RwLock<Entries>,
 }
 
 impl SecretCache {
     pub fn new(client: Client) -> Self {
         SecretCache {
             client,
-            entries: Mutex::new(HashMap::new()),
+            entries: RwLock::new(HashMap::new()),
         }
     }
 
@@ -134,18 +136,22 @@ impl SecretCache {
     }
 
     pub fn invalidate(&self, hook: &Webhook) {
-        self.lock().remove(&Self::key(hook));
+        self.write().remove(&Self::key(hook));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Entries> {
+        self.entries.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The keys to sign with. A webhook applied with kubectl and no `secretRef` gets
     /// its Secret generated here, on first use.
     pub async fn keys(&self, hook: &Webhook) -> Result<Arc<Vec<String>>, SecretError> {
         let key = Self::key(hook);
-        if let Some((keys, at)) = self.lock().get(&key)
+        if let Some((keys, at)) = self
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
             && at.elapsed() < CACHE_TTL
         {
             return Ok(keys.clone());
@@ -179,7 +185,7 @@ impl SecretCache {
             signing_keys(&secret, Timestamp::now())
                 .ok_or_else(|| SecretError::Missing(key.1.clone()))?,
         );
-        self.lock().insert(key, (keys.clone(), Instant::now()));
+        self.write().insert(key, (keys.clone(), Instant::now()));
         Ok(keys)
     }
 }

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::lane::Lane;
 use super::ledger::{Ledger, SETTLE};
 use super::outbox::{self, Event};
 use super::schedule::{self, RetrySchedule};
@@ -99,10 +100,14 @@ struct HookState {
     uid: String,
     hook: Arc<Webhook>,
     ledger: Ledger,
+    /// Written as `status` except `recentAttempts`, kept in `recent` (newest first)
+    /// so recording an attempt does not shift the whole list.
     status: WebhookStatus,
-    ready: VecDeque<Job>,
+    recent: VecDeque<DeliveryAttempt>,
+    /// Attempts due now, taken by at most `concurrency` tasks.
+    lane: Arc<Lane<Job, Arc<Webhook>>>,
+    /// Attempts waiting for their retry time.
     waiting: usize,
-    in_flight: usize,
     dirty: bool,
     writing: bool,
 }
@@ -255,8 +260,7 @@ impl Worker {
                 if let Some(state) = self.hooks.get_mut(&hook).filter(|s| s.uid == uid) {
                     state.waiting -= 1;
                     if state.status.enabled {
-                        state.ready.push_back(job);
-                        self.pump(&hook);
+                        self.enqueue(&hook, job, false);
                     }
                 }
             }
@@ -271,7 +275,9 @@ impl Worker {
 
     fn on_hook(&mut self, r: ObjectRef<Webhook>) {
         let Some(hook) = self.stores.hooks.get(&r) else {
-            self.hooks.remove(&r);
+            if let Some(gone) = self.hooks.remove(&r) {
+                gone.lane.close();
+            }
             return;
         };
         let uid = hook.uid().unwrap_or_default();
@@ -284,6 +290,7 @@ impl Worker {
                     self.secrets.invalidate(&hook);
                 }
                 state.hook = hook.clone();
+                state.lane.set_context(hook.clone());
                 spec_changed
             }
             _ => {
@@ -293,17 +300,18 @@ impl Worker {
                     .as_ref()
                     .map(|t| t.0)
                     .unwrap_or_else(Timestamp::now);
-                let status = hook.status.clone().unwrap_or_default();
+                let mut status = hook.status.clone().unwrap_or_default();
+                let recent = std::mem::take(&mut status.recent_attempts).into();
                 self.hooks.insert(
                     r.clone(),
                     HookState {
                         uid,
                         ledger: Ledger::from_status(Some(&status), created),
                         status,
+                        recent,
                         hook: hook.clone(),
-                        ready: VecDeque::new(),
+                        lane: Lane::new(hook.clone(), self.settings.concurrency),
                         waiting: 0,
-                        in_flight: 0,
                         dirty: false,
                         writing: false,
                     },
@@ -364,6 +372,7 @@ impl Worker {
                 continue;
             }
             let mut later = Vec::new();
+            let mut due = Vec::new();
             for pending in events {
                 if !outbox::subscribes(&state.hook, pending.kind, workflow) {
                     continue;
@@ -378,13 +387,15 @@ impl Worker {
                 };
                 match admission.not_before.and_then(until) {
                     Some(wait) => later.push((wait, job)),
-                    None => state.ready.push_back(job),
+                    None => due.push(job),
                 }
             }
             for (wait, job) in later {
                 self.schedule(&key, wait, job);
             }
-            self.pump(&key);
+            for job in due {
+                self.enqueue(&key, job, false);
+            }
         }
     }
 
@@ -400,39 +411,39 @@ impl Worker {
         });
     }
 
-    /// Starts attempts while the webhook has free slots.
-    fn pump(&mut self, key: &ObjectRef<Webhook>) {
-        let Some(state) = self.hooks.get_mut(key) else {
+    /// Queues an attempt that is due; starts a task for it when the webhook has a free
+    /// slot. Tasks take further jobs from the lane themselves.
+    fn enqueue(&self, key: &ObjectRef<Webhook>, job: Job, urgent: bool) {
+        let Some(state) = self.hooks.get(key) else {
             return;
         };
-        while state.in_flight < self.settings.concurrency.max(1) {
-            let Some(job) = state.ready.pop_front() else {
-                break;
-            };
-            state.in_flight += 1;
-            let (tx, hook_ref, uid) = (self.tx.clone(), key.clone(), state.uid.clone());
-            let (sender, secrets, hook) = (
-                self.sender.clone(),
-                self.secrets.clone(),
-                state.hook.clone(),
-            );
-            tokio::spawn(async move {
+        if !state.lane.push(job, urgent) {
+            return;
+        }
+        let (lane, tx, hook_ref, uid) = (
+            state.lane.clone(),
+            self.tx.clone(),
+            key.clone(),
+            state.uid.clone(),
+        );
+        let (sender, secrets) = (self.sender.clone(), self.secrets.clone());
+        tokio::spawn(async move {
+            while let Some((job, hook)) = lane.next() {
                 let attempted = attempt(&sender, &secrets, &hook, &job).await;
                 let _ = tx.send(Input::Attempted {
-                    hook: hook_ref,
-                    uid,
+                    hook: hook_ref.clone(),
+                    uid: uid.clone(),
                     job,
                     attempted,
                 });
-            });
-        }
+            }
+        });
     }
 
     fn on_attempted(&mut self, key: ObjectRef<Webhook>, uid: &str, job: Job, done: Attempted) {
         let Some(state) = self.hooks.get_mut(&key).filter(|s| s.uid == uid) else {
             return;
         };
-        state.in_flight -= 1;
         let now = crate::api::views::now_ms();
         let (status_code, error, retry_after) = match &done.result {
             Ok(r) => (Some(r.status), None, r.retry_after),
@@ -446,20 +457,17 @@ impl Worker {
         };
         self.metrics.record(outcome, done.duration.as_secs_f64());
         let s = &mut state.status;
-        s.recent_attempts.insert(
-            0,
-            DeliveryAttempt {
-                id: crate::api::state::new_id("dlv").replacen("dlv-", "dlv_", 1),
-                event_id: job.event.id.clone(),
-                event: job.event.kind,
-                attempt: job.attempt,
-                status_code,
-                error,
-                duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
-                at: now,
-            },
-        );
-        s.recent_attempts.truncate(RECENT_ATTEMPTS);
+        state.recent.push_front(DeliveryAttempt {
+            id: crate::api::state::new_id("dlv").replacen("dlv-", "dlv_", 1),
+            event_id: job.event.id.clone(),
+            event: job.event.kind,
+            attempt: job.attempt,
+            status_code,
+            error,
+            duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+            at: now,
+        });
+        state.recent.truncate(RECENT_ATTEMPTS);
         s.last_delivery_at = Some(now);
         s.last_status_code = status_code;
         state.dirty = true;
@@ -500,7 +508,6 @@ impl Worker {
                 }
             }
         }
-        self.pump(&key);
     }
 
     /// Carries out the redelivery requests the API left in the annotation.
@@ -518,18 +525,12 @@ impl Worker {
         let ns = key.namespace.clone().unwrap_or_default();
         let mut jobs = Vec::new();
         for request in &requests {
-            let Some(previous) = state
-                .status
-                .recent_attempts
-                .iter()
-                .find(|a| a.id == request.delivery)
-            else {
+            let Some(previous) = state.recent.iter().find(|a| a.id == request.delivery) else {
                 tracing::warn!(webhook = %key, delivery = %request.delivery, "redelivery of an unknown attempt ignored");
                 continue;
             };
             let last_attempt = state
-                .status
-                .recent_attempts
+                .recent
                 .iter()
                 .filter(|a| a.event_id == previous.event_id)
                 .map(|a| a.attempt)
@@ -560,9 +561,8 @@ impl Worker {
         state.status.handled_redeliveries.drain(..excess);
         state.dirty = true;
         for job in jobs.into_iter().rev() {
-            state.ready.push_front(job);
+            self.enqueue(key, job, true);
         }
-        self.pump(key);
     }
 
     fn find_event(&self, ns: &str, id: &str) -> Option<Event> {
@@ -599,7 +599,7 @@ impl Worker {
         let floor = unseen::floor(now);
         let mut depth = 0;
         for (key, state) in &mut self.hooks {
-            depth += state.ready.len() + state.waiting;
+            depth += state.lane.len() + state.waiting;
             if state.writing {
                 continue;
             }
@@ -613,6 +613,7 @@ impl Worker {
             state.ledger.advance(now, floor);
             state.status.delivered_through = Some(state.ledger.through());
             state.status.retrying = state.ledger.retrying();
+            state.status.recent_attempts = state.recent.iter().cloned().collect();
             state.dirty = false;
             state.writing = true;
             let api: Api<Webhook> =
@@ -639,6 +640,7 @@ impl Worker {
             state.ledger.advance(now, floor);
             state.status.delivered_through = Some(state.ledger.through());
             state.status.retrying = state.ledger.retrying();
+            state.status.recent_attempts = state.recent.iter().cloned().collect();
             let api: Api<Webhook> =
                 Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
             let (name, status) = (key.name.clone(), state.status.clone());
@@ -653,7 +655,7 @@ fn disable(state: &mut HookState, reason: &str) {
     tracing::warn!(webhook = %state.hook.name_any(), reason, "webhook disabled");
     state.status.enabled = false;
     state.status.disabled_reason = Some(reason.to_string());
-    state.ready.clear();
+    state.lane.close();
 }
 
 /// How long until `at`, if it is in the future.
