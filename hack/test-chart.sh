@@ -255,10 +255,11 @@ for s in default full; do
   render_doc "$tmp/render-$s.yaml" Deployment "$fullname-controller" >"$tmp/controller-$s.yaml"
   render_doc "$tmp/render-$s.yaml" Deployment "$fullname-api" >"$tmp/api-$s.yaml"
   [ -s "$tmp/controller-$s.yaml" ] && [ -s "$tmp/api-$s.yaml" ] || die "the $s rendering has no controller or API Deployment"
-  grep -qE -- '--allow-cidr|--ca-bundle|--delivery-concurrency|volumes:' "$tmp/api-$s.yaml" &&
+  grep -qE -- '--allow-cidr|--ca-bundle|--delivery-concurrency|--no-api|volumes:' "$tmp/api-$s.yaml" &&
     die "the API Deployment ($s values) got delivery flags or volumes: only the controller delivers"
 done
 grep -q -- '- --delivery-concurrency=16$' "$tmp/controller-default.yaml" || die "the default controller lacks --delivery-concurrency=16"
+grep -q -- '- --no-api$' "$tmp/controller-default.yaml" || die "the controller does not run with --no-api"
 grep -qE -- '--allow-cidr|--ca-bundle|volumes:' "$tmp/controller-default.yaml" &&
   die "the default controller allows private networks or mounts a CA bundle"
 for want in '- --delivery-concurrency=32' '- --allow-cidr=10.0.0.0/8' '- --allow-cidr=fd00::/8' \
@@ -569,7 +570,12 @@ pids+=("$!")
 eventually "the HTTPS receiver listens" 10 test -s "$tmp/receiver.port"
 receiver_port=$(cat "$tmp/receiver.port")
 
+api_base=$base
 start_like "$fullname-controller" "$tmp/operator.log" "$tmp/sa.kubeconfig"
+# The controller runs with --no-api: /v1 is the API process's alone.
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $key" "$base/v1/workflows")
+[ "$code" = 404 ] || die "the controller (--no-api) answered /v1/workflows with $code"
+base=$api_base
 # The webhook exists before the run, so the run's run.succeeded event goes to it.
 call POST /v1/webhooks 201 "{\"url\": \"https://localhost:$receiver_port/hook\", \"events\": [\"run.succeeded\"]}"
 hook=$(json_get id <"$tmp/body")
@@ -783,11 +789,13 @@ for ns in "$ns_a" "$ns_b"; do
   grep -qE "run finished.*\"$run\"|\"$run\".*run finished" "$tmp/operator-ns.log" ||
     { tail -n 30 "$tmp/operator-ns.log" >&2; die "run $run succeeded, but the namespaced operator did not log finishing it"; }
 done
-# Accounts stay apart, and a key of an unlisted namespace is unknown to both processes.
+# Accounts stay apart, and a key of an unlisted namespace is unknown to the API (the
+# operator runs with --no-api and serves no /v1 at all).
 key=${ns_key[$ns_a]}
 call GET "/v1/workflows/${ns_wf[$ns_b]}" 404
 key=$other_key
-for base in "$api_base" "$operator_base"; do call GET /v1/workflows 401; done
+base=$api_base call GET /v1/workflows 401
+base=$operator_base call GET /v1/workflows 404
 for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; done
 pids=()
 if grep -iE 'forbidden|code: 403' "$tmp/api-ns.log" "$tmp/operator-ns.log" >&2; then

@@ -142,3 +142,18 @@ async fn a_run_interrupted_by_a_killed_operator_ends_after_a_restart() {
         Some(json!(1))
     );
 }
+
+/// `--no-api`: the controller process serves health and metrics, but not `/v1`.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_controller_without_the_api_serves_no_v1() {
+    let ns = TestNamespace::new("no-api").await;
+    let (_operator, port) = Process::operator(&ns, &["--no-api"]);
+    ready(port).await;
+    assert_eq!(
+        crate::foundation::http_status(port, "/v1/openapi.json"),
+        Some(404)
+    );
+    assert_eq!(crate::foundation::http_status(port, "/healthz"), Some(200));
+    assert_eq!(crate::foundation::http_status(port, "/metrics"), Some(200));
+}

@@ -58,8 +58,10 @@ namespaces only in namespaced mode). */}}
 {{- end }}
 {{- end }}
 
-{{/* Flags of webhook deliveries (the controller alone delivers). */}}
+{{/* Flags of the controller alone: no /v1 (the API Deployment serves it, and the
+controller then holds no API watch caches), and webhook deliveries. */}}
 {{- define "flowline.deliveryArgs" -}}
+- --no-api
 - --delivery-concurrency={{ .Values.delivery.concurrency | int }}
 {{- range .Values.delivery.allowCidrs }}
 - --allow-cidr={{ . }}
