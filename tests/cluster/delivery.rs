@@ -14,7 +14,9 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::support::{Process, TestApi, assert_error, eventually, new_key, ready, repo_root};
+use crate::support::{
+    Process, TestApi, assert_error, eventually, http_client, new_key, ready, repo_root,
+};
 use flowline::api::auth::Scope;
 
 #[path = "../support/receiver.rs"]
@@ -34,6 +36,8 @@ struct Setup {
     api: TestApi,
     receiver: Receiver,
     operator: Process,
+    /// The operator's HTTP port (/metrics).
+    port: u16,
 }
 
 /// The operator flags of a test: trust the receiver's CA, allow loopback, and compress
@@ -50,20 +54,25 @@ fn flags(pki: &TestPki) -> Vec<String> {
 }
 
 async fn start_operator(api: &TestApi, flags: &[String]) -> Process {
+    start_operator_on(api, flags).await.0
+}
+
+async fn start_operator_on(api: &TestApi, flags: &[String]) -> (Process, u16) {
     let args: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (process, port) = Process::operator(&api.ns, &args);
     ready(port).await;
-    process
+    (process, port)
 }
 
 async fn setup(prefix: &str) -> Setup {
     let api = TestApi::start(prefix).await;
     let receiver = Receiver::start().await;
-    let operator = start_operator(&api, &flags(&receiver.pki)).await;
+    let (operator, port) = start_operator_on(&api, &flags(&receiver.pki)).await;
     Setup {
         api,
         receiver,
         operator,
+        port,
     }
 }
 
@@ -611,6 +620,64 @@ async fn failures_are_retried_with_one_event_id_and_listed_as_deliveries() {
         .filter_map(|d| d["error"].as_str().map(str::to_string))
         .collect();
     assert!(!errors.is_empty(), "transport errors are listed");
+
+    // The metrics count the attempts by outcome, their latency and the queue.
+    let metrics = http_client()
+        .get(format!("http://127.0.0.1:{}/metrics", s.port))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |outcome: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "flowline_webhook_deliveries_total{{outcome=\"{outcome}\"}}"
+                ))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        count("delivered") >= 3.0 && count("http_error") >= 2.0,
+        "{metrics}"
+    );
+    assert!(count("transport_error") >= 2.0, "{metrics}");
+    assert!(metrics.contains("flowline_webhook_delivery_duration_seconds_bucket"));
+    assert!(metrics.contains("flowline_webhook_delivery_queue_depth"));
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_slow_endpoint_does_not_hold_up_the_others() {
+    let s = setup("dlv-slow").await;
+    let api = &s.api;
+    let slow = Receiver::start_with(s.receiver.pki.clone()).await;
+    slow.set_delay(Duration::from_secs(8));
+    webhook(api, &slow.url("/"), &["run.succeeded"], None).await;
+    webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
+    let wf = workflow(api, "Busy", transform()).await;
+    let started = std::time::Instant::now();
+    for _ in 0..40 {
+        start_run(api, &wf).await;
+    }
+    // All 40 reach the fast endpoint while the slow one has at most its 16 slots busy
+    // (each attempt there takes 8 s).
+    eventually(
+        "40 deliveries to the fast endpoint",
+        Duration::from_secs(30),
+        || async { (s.receiver.count() >= 40).then_some(()) },
+    )
+    .await;
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(8),
+        "the fast endpoint waited for the slow one: {elapsed:?}"
+    );
+    assert_eq!(slow.count(), 0, "no slow attempt has completed yet");
 }
 
 #[tokio::test]

@@ -48,6 +48,7 @@ struct Shared {
     count: AtomicU64,
     http2: AtomicU64,
     keep_bodies: AtomicBool,
+    delay_ms: AtomicU64,
 }
 
 /// A CA and a certificate it issued for `localhost` and `127.0.0.1`.
@@ -175,6 +176,13 @@ impl Receiver {
         self.shared.down.store(down, Ordering::SeqCst);
     }
 
+    /// Every request is answered only after this long (a slow endpoint).
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.shared
+            .delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// Count only, without keeping requests (benchmarks).
     pub fn count_only(&self) {
         self.shared.keep_bodies.store(false, Ordering::SeqCst);
@@ -206,6 +214,10 @@ async fn handle(
     }
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
+    let delay = shared.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    }
     let status = shared.script.lock().unwrap().pop_front().unwrap_or(200);
     shared.count.fetch_add(1, Ordering::SeqCst);
     if parts.version == http::Version::HTTP_2 {
