@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The flowline image: the flowline binary on a distroless base, run as a non-root UID.
 # The same image serves every role: `operator` (default), `api`, `crdgen`, `api-key`,
-# and (once the job executor lands) `flowline step` inside step Jobs.
+# and `flowline step` inside step Jobs (the job executor's --step-image).
 #
 #   docker build -t flowline:0.1.0 .
 #   docker run --rm flowline:0.1.0 --help

@@ -260,6 +260,7 @@ for s in default full; do
 done
 grep -q -- '- --delivery-concurrency=16$' "$tmp/controller-default.yaml" || die "the default controller lacks --delivery-concurrency=16"
 grep -q -- '- --no-api$' "$tmp/controller-default.yaml" || die "the controller does not run with --no-api"
+grep -qE -- '- --step-image=.+:.+$' "$tmp/controller-default.yaml" || die "the controller does not pass its own image as --step-image"
 grep -qE -- '--allow-cidr|--ca-bundle|volumes:' "$tmp/controller-default.yaml" &&
   die "the default controller allows private networks or mounts a CA bundle"
 for want in '- --delivery-concurrency=32' '- --allow-cidr=10.0.0.0/8' '- --allow-cidr=fd00::/8' \

@@ -59,9 +59,12 @@ namespaces only in namespaced mode). */}}
 {{- end }}
 
 {{/* Flags of the controller alone: no /v1 (the API Deployment serves it, and the
-controller then holds no API watch caches), and webhook deliveries. */}}
+controller then holds no API watch caches), the step-Job image, and webhook
+deliveries. */}}
 {{- define "flowline.deliveryArgs" -}}
 - --no-api
+{{- /* Step Jobs of built-in actions run `flowline step` from this same image. */}}
+- --step-image={{ .Values.image.repository }}:{{ include "flowline.tag" . }}
 - --delivery-concurrency={{ .Values.delivery.concurrency | int }}
 {{- range .Values.delivery.allowCidrs }}
 - --allow-cidr={{ . }}
