@@ -405,11 +405,11 @@ done
 # Leader election: the one Lease, in the release namespace only.
 can_i yes "$ns_rel" "$sa" create leases.coordination.k8s.io -n "$ns_rel"
 for verb in get update; do
-  can_i yes "$ns_rel" "$sa" "$verb" leases.coordination.k8s.io/flowline-controller -n "$ns_rel"
+  can_i yes "$ns_rel" "$sa" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
   can_i no "$ns_rel" "$sa" "$verb" leases.coordination.k8s.io/someone-else -n "$ns_rel"
-  can_i no "$ns_rel" "$sa" "$verb" leases.coordination.k8s.io/flowline-controller -n "$ns_other"
+  can_i no "$ns_rel" "$sa" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_other"
 done
-can_i no "$ns_rel" "$sa" delete leases.coordination.k8s.io/flowline-controller -n "$ns_rel"
+can_i no "$ns_rel" "$sa" delete "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
 # And no more.
 for verb in create patch; do
   can_i yes "$ns_rel" "$sa" "$verb" events.events.k8s.io -n "$ns_other"
@@ -727,7 +727,7 @@ for verb in get watch; do can_i no "$ns_rel" "$sa" "$verb" "namespaces/$ns_other
 for verb in list watch; do can_i no "$ns_rel" "$sa" "$verb" namespaces; done
 can_i yes "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/runs.flowline.io
 can_i yes "$ns_rel" "$sa" create leases.coordination.k8s.io -n "$ns_rel"
-can_i yes "$ns_rel" "$sa" update leases.coordination.k8s.io/flowline-controller -n "$ns_rel"
+can_i yes "$ns_rel" "$sa" update "leases.coordination.k8s.io/$fullname_ns-controller" -n "$ns_rel"
 kubectl get secret -n "$ns_a" "$fullname_ns-admin" >/dev/null 2>&1 || die "the bootstrap key is not in $ns_a"
 log "can-i: Secrets and workflows only in $ns_a and $ns_b; not in $ns_rel, $ns_other, default, kube-system, nor cluster-wide;"
 log "  Namespace objects $ns_a and $ns_b only; the Lease in $ns_rel"

@@ -63,6 +63,7 @@ controller then holds no API watch caches), the step-Job image, and webhook
 deliveries. */}}
 {{- define "flowline.deliveryArgs" -}}
 - --no-api
+- --leader-election-lease={{ include "flowline.fullname" . }}-controller
 {{- /* Step Jobs of built-in actions run `flowline step` from this same image. */}}
 - --step-image={{ .Values.image.repository }}:{{ include "flowline.tag" . }}
 - --delivery-concurrency={{ .Values.delivery.concurrency | int }}
