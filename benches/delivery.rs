@@ -22,6 +22,8 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 #[path = "../tests/support/receiver.rs"]
 mod receiver;
 use receiver::Receiver;
@@ -63,28 +65,11 @@ fn p99_from_metrics(text: &str) -> f64 {
         .unwrap_or(f64::INFINITY)
 }
 
-/// Writes (create, patch, update, delete, apply) the API server has served so far.
+/// Writes the API server has served so far to what the worker could write (it writes
+/// only Webhook status and signing Secrets); counted cluster-wide, so run it on an
+/// otherwise idle cluster.
 async fn writes(client: &Client) -> f64 {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| {
-            ["POST", "PATCH", "PUT", "DELETE", "APPLY"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        // What the worker could write (it writes only Webhook status and signing
-        // Secrets); counted cluster-wide, so run it on an otherwise idle cluster.
-        .filter(|l| {
-            ["webhooks", "secrets", "workflows", "runs"]
-                .iter()
-                .any(|r| l.contains(&format!("resource=\"{r}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    apiserver::writes(client, &["webhooks", "secrets", "workflows", "runs"]).await
 }
 
 fn body(i: usize) -> serde_json::Value {

@@ -19,6 +19,9 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
+
 const CONCURRENCY: usize = 32;
 
 async fn namespace(client: &Client, name: &str) {
@@ -74,22 +77,9 @@ async fn until_finished(runs: &Api<Run>, name: &str) {
     .unwrap();
 }
 
-/// Writes the API server has served so far to Runs and Events (create, patch, update, delete).
+/// Writes the API server has served so far to Runs and Events.
 async fn writes(client: &Client) -> f64 {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(vec![]).unwrap())
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| l.contains("resource=\"runs\"") || l.contains("resource=\"events\""))
-        .filter(|l| {
-            ["POST", "PATCH", "PUT", "DELETE", "APPLY"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    apiserver::writes(client, &["runs", "events"]).await
 }
 
 async fn in_parallel<F, Fut>(count: usize, f: F)

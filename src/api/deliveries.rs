@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -14,8 +14,9 @@ use super::auth::{Principal, Scope};
 use super::cache;
 use super::error::{ApiError, ApiResult, Missing, not_found_as};
 use super::pagination::{self, Page, SortKey};
-use super::state::{ApiState, FIELD_MANAGER, new_id};
+use super::state::{ApiState, new_token_id};
 use super::views::{self, ApiTime, DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView};
+use super::webhooks::find;
 use crate::crd::Webhook;
 use crate::delivery::outbox;
 use crate::delivery::secrets::{self, ROTATED_ANNOTATION, SECRET_KEY};
@@ -30,10 +31,6 @@ pub fn router() -> Router<ApiState> {
             post(retry),
         )
         .route("/v1/webhooks/{id}/rotate-secret", post(rotate_secret))
-}
-
-fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Webhook>> {
-    cache::get(&state.caches.webhooks, namespace, id).ok_or(ApiError::NotFound(Missing::Webhook))
 }
 
 #[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", tag = "webhooks",
@@ -84,7 +81,7 @@ async fn retry(
     if !event_stored(&state, &who.namespace, &attempt.event_id) {
         return Err(ApiError::EventExpired);
     }
-    let request_id = new_id("rdl").replacen("rdl-", "rdl_", 1);
+    let request_id = new_token_id("rdl");
     let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
     // Appended under optimistic concurrency: two requests at once must both survive.
     for _ in 0..5 {
@@ -104,7 +101,7 @@ async fn retry(
             "annotations": {REDELIVER_ANNOTATION: serde_json::Value::Array(requests).to_string()},
         }});
         match hooks
-            .patch(&id, &patch_params(), &Patch::Merge(&patch))
+            .patch(&id, &ApiState::patch_params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {
@@ -126,22 +123,16 @@ async fn retry(
     Err(ApiError::Unavailable)
 }
 
-fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    }
-}
-
 /// Whether a Run or Workflow of the namespace still holds the event.
 fn event_stored(state: &ApiState, namespace: &str, event_id: &str) -> bool {
-    let held = |events: &[crate::crd::PendingEvent]| events.iter().any(|e| e.id == event_id);
-    cache::in_namespace(&state.caches.runs, namespace)
-        .iter()
-        .any(|r| held(outbox::of_run(r).1))
-        || cache::in_namespace(&state.caches.workflows, namespace)
-            .iter()
-            .any(|w| held(outbox::of_workflow(w).1))
+    let runs = cache::in_namespace(&state.caches.runs, namespace);
+    let workflows = cache::in_namespace(&state.caches.workflows, namespace);
+    outbox::find(
+        runs.iter().map(|r| &**r),
+        workflows.iter().map(|w| &**w),
+        event_id,
+    )
+    .is_some()
 }
 
 #[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", tag = "webhooks",
@@ -185,7 +176,7 @@ async fn rotate_secret(
                     "metadata": {"resourceVersion": secret.resource_version()},
                     "stringData": data,
                 });
-                api.patch(&name, &patch_params(), &Patch::Merge(&patch))
+                api.patch(&name, &ApiState::patch_params(), &Patch::Merge(&patch))
                     .await
                     .map(|_| ())
             }
@@ -206,7 +197,7 @@ async fn rotate_secret(
     let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
     let signal = json!({"metadata": {"annotations": {ROTATED_ANNOTATION: views::format_ts(now)}}});
     let updated = hooks
-        .patch(&id, &patch_params(), &Patch::Merge(&signal))
+        .patch(&id, &ApiState::patch_params(), &Patch::Merge(&signal))
         .await
         .map_err(|e| not_found_as(e, Missing::Webhook))?;
     Ok(Json(SecretRotated {

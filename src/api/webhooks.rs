@@ -31,7 +31,11 @@ pub fn router() -> Router<ApiState> {
         .route("/v1/webhooks/{id}", get(show).delete(remove))
 }
 
-fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Webhook>> {
+pub(crate) fn find(
+    state: &ApiState,
+    namespace: &str,
+    id: &str,
+) -> ApiResult<std::sync::Arc<Webhook>> {
     cache::get(&state.caches.webhooks, namespace, id).ok_or(ApiError::NotFound(Missing::Webhook))
 }
 

@@ -140,10 +140,6 @@ impl Ledger {
         self.open.remove(id);
     }
 
-    pub fn open_events(&self) -> usize {
-        self.open.len()
-    }
-
     /// The newest event settled after the watermark (remembered in memory only).
     pub fn newest_settled(&self) -> Option<Timestamp> {
         self.settled.values().max().copied()
@@ -208,6 +204,7 @@ impl Ledger {
 
     /// Whether the event is settled as far as the persisted form goes (what a restarted
     /// worker would conclude).
+    #[cfg(test)]
     pub fn persisted_settled(&self, id: &str, timestamp: Timestamp) -> bool {
         timestamp <= self.through && !self.retrying().iter().any(|r| r.event_id == id)
     }

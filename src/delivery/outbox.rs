@@ -59,6 +59,31 @@ pub fn of_workflow(wf: &Workflow) -> (String, &[PendingEvent]) {
     (wf.name_any(), events)
 }
 
+/// The stored event `id` among these Runs and Workflows (callers pass one namespace's).
+pub fn find<'a>(
+    runs: impl IntoIterator<Item = &'a Run>,
+    workflows: impl IntoIterator<Item = &'a Workflow>,
+    id: &str,
+) -> Option<Event> {
+    let held = |workflow: &str, events: &[PendingEvent]| {
+        events
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| Event::new(e, workflow))
+    };
+    runs.into_iter()
+        .find_map(|r| {
+            let (workflow, events) = of_run(r);
+            held(workflow, events)
+        })
+        .or_else(|| {
+            workflows.into_iter().find_map(|w| {
+                let (workflow, events) = of_workflow(w);
+                held(&workflow, events)
+            })
+        })
+}
+
 /// Whether the webhook subscribes to an event of `kind` about `workflow` (callers
 /// only pair webhooks and events of the same namespace).
 pub fn subscribes(hook: &Webhook, kind: EventKind, workflow: &str) -> bool {
@@ -98,6 +123,29 @@ mod tests {
             json!({"id": "evt_abc", "event": "run.failed", "timestamp": "2026-01-02T03:04:05.678Z",
                    "data": {"run_id": "r", "error": "step a failed"}})
         );
+    }
+
+    #[test]
+    fn a_stored_event_is_found_in_runs_then_workflows() {
+        let pending = |id: &str| json!([{"id": id, "kind": "run.started", "timestamp": "2026-01-01T00:00:00Z", "data": {}}]);
+        let run: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n"},
+            "spec": {"workflowRef": "wf-a"},
+            "status": {"pendingEvents": pending("evt_run")}
+        }))
+        .unwrap();
+        let wf: Workflow = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "wf-b", "namespace": "n"},
+            "spec": {"name": "B"},
+            "status": {"pendingEvents": pending("evt_wf")}
+        }))
+        .unwrap();
+        let found = |id| find([&run], [&wf], id).map(|e| e.workflow);
+        assert_eq!(found("evt_run").as_deref(), Some("wf-a"));
+        assert_eq!(found("evt_wf").as_deref(), Some("wf-b"));
+        assert_eq!(found("evt_gone"), None);
     }
 
     #[test]

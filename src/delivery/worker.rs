@@ -358,6 +358,8 @@ impl Worker {
         for pending in events {
             unseen::seen(&pending.id);
         }
+        // Built on first use and shared by every webhook the event goes to.
+        let mut built: Vec<Option<Arc<Event>>> = vec![None; events.len()];
         let targets: Vec<ObjectRef<Webhook>> = self
             .hooks
             .keys()
@@ -373,7 +375,7 @@ impl Worker {
             }
             let mut later = Vec::new();
             let mut due = Vec::new();
-            for pending in events {
+            for (pending, event) in events.iter().zip(built.iter_mut()) {
                 if !outbox::subscribes(&state.hook, pending.kind, workflow) {
                     continue;
                 }
@@ -381,7 +383,9 @@ impl Worker {
                     continue;
                 };
                 let job = Job {
-                    event: Arc::new(Event::new(pending, workflow)),
+                    event: event
+                        .get_or_insert_with(|| Arc::new(Event::new(pending, workflow)))
+                        .clone(),
                     attempt: admission.attempt,
                     redelivery: false,
                 };
@@ -458,7 +462,7 @@ impl Worker {
         self.metrics.record(outcome, done.duration.as_secs_f64());
         let s = &mut state.status;
         state.recent.push_front(DeliveryAttempt {
-            id: crate::api::state::new_id("dlv").replacen("dlv-", "dlv_", 1),
+            id: crate::api::state::new_token_id("dlv"),
             event_id: job.event.id.clone(),
             event: job.event.kind,
             attempt: job.attempt,
@@ -568,27 +572,15 @@ impl Worker {
     fn find_event(&self, ns: &str, id: &str) -> Option<Event> {
         let in_ns = |m: &kube::api::ObjectMeta| m.namespace.as_deref() == Some(ns);
         let runs = self.stores.runs.state();
-        let from_runs = runs.iter().filter(|r| in_ns(&r.metadata)).find_map(|r| {
-            let (workflow, events) = outbox::of_run(r);
-            events
-                .iter()
-                .find(|e| e.id == id)
-                .map(|e| Event::new(e, workflow))
-        });
-        from_runs.or_else(|| {
-            self.stores
-                .workflows
-                .state()
+        let workflows = self.stores.workflows.state();
+        outbox::find(
+            runs.iter().filter(|r| in_ns(&r.metadata)).map(|r| &**r),
+            workflows
                 .iter()
                 .filter(|w| in_ns(&w.metadata))
-                .find_map(|w| {
-                    let (workflow, events) = outbox::of_workflow(w);
-                    events
-                        .iter()
-                        .find(|e| e.id == id)
-                        .map(|e| Event::new(e, &workflow))
-                })
-        })
+                .map(|w| &**w),
+            id,
+        )
     }
 
     /// Writes the status of every webhook with something new, at most once per
@@ -610,15 +602,12 @@ impl Worker {
             if !state.dirty && !settled_due {
                 continue;
             }
-            state.ledger.advance(now, floor);
-            state.status.delivered_through = Some(state.ledger.through());
-            state.status.retrying = state.ledger.retrying();
-            state.status.recent_attempts = state.recent.iter().cloned().collect();
+            let status = state.status_to_write(now, floor);
             state.dirty = false;
             state.writing = true;
             let api: Api<Webhook> =
                 Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
-            let (tx, hook, status) = (self.tx.clone(), key.clone(), state.status.clone());
+            let (tx, hook) = (self.tx.clone(), key.clone());
             let writes = self.metrics.status_writes.clone();
             tokio::spawn(async move {
                 writes.inc();
@@ -637,17 +626,29 @@ impl Worker {
             if !state.dirty {
                 continue;
             }
-            state.ledger.advance(now, floor);
-            state.status.delivered_through = Some(state.ledger.through());
-            state.status.retrying = state.ledger.retrying();
-            state.status.recent_attempts = state.recent.iter().cloned().collect();
+            let status = state.status_to_write(now, floor);
             let api: Api<Webhook> =
                 Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
-            let (name, status) = (key.name.clone(), state.status.clone());
+            let name = key.name.clone();
             writes.push(async move { write_status(&api, &name, &status).await });
         }
         let _ =
             tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(writes)).await;
+    }
+}
+
+impl HookState {
+    /// Moves the watermark as far as it may go and returns the whole status to write.
+    fn status_to_write(
+        &mut self,
+        now: Timestamp,
+        unseen_floor: Option<Timestamp>,
+    ) -> WebhookStatus {
+        self.ledger.advance(now, unseen_floor);
+        self.status.delivered_through = Some(self.ledger.through());
+        self.status.retrying = self.ledger.retrying();
+        self.status.recent_attempts = self.recent.iter().cloned().collect();
+        self.status.clone()
     }
 }
 

@@ -8,7 +8,7 @@ use crate::crd::{EventKind, PendingEvent, Run, RunPhase, RunStatus};
 
 /// A fresh event id: `evt_` and 10 lowercase alphanumerics.
 pub fn new_event_id() -> String {
-    crate::api::state::new_id("evt").replacen("evt-", "evt_", 1)
+    crate::api::state::new_token_id("evt")
 }
 
 /// The event kind a final phase fires.

@@ -621,6 +621,28 @@ async fn failures_are_retried_with_one_event_id_and_listed_as_deliveries() {
         .collect();
     assert!(!errors.is_empty(), "transport errors are listed");
 
+    // Once the run is deleted its events are gone: a redelivery is refused.
+    api.ns
+        .api::<flowline::crd::Run>()
+        .delete(&run, &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "redelivery of a deleted run's event to be refused",
+        Duration::from_secs(15),
+        || async {
+            let res = api.send("POST", &api.admin_key, &path, None).await;
+            (res.status() == 409).then_some(res)
+        },
+    )
+    .await;
+    assert_error(
+        api.send("POST", &api.admin_key, &path, None).await,
+        409,
+        "event_expired",
+    )
+    .await;
+
     // The metrics count the attempts by outcome, their latency and the queue.
     let metrics = http_client()
         .get(format!("http://127.0.0.1:{}/metrics", s.port))
