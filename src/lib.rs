@@ -13,6 +13,7 @@ pub mod crd;
 pub mod delivery;
 pub mod engine;
 pub mod kubeutil;
+pub mod limits;
 pub mod operator;
 pub mod step_command;
 pub mod telemetry;

@@ -5,6 +5,7 @@ mod api;
 mod delivery;
 mod engine;
 mod foundation;
+mod hostile;
 mod replicas;
 mod support;
 mod workflows;

@@ -1,0 +1,9 @@
+//! Hostile-tenant tests: each tries an attack as an untrusted party would (an API key of
+//! any scope, a workflow author with kubectl, a server a step calls, a webhook receiver)
+//! and checks that it is refused or bounded and that other tenants are still served.
+
+mod egress;
+mod nesting;
+mod ratelimit;
+mod secrets;
+mod status;

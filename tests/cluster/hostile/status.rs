@@ -1,0 +1,1 @@
+//! Hostile-tenant tests: status.
