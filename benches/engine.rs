@@ -105,6 +105,7 @@ async fn main() {
             "{}".to_string(),
         )]
         .into(),
+        ..Default::default()
     };
     let stop = controller(&client, &ns, kwok);
 
@@ -221,6 +222,7 @@ async fn main() {
                 "{}".to_string(),
             )]
             .into(),
+            ..Default::default()
         },
     );
     workflow(

@@ -3,6 +3,9 @@
 use std::net::SocketAddr;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::engine::job;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -127,6 +130,18 @@ pub struct OperatorArgs {
     /// Annotation added to every step pod, `key=value`; repeatable.
     #[arg(long = "job-pod-annotation", value_parser = parse_key_value)]
     pub job_pod_annotations: Vec<(String, String)>,
+    /// CPU request of every step container.
+    #[arg(long, default_value = job::DEFAULT_CPU_REQUEST, value_parser = job::parse_quantity)]
+    pub step_cpu_request: Quantity,
+    /// Memory request of every step container.
+    #[arg(long, default_value = job::DEFAULT_MEMORY_REQUEST, value_parser = job::parse_quantity)]
+    pub step_memory_request: Quantity,
+    /// CPU limit of every step container.
+    #[arg(long, default_value = job::DEFAULT_CPU_LIMIT, value_parser = job::parse_quantity)]
+    pub step_cpu_limit: Quantity,
+    /// Memory limit of every step container.
+    #[arg(long, default_value = job::DEFAULT_MEMORY_LIMIT, value_parser = job::parse_quantity)]
+    pub step_memory_limit: Quantity,
     /// Name of the leader-election Lease (distinct per installation in one namespace).
     #[arg(long, default_value = "flowline-controller")]
     pub leader_election_lease: String,

@@ -107,6 +107,12 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
             crate::engine::job::JobSettings {
                 step_image: args.step_image.clone(),
                 pod_annotations: args.job_pod_annotations.iter().cloned().collect(),
+                resources: crate::engine::job::StepResources {
+                    cpu_request: args.step_cpu_request.clone(),
+                    memory_request: args.step_memory_request.clone(),
+                    cpu_limit: args.step_cpu_limit.clone(),
+                    memory_limit: args.step_memory_limit.clone(),
+                },
             },
         );
         let cfg = leader::LeaseConfig {

@@ -1,23 +1,19 @@
 //! `flowline step`: runs one built-in step inside a Job's pod. Reads the rendered
-//! inputs from FLOWLINE_STEP, writes the output JSON (or the failure message) to the
-//! termination log, and exits non-zero on failure.
+//! inputs from FLOWLINE_STEP, puts back the secret values their placeholders stand for
+//! (each from its FLOWLINE_SECRET_<n> variable, a `secretKeyRef`), writes the output JSON
+//! (or the failure message) to the termination log with those values redacted, and exits
+//! non-zero on failure.
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
-use crate::crd::Action;
-use crate::engine::actions;
-use crate::engine::job::STEP_ENV;
+use serde_json::json;
+
+use crate::engine::job::{STEP_ENV, StepEnvelope};
+use crate::engine::redact::Redactor;
+use crate::engine::{actions, secrets};
 
 /// Kubernetes keeps at most 4096 bytes of a termination message.
 const MAX_MESSAGE: usize = 4096;
-
-#[derive(Deserialize)]
-struct StepInput {
-    action: Action,
-    #[serde(default)]
-    with: Value,
-}
 
 fn termination_log() -> std::path::PathBuf {
     std::env::var_os("FLOWLINE_TERMINATION_LOG")
@@ -32,23 +28,32 @@ fn fit(text: String) -> String {
     json!({"output_truncated": true}).to_string()
 }
 
+/// The step to run, its secret values in place, and a redactor for those values.
+fn read_step() -> Result<(StepEnvelope, Redactor), String> {
+    let raw = std::env::var(STEP_ENV).map_err(|_| format!("{STEP_ENV} is not set"))?;
+    let mut step: StepEnvelope =
+        serde_json::from_str(&raw).map_err(|e| format!("{STEP_ENV} is not a valid step: {e}"))?;
+    let mut values = BTreeMap::new();
+    for (placeholder, var) in &step.secrets {
+        let value = std::env::var(var).map_err(|_| format!("{var} is not set"))?;
+        values.insert(placeholder.clone(), value);
+    }
+    secrets::substitute(&mut step.with, &values);
+    Ok((step, Redactor::new(values.values())))
+}
+
 /// Returns the process exit code.
 pub async fn run() -> i32 {
-    let (message, code) = match std::env::var(STEP_ENV)
-        .map_err(|_| format!("{STEP_ENV} is not set"))
-        .and_then(|raw| {
-            serde_json::from_str::<StepInput>(&raw)
-                .map_err(|e| format!("{STEP_ENV} is not a valid step: {e}"))
-        }) {
+    let (message, code) = match read_step() {
         Err(e) => (e, 2),
-        Ok(input) => {
+        Ok((step, redactor)) => {
             let http = reqwest::Client::builder()
                 .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
                 .build()
                 .unwrap_or_default();
-            match actions::execute(input.action, &input.with, &http).await {
-                Ok(output) => (fit(output.to_string()), 0),
-                Err(e) => (e.0.chars().take(MAX_MESSAGE).collect(), 1),
+            match actions::execute(step.action, &step.with, &http).await {
+                Ok(output) => (fit(redactor.value(output).to_string()), 0),
+                Err(e) => (redactor.text(&e.0).chars().take(MAX_MESSAGE).collect(), 1),
             }
         }
     };

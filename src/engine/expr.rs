@@ -68,6 +68,24 @@ pub fn evaluate(expr: &str, ctx: &Value) -> Result<bool, ExprError> {
     Ok(truthy(eval(&node, ctx)?.as_ref()))
 }
 
+/// The paths `expr` refers to, without evaluating it: how the engine learns which Secrets
+/// a condition reads before it reads them. Empty when the expression is too long or does
+/// not tokenize; evaluating it reports why.
+pub fn paths(expr: &str) -> Vec<String> {
+    if expr.chars().count() > MAX_LEN {
+        return Vec::new();
+    }
+    let chars: Vec<char> = expr.chars().collect();
+    tokenize(&chars)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|token| match token.kind {
+            Kind::Path(path) => Some(path),
+            _ => None,
+        })
+        .collect()
+}
+
 fn syntax(message: impl Into<String>, position: usize) -> ExprError {
     ExprError::Syntax {
         message: message.into(),
@@ -578,6 +596,19 @@ mod tests {
             ExprError::Syntax { message, position } => (position, message),
             other => panic!("{expr}: expected a syntax error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn paths_lists_every_path_including_braced_and_short_circuited_ones() {
+        assert_eq!(
+            paths("run.id == 'x' || {{ secrets.hook-token.value }} == 'y' && !secrets.b.c"),
+            vec!["run.id", "secrets.hook-token.value", "secrets.b.c"]
+        );
+        // The string literal is not a path; literals and operators are skipped.
+        assert_eq!(paths("'secrets.a.b' == true"), Vec::<String>::new());
+        // Unparsable or too long: nothing (evaluation reports the error).
+        assert!(paths("secrets.a.b = 1").is_empty());
+        assert!(paths(&format!("secrets.a.b || {}", "true || ".repeat(200))).is_empty());
     }
 
     #[test]

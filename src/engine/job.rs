@@ -6,18 +6,120 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSecurityContext,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::wait::{Condition, await_condition, conditions};
 use kube::{Api, Client, Resource, ResourceExt};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use super::secrets::{Placeholders, SecretKeyRef};
 use crate::crd::{Action, Run, Step, labels};
 
 /// Environment variable carrying a built-in step's rendered inputs into `flowline step`.
 pub const STEP_ENV: &str = "FLOWLINE_STEP";
+
+/// Prefix of the environment variables through which a built-in step Job receives secret
+/// values (`FLOWLINE_SECRET_0`, …), each a `secretKeyRef`.
+pub const SECRET_ENV_PREFIX: &str = "FLOWLINE_SECRET_";
+
+/// The user and group step containers run as: the `nonroot` user of the distroless image
+/// the operator's own image is built on.
+pub const STEP_UID: i64 = 65532;
+
+/// Size limit of the writable `/tmp` (an emptyDir) every step container gets, since the root
+/// filesystem is read-only.
+const TMP_SIZE: &str = "64Mi";
+
+/// Default requests and limits of a step container.
+pub const DEFAULT_CPU_REQUEST: &str = "50m";
+pub const DEFAULT_MEMORY_REQUEST: &str = "64Mi";
+pub const DEFAULT_CPU_LIMIT: &str = "1";
+pub const DEFAULT_MEMORY_LIMIT: &str = "256Mi";
+
+/// What FLOWLINE_STEP carries into `flowline step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEnvelope {
+    pub action: Action,
+    #[serde(default)]
+    pub with: Value,
+    /// Placeholder in `with` → the environment variable holding the value it stands for.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
+}
+
+/// CPU and memory of every step container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResources {
+    pub cpu_request: Quantity,
+    pub memory_request: Quantity,
+    pub cpu_limit: Quantity,
+    pub memory_limit: Quantity,
+}
+
+impl Default for StepResources {
+    fn default() -> Self {
+        let q = |s: &str| Quantity(s.to_owned());
+        StepResources {
+            cpu_request: q(DEFAULT_CPU_REQUEST),
+            memory_request: q(DEFAULT_MEMORY_REQUEST),
+            cpu_limit: q(DEFAULT_CPU_LIMIT),
+            memory_limit: q(DEFAULT_MEMORY_LIMIT),
+        }
+    }
+}
+
+impl StepResources {
+    fn requirements(&self) -> ResourceRequirements {
+        let pair = |cpu: &Quantity, memory: &Quantity| {
+            BTreeMap::from([
+                ("cpu".to_owned(), cpu.clone()),
+                ("memory".to_owned(), memory.clone()),
+            ])
+        };
+        ResourceRequirements {
+            requests: Some(pair(&self.cpu_request, &self.memory_request)),
+            limits: Some(pair(&self.cpu_limit, &self.memory_limit)),
+            ..Default::default()
+        }
+    }
+}
+
+/// A resource quantity flag (`500m`, `1`, `1.5`, `256Mi`, `1G`, `1e3`): checked at start-up
+/// so that a typo fails the operator, not every step Job. The API server does the exact check.
+pub fn parse_quantity(text: &str) -> Result<Quantity, String> {
+    let number_end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(number_end);
+    let number_ok = !number.is_empty()
+        && number.matches('.').count() <= 1
+        && number.chars().any(|c| c.is_ascii_digit());
+    let suffix_ok = matches!(
+        suffix,
+        "" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
+    ) || suffix.strip_prefix(['e', 'E']).is_some_and(|exp| {
+        !exp.is_empty()
+            && exp
+                .trim_start_matches('-')
+                .chars()
+                .all(|c| c.is_ascii_digit())
+    });
+    if number_ok && suffix_ok {
+        Ok(Quantity(text.to_owned()))
+    } else {
+        Err(format!(
+            "{text:?} is not a resource quantity (e.g. 100m, 1, 256Mi)"
+        ))
+    }
+}
 
 /// How step Jobs are built.
 #[derive(Debug, Clone, Default)]
@@ -26,6 +128,24 @@ pub struct JobSettings {
     pub step_image: String,
     /// Annotations added to every step pod.
     pub pod_annotations: BTreeMap<String, String>,
+    /// Requests and limits of every step container.
+    pub resources: StepResources,
+}
+
+/// Why a step's inputs cannot become a Job. Deterministic: the step fails without retrying.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    #[error("container steps need `image` (a string)")]
+    MissingImage,
+    #[error("`{0}` of a container step must be a list of strings")]
+    NotStrings(&'static str),
+    #[error(
+        "env {0}: a secret must be the whole value of an env variable \
+         (\"{{{{ secrets.<name>.<key> }}}}\"), not part of it"
+    )]
+    PartialSecret(String),
+    #[error("a container step receives secrets only as env values, not in `{0}`")]
+    SecretOutsideEnv(&'static str),
 }
 
 /// Name of the Job of one attempt: readable, unique per run/step/attempt, ≤ 63 chars.
@@ -35,63 +155,221 @@ pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
     format!("{}-{attempt}-{digest}", readable.trim_end_matches('-'))
 }
 
-fn env_list(with: &Value) -> Vec<Value> {
-    match with.get("env") {
-        Some(Value::Object(map)) => map
-            .iter()
-            .map(|(k, v)| json!({"name": k, "value": v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())}))
-            .collect(),
-        _ => Vec::new(),
+fn env_value(name: &str, value: String) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value),
+        value_from: None,
     }
 }
 
-/// The Job of one attempt. Pure.
+fn env_secret(name: &str, key: &SecretKeyRef) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: key.name.clone(),
+                key: key.key.clone(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A container step's `env`: a value that is exactly one placeholder becomes a
+/// `secretKeyRef`; a placeholder inside a longer value is refused, since the value would
+/// have to be assembled in the Pod spec.
+fn container_env(inputs: &Value, secrets: &Placeholders) -> Result<Vec<EnvVar>, JobError> {
+    let Some(Value::Object(env)) = inputs.get("env") else {
+        return Ok(Vec::new());
+    };
+    env.iter()
+        .map(|(name, value)| {
+            let text = value
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| value.to_string());
+            match secrets.get(&text) {
+                Some(key) => Ok(env_secret(name, key)),
+                None if secrets.found_in(&text).next().is_some() => {
+                    Err(JobError::PartialSecret(name.clone()))
+                }
+                None => Ok(env_value(name, text)),
+            }
+        })
+        .collect()
+}
+
+/// A container step's `command` or `args`.
+fn strings(inputs: &Value, field: &'static str) -> Result<Option<Vec<String>>, JobError> {
+    match inputs.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or(JobError::NotStrings(field)),
+        Some(_) => Err(JobError::NotStrings(field)),
+    }
+}
+
+fn user_container(inputs: &Value, secrets: &Placeholders) -> Result<Container, JobError> {
+    for field in ["image", "command", "args"] {
+        let text = inputs.get(field).map(Value::to_string).unwrap_or_default();
+        if secrets.found_in(&text).next().is_some() {
+            return Err(JobError::SecretOutsideEnv(field));
+        }
+    }
+    Ok(Container {
+        image: Some(
+            inputs
+                .get("image")
+                .and_then(Value::as_str)
+                .filter(|image| !image.is_empty())
+                .ok_or(JobError::MissingImage)?
+                .to_owned(),
+        ),
+        command: strings(inputs, "command")?,
+        args: strings(inputs, "args")?,
+        env: Some(container_env(inputs, secrets)?),
+        ..Default::default()
+    })
+}
+
+/// `flowline step` with the inputs in FLOWLINE_STEP and each secret the inputs use in a
+/// FLOWLINE_SECRET_<n> variable.
+fn built_in_container(
+    action: Action,
+    inputs: &Value,
+    secrets: &Placeholders,
+    settings: &JobSettings,
+) -> Container {
+    let text = inputs.to_string();
+    let mut envelope = StepEnvelope {
+        action,
+        with: inputs.clone(),
+        secrets: BTreeMap::new(),
+    };
+    let mut env = Vec::new();
+    for (n, (placeholder, key)) in secrets.found_in(&text).enumerate() {
+        let name = format!("{SECRET_ENV_PREFIX}{n}");
+        env.push(env_secret(&name, key));
+        envelope.secrets.insert(placeholder.to_owned(), name);
+    }
+    // Serializing a struct of JSON values and strings cannot fail.
+    let envelope = serde_json::to_string(&envelope).unwrap_or_default();
+    env.insert(0, env_value(STEP_ENV, envelope));
+    Container {
+        image: Some(settings.step_image.clone()),
+        args: Some(vec!["step".to_owned()]),
+        env: Some(env),
+        ..Default::default()
+    }
+}
+
+/// The pod-level half of the restricted Pod Security Standard.
+fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(STEP_UID),
+        run_as_group: Some(STEP_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The container-level half; the termination log stays writable (the kubelet mounts it).
+fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            add: None,
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        ..Default::default()
+    }
+}
+
+/// The Job of one attempt. Pure. `secrets` are the placeholders the inputs were rendered
+/// with: they become `secretKeyRef`s, never values in the Pod spec.
 pub fn build(
     run: &Run,
     step: &Step,
     attempt: u32,
     inputs: &Value,
     timeout: Option<Duration>,
+    secrets: &Placeholders,
     settings: &JobSettings,
-) -> Job {
-    let name = job_name(&run.name_any(), &step.id, attempt);
+) -> Result<Job, JobError> {
     let container = match step.action {
-        Action::Container => json!({
-            "name": "step",
-            "image": inputs.get("image").and_then(Value::as_str).unwrap_or_default(),
-            "command": inputs.get("command").cloned().unwrap_or(Value::Null),
-            "args": inputs.get("args").cloned().unwrap_or(Value::Null),
-            "env": env_list(inputs),
-            "terminationMessagePolicy": "File",
-        }),
-        _ => json!({
-            "name": "step",
-            "image": settings.step_image,
-            "args": ["step"],
-            "env": [{"name": STEP_ENV, "value": json!({"action": step.action, "with": inputs}).to_string()}],
-            "terminationMessagePolicy": "File",
-        }),
+        Action::Container => user_container(inputs, secrets)?,
+        action => built_in_container(action, inputs, secrets, settings),
     };
-    let labels = json!({
-        labels::RUN: run.name_any(),
-        labels::STEP: step.id,
-        labels::WORKFLOW: run.spec.workflow_ref,
-    });
-    let mut job: Job = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": timeout.map(|t| t.as_secs().max(1)),
-            "ttlSecondsAfterFinished": 3600,
-            "template": {
-                "metadata": {"labels": labels, "annotations": settings.pod_annotations},
-                "spec": {"restartPolicy": "Never", "containers": [container]}
-            }
-        }
-    }))
-    .unwrap_or_default();
-    job.meta_mut().owner_references = run.controller_owner_ref(&()).map(|o| vec![o]);
-    job
+    let container = Container {
+        name: "step".to_owned(),
+        termination_message_policy: Some("File".to_owned()),
+        security_context: Some(container_security()),
+        resources: Some(settings.resources.requirements()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "tmp".to_owned(),
+            mount_path: "/tmp".to_owned(),
+            ..Default::default()
+        }]),
+        ..container
+    };
+    let labels = BTreeMap::from([
+        (labels::RUN.to_owned(), run.name_any()),
+        (labels::STEP.to_owned(), step.id.clone()),
+        (labels::WORKFLOW.to_owned(), run.spec.workflow_ref.clone()),
+    ]);
+    let pod = PodSpec {
+        restart_policy: Some("Never".to_owned()),
+        containers: vec![container],
+        security_context: Some(pod_security()),
+        // Steps need no Kubernetes API access, nor the addresses of every Service.
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        volumes: Some(vec![Volume {
+            name: "tmp".to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity(TMP_SIZE.to_owned())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(&run.name_any(), &step.id, attempt)),
+            labels: Some(labels.clone()),
+            owner_references: run.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: timeout.map(|t| t.as_secs().max(1) as i64),
+            ttl_seconds_after_finished: Some(3600),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    annotations: Some(settings.pod_annotations.clone()),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
 }
 
 /// Runs one attempt as a Job and returns the step's output or the failure message.
@@ -165,6 +443,7 @@ pub async fn delete_run_jobs(client: &Client, namespace: &str, run: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::secrets::StepSecrets;
 
     fn run() -> Run {
         serde_json::from_value(json!({
@@ -187,6 +466,26 @@ mod tests {
         assert_eq!(job_name("r", "s", 1), job_name("r", "s", 1));
     }
 
+    fn secrets() -> StepSecrets {
+        StepSecrets::from_values(BTreeMap::from([(
+            "crm".to_string(),
+            BTreeMap::from([
+                ("token".to_string(), "t0k3n-value".to_string()),
+                ("user".to_string(), "ada-user".to_string()),
+            ]),
+        )]))
+    }
+
+    /// Renders `with` the way the runner does for a Job: secrets as placeholders.
+    fn rendered(with: Value, placeholders: &Placeholders) -> Value {
+        let ctx = json!({"secrets": placeholders.context(), "run": {"id": "r"}});
+        crate::engine::template::render(&with, &ctx).unwrap()
+    }
+
+    fn pod(job: Job) -> PodSpec {
+        job.spec.unwrap().template.spec.unwrap()
+    }
+
     #[test]
     fn built_in_steps_run_the_operator_image_with_their_inputs() {
         let settings = JobSettings {
@@ -199,7 +498,17 @@ mod tests {
             2,
             &json!({"value": 1}),
             Some(Duration::from_millis(1500)),
+            &Placeholders::default(),
             &settings,
+        )
+        .unwrap();
+        assert_eq!(
+            job.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "u-1"
+        );
+        assert_eq!(
+            job.metadata.labels.as_ref().unwrap()[labels::STEP],
+            "fetch-orders"
         );
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(0));
@@ -210,26 +519,250 @@ mod tests {
             (c.image.as_deref(), c.args.as_deref()),
             (Some("flowline:1"), Some(&["step".to_string()][..]))
         );
-        let env: Value =
-            serde_json::from_str(c.env.as_ref().unwrap()[0].value.as_deref().unwrap()).unwrap();
-        assert_eq!(env, json!({"action": "transform", "with": {"value": 1}}));
-        assert_eq!(job.metadata.owner_references.unwrap()[0].uid, "u-1");
-        assert_eq!(job.metadata.labels.unwrap()[labels::STEP], "fetch-orders");
+        let env = c.env.as_ref().unwrap();
+        assert_eq!(env.len(), 1);
+        let envelope: StepEnvelope =
+            serde_json::from_str(env[0].value.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            envelope,
+            StepEnvelope {
+                action: Action::Transform,
+                with: json!({"value": 1}),
+                secrets: BTreeMap::new()
+            }
+        );
+    }
+
+    #[test]
+    fn built_in_steps_get_secrets_by_secret_key_ref_never_as_values() {
+        let placeholders = secrets().placeholders();
+        let inputs = rendered(
+            json!({"url": "https://x", "headers": {"Authorization": "Bearer {{ secrets.crm.token }}"}}),
+            &placeholders,
+        );
+        let job = build(
+            &run(),
+            &step("http.request"),
+            1,
+            &inputs,
+            None,
+            &placeholders,
+            &JobSettings::default(),
+        )
+        .unwrap();
+        let spec_text = serde_json::to_string(&job).unwrap();
+        assert!(!spec_text.contains("t0k3n-value"), "{spec_text}");
+        let env = pod(job).containers[0].env.clone().unwrap();
+        // Only the key the inputs use: `user` was read but not used.
+        assert_eq!(env.len(), 2, "{env:?}");
+        assert_eq!(env[1].name, "FLOWLINE_SECRET_0");
+        assert_eq!(env[1].value, None);
+        let selector = env[1]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (selector.name.as_str(), selector.key.as_str()),
+            ("crm", "token")
+        );
+        let envelope: StepEnvelope =
+            serde_json::from_str(env[0].value.as_deref().unwrap()).unwrap();
+        let header = envelope.with["headers"]["Authorization"].as_str().unwrap();
+        let placeholder = header.strip_prefix("Bearer ").unwrap();
+        assert_eq!(envelope.secrets[placeholder], "FLOWLINE_SECRET_0");
+        // And `flowline step` puts the value back.
+        let mut with = envelope.with.clone();
+        crate::engine::secrets::substitute(
+            &mut with,
+            &BTreeMap::from([(placeholder.to_string(), "t0k3n-value".to_string())]),
+        );
+        assert_eq!(with["headers"]["Authorization"], "Bearer t0k3n-value");
+    }
+
+    #[test]
+    fn step_pods_run_restricted_with_default_resources() {
+        for (action, inputs) in [
+            ("transform", json!({"value": 1})),
+            ("container", json!({"image": "busybox"})),
+        ] {
+            let job = build(
+                &run(),
+                &step(action),
+                1,
+                &inputs,
+                None,
+                &Placeholders::default(),
+                &JobSettings::default(),
+            )
+            .unwrap();
+            let pod = pod(job);
+            assert_eq!(pod.automount_service_account_token, Some(false));
+            let ctx = pod.security_context.as_ref().unwrap();
+            assert_eq!(
+                (ctx.run_as_non_root, ctx.run_as_user),
+                (Some(true), Some(STEP_UID))
+            );
+            assert_eq!(
+                ctx.seccomp_profile.as_ref().unwrap().type_,
+                "RuntimeDefault"
+            );
+            let c = &pod.containers[0];
+            let sc = c.security_context.as_ref().unwrap();
+            assert_eq!(sc.allow_privilege_escalation, Some(false));
+            assert_eq!(sc.read_only_root_filesystem, Some(true));
+            assert_eq!(
+                sc.capabilities.as_ref().unwrap().drop.as_deref(),
+                Some(&["ALL".to_string()][..])
+            );
+            assert_eq!(sc.capabilities.as_ref().unwrap().add, None);
+            let resources = c.resources.as_ref().unwrap();
+            assert_eq!(
+                resources.limits.as_ref().unwrap()["memory"],
+                Quantity(DEFAULT_MEMORY_LIMIT.into())
+            );
+            assert_eq!(
+                resources.requests.as_ref().unwrap()["cpu"],
+                Quantity(DEFAULT_CPU_REQUEST.into())
+            );
+            assert_eq!(c.volume_mounts.as_ref().unwrap()[0].mount_path, "/tmp");
+        }
     }
 
     #[test]
     fn container_steps_run_the_users_image() {
-        let inputs = json!({"image": "busybox", "command": ["sh", "-c"], "args": ["echo {} > /dev/termination-log"], "env": {"A": "1"}});
+        let inputs = json!({"image": "busybox", "command": ["sh", "-c"], "args": ["echo {} > /dev/termination-log"], "env": {"A": "1", "N": 2}});
         let job = build(
             &run(),
             &step("container"),
             1,
             &inputs,
             None,
+            &Placeholders::default(),
             &JobSettings::default(),
-        );
-        let c = &job.spec.unwrap().template.spec.unwrap().containers[0];
+        )
+        .unwrap();
+        let c = &pod(job).containers[0];
         assert_eq!(c.image.as_deref(), Some("busybox"));
-        assert_eq!(c.env.as_ref().unwrap()[0].name, "A");
+        assert_eq!(
+            c.command.as_deref(),
+            Some(&["sh".to_string(), "-c".to_string()][..])
+        );
+        let env = c.env.as_ref().unwrap();
+        assert_eq!(
+            env.iter()
+                .map(|e| (e.name.as_str(), e.value.as_deref()))
+                .collect::<Vec<_>>(),
+            vec![("A", Some("1")), ("N", Some("2"))]
+        );
+    }
+
+    #[test]
+    fn container_env_gets_whole_secrets_by_secret_key_ref_and_refuses_parts() {
+        let placeholders = secrets().placeholders();
+        let inputs = rendered(
+            json!({"image": "busybox", "env": {"TOKEN": "{{ secrets.crm.token }}", "PLAIN": "x"}}),
+            &placeholders,
+        );
+        let settings = JobSettings::default();
+        let job = build(
+            &run(),
+            &step("container"),
+            1,
+            &inputs,
+            None,
+            &placeholders,
+            &settings,
+        )
+        .unwrap();
+        assert!(!serde_json::to_string(&job).unwrap().contains("t0k3n-value"));
+        let env = pod(job).containers[0].env.clone().unwrap();
+        let token = env.iter().find(|e| e.name == "TOKEN").unwrap();
+        assert_eq!(token.value, None);
+        let selector = token
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (selector.name.as_str(), selector.key.as_str()),
+            ("crm", "token")
+        );
+
+        let refused = |with: Value| {
+            let inputs = rendered(with, &placeholders);
+            build(
+                &run(),
+                &step("container"),
+                1,
+                &inputs,
+                None,
+                &placeholders,
+                &settings,
+            )
+            .expect_err("refused")
+        };
+        let partial =
+            refused(json!({"image": "busybox", "env": {"AUTH": "Bearer {{ secrets.crm.token }}"}}));
+        assert_eq!(partial, JobError::PartialSecret("AUTH".into()));
+        assert_eq!(
+            partial.to_string(),
+            "env AUTH: a secret must be the whole value of an env variable \
+             (\"{{ secrets.<name>.<key> }}\"), not part of it"
+        );
+        assert_eq!(
+            refused(json!({"image": "busybox", "env": {"ALL": "{{ secrets.crm }}"}})),
+            JobError::PartialSecret("ALL".into())
+        );
+        assert_eq!(
+            refused(json!({"image": "busybox", "args": ["--token", "{{ secrets.crm.token }}"]})),
+            JobError::SecretOutsideEnv("args")
+        );
+        assert_eq!(
+            refused(json!({"image": "{{ secrets.crm.user }}"})),
+            JobError::SecretOutsideEnv("image")
+        );
+    }
+
+    #[test]
+    fn malformed_container_inputs_fail_instead_of_building_an_empty_job() {
+        let build_with = |inputs: Value| {
+            build(
+                &run(),
+                &step("container"),
+                1,
+                &inputs,
+                None,
+                &Placeholders::default(),
+                &JobSettings::default(),
+            )
+        };
+        assert_eq!(build_with(json!({})).unwrap_err(), JobError::MissingImage);
+        assert_eq!(
+            build_with(json!({"image": 3})).unwrap_err(),
+            JobError::MissingImage
+        );
+        assert_eq!(
+            build_with(json!({"image": "x", "command": "sh -c"})).unwrap_err(),
+            JobError::NotStrings("command")
+        );
+        assert_eq!(
+            build_with(json!({"image": "x", "args": ["a", 1]})).unwrap_err(),
+            JobError::NotStrings("args")
+        );
+    }
+
+    #[test]
+    fn resource_quantities_are_checked() {
+        for ok in ["50m", "1", "1.5", "256Mi", "1G", "1e3", "2Gi"] {
+            assert_eq!(parse_quantity(ok), Ok(Quantity(ok.into())), "{ok}");
+        }
+        for bad in ["", "m", "1.2.3", "256MB", "-1", "one", "1 Gi", "1e"] {
+            assert!(parse_quantity(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -1,12 +1,15 @@
 //! The execution engine: templates, `when` conditions, built-in actions, retries,
-//! output caps, coalesced status writes and the inline executor.
+//! output caps, coalesced status writes, the inline and job executors, and the one path
+//! by which steps read Secrets (with redaction of what they read).
 
 pub mod actions;
 pub mod events;
 pub mod expr;
 pub mod job;
 pub mod output;
+pub mod redact;
 pub mod retry;
 pub mod runner;
+pub mod secrets;
 pub mod status_writer;
 pub mod template;

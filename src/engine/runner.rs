@@ -1,19 +1,18 @@
 //! The inline executor: runs a Run's steps in order inside the operator, records
 //! step-level results, and stops promptly on cancel.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::actions;
 use super::output;
+use super::redact::Redactor;
 use super::status_writer::StatusWriter;
-use super::{expr, job, retry, template};
+use super::{expr, job, retry, secrets, template};
 use crate::api::views::now_ms;
 use crate::crd::{
     Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow,
@@ -78,7 +77,7 @@ pub fn finish(status: &mut RunStatus, phase: RunPhase, error: Option<String>, as
 }
 
 /// The `{{ … }}` context: trigger payload, run, workflow, finished steps, secrets.
-fn context(run: &Run, wf: &Workflow, status: &RunStatus, secrets: Map<String, Value>) -> Value {
+fn context(run: &Run, wf: &Workflow, status: &RunStatus, secrets: Value) -> Value {
     let mut steps = Map::new();
     for r in &status.steps {
         if matches!(r.status, StepPhase::Succeeded | StepPhase::Skipped) {
@@ -95,34 +94,6 @@ fn context(run: &Run, wf: &Workflow, status: &RunStatus, secrets: Map<String, Va
         "steps": steps,
         "secrets": secrets,
     })
-}
-
-/// Secrets a step's inputs refer to (`secrets.<name>.`), read from its namespace.
-async fn secrets_for(engine: &Engine, namespace: &str, step: &Step) -> Map<String, Value> {
-    let text = step.with.as_ref().map(Value::to_string).unwrap_or_default();
-    let mut out = Map::new();
-    for piece in text.split("secrets.").skip(1) {
-        let name: String = piece
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
-            .collect();
-        let name = name.split('.').next().unwrap_or_default().to_string();
-        if name.is_empty() || out.contains_key(&name) {
-            continue;
-        }
-        let api: Api<Secret> = Api::namespaced(engine.client.clone(), namespace);
-        // A missing Secret stays absent, so the template names the missing path.
-        if let Ok(Some(secret)) = api.get_opt(&name).await {
-            let data: BTreeMap<String, Value> = secret
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, json!(String::from_utf8_lossy(&v.0))))
-                .collect();
-            out.insert(name, json!(data));
-        }
-    }
-    out
 }
 
 enum StepOutcome {
@@ -142,6 +113,9 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
 
     let mut failure = None;
     let mut cancelled = false;
+    // Every secret value read for this run, replaced by `[redacted]` wherever a step's
+    // output or error enters the status (and so Events and webhook payloads).
+    let mut redactor = Redactor::default();
     for (index, step) in wf.spec.steps.iter().enumerate() {
         let Some(record) = status.steps.get(index) else {
             break;
@@ -159,6 +133,7 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
             &mut status,
             &writer,
             &cancel,
+            &mut redactor,
         )
         .await
         {
@@ -219,8 +194,16 @@ async fn run_step(
     status: &mut RunStatus,
     writer: &StatusWriter,
     cancel: &CancellationToken,
+    redactor: &mut Redactor,
 ) -> StepOutcome {
+    // The one path that reads Secrets, for `with` and `when` alike.
+    let step_secrets = secrets::read_for_step(&engine.client, namespace, step).await;
+    if let Ok(read) = &step_secrets {
+        redactor.extend(read.values());
+    }
+    let redactor = &*redactor;
     let fail_step = |status: &mut RunStatus, reason: String| {
+        let reason = redactor.text(&reason);
         let record = &mut status.steps[index];
         let at = now_ms();
         record.status = StepPhase::Failed;
@@ -233,8 +216,11 @@ async fn run_step(
             step.action.as_str()
         ))
     };
-    let secrets = secrets_for(engine, namespace, step).await;
-    let ctx = context(run, wf, status, secrets);
+    let step_secrets = match step_secrets {
+        Ok(read) => read,
+        Err(e) => return fail_step(status, e.to_string()),
+    };
+    let ctx = context(run, wf, status, step_secrets.context());
     if let Some(when) = &step.when {
         match expr::evaluate(when, &ctx) {
             Ok(true) => {}
@@ -265,28 +251,46 @@ async fn run_step(
             record.next_attempt_at = None;
         }
         writer.update(status);
-        let inputs = match template::render(step.with.as_ref().unwrap_or(&json!({})), &ctx) {
+        let in_job = step.action == Action::Container
+            || wf.spec.executor.unwrap_or(engine.default_executor) == Executor::Job;
+        // A Job's inputs hold fresh placeholders instead of secret values; its Pod spec
+        // maps them to `secretKeyRef`s.
+        let placeholders = in_job.then(|| step_secrets.placeholders());
+        let job_ctx = placeholders.as_ref().map(|p| {
+            let mut ctx = ctx.clone();
+            ctx["secrets"] = p.context().clone();
+            ctx
+        });
+        let no_inputs = json!({});
+        let with = step.with.as_ref().unwrap_or(&no_inputs);
+        let inputs = match template::render(with, job_ctx.as_ref().unwrap_or(&ctx)) {
             Ok(v) => v,
             // Rendering is deterministic: retrying cannot help.
             Err(e) => return fail_step(status, e.to_string()),
+        };
+        let job_spec = match &placeholders {
+            Some(placeholders) => match job::build(
+                run,
+                step,
+                attempt,
+                &inputs,
+                step.timeout_ms.map(Duration::from_millis),
+                placeholders,
+                &engine.jobs,
+            ) {
+                Ok(spec) => Some(spec),
+                // So is building the Job from the inputs.
+                Err(e) => return fail_step(status, e.to_string()),
+            },
+            None => None,
         };
         let timeout = step
             .timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_secs(24 * 3600));
         let attempt_started = std::time::Instant::now();
-        let in_job = step.action == Action::Container
-            || wf.spec.executor.unwrap_or(engine.default_executor) == Executor::Job;
         let work = async {
-            if in_job {
-                let spec = job::build(
-                    run,
-                    step,
-                    attempt,
-                    &inputs,
-                    step.timeout_ms.map(Duration::from_millis),
-                    &engine.jobs,
-                );
+            if let Some(spec) = job_spec {
                 job::run_attempt(&engine.client, namespace, spec)
                     .await
                     .map_err(actions::ActionError)
@@ -312,7 +316,7 @@ async fn run_step(
             .observe(attempt_started.elapsed().as_secs_f64());
         let error = match result {
             Ok(Ok(out)) => {
-                let (stored, truncated) = output::cap(out);
+                let (stored, truncated) = output::cap(redactor.value(out));
                 let at = now_ms();
                 let record = &mut status.steps[index];
                 record.status = StepPhase::Succeeded;
@@ -328,6 +332,7 @@ async fn run_step(
             Ok(Err(e)) => e.0,
             Err(_) => format!("attempt timed out after {} ms", timeout.as_millis()),
         };
+        let error = redactor.text(&error);
         status.steps[index].error = Some(error.clone());
         let Some(delay) = retry::delay_before(&policy, attempt + 1, rand::random()) else {
             return fail_step(status, error);

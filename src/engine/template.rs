@@ -77,6 +77,34 @@ pub fn render_str(s: &str, ctx: &Value) -> Result<Value, TemplateError> {
     Renderer::new(ctx).string(s)
 }
 
+/// Every template path in the strings of `value`, in order, without resolving any: how the
+/// engine learns which Secrets a step refers to before it reads them. A malformed string
+/// contributes the paths before its first error; rendering reports that error. Walks with an
+/// explicit stack, so no nesting can exhaust the call stack.
+pub fn paths(value: &Value) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::String(s) => {
+                let mut from = 0;
+                while let Some(open) = s[from..].find("{{").map(|i| from + i) {
+                    let Ok((path, after)) = template_at(s, open) else {
+                        break;
+                    };
+                    found.push(path);
+                    from = after;
+                }
+            }
+            // Reversed so that paths come out in document order.
+            Value::Array(items) => stack.extend(items.iter().rev()),
+            Value::Object(map) => stack.extend(map.values().rev()),
+            _ => {}
+        }
+    }
+    found
+}
+
 /// Resolves a dot-separated path such as `steps.fetch.output.items.0.id`.
 pub fn lookup<'a>(ctx: &'a Value, path: &str) -> Result<&'a Value, TemplateError> {
     let segments: Vec<&str> = path.split('.').collect();
@@ -544,6 +572,34 @@ mod tests {
         for s in ["{{}}", "{{ }}", "x {{   }} y"] {
             assert_eq!(err(s), TemplateError::EmptyExpression, "{s}");
         }
+    }
+
+    #[test]
+    fn paths_are_found_without_resolving_them() {
+        let with = json!({
+            "url": "https://x/{{ trigger.payload.id }}?k={{secrets.crm.key}}",
+            "headers": {"A": "{{ secrets.no-such.token }}", "B": "plain"},
+            "body": [1, {"deep": [["{{ steps.s.output }}"]]}, "{{ run.id }} {{ broken", "{{ }} {{ run.id }}"]
+        });
+        let mut found = paths(&with);
+        found.sort_unstable();
+        // Missing paths are listed; a malformed string yields the paths before its error.
+        assert_eq!(
+            found,
+            vec![
+                "run.id",
+                "secrets.crm.key",
+                "secrets.no-such.token",
+                "steps.s.output",
+                "trigger.payload.id"
+            ]
+        );
+        assert!(paths(&json!({"n": 3, "s": "no templates"})).is_empty());
+        let mut deep = json!("{{ secrets.deep.k }}");
+        for _ in 0..1000 {
+            deep = json!([deep]);
+        }
+        assert_eq!(paths(&deep), vec!["secrets.deep.k"]);
     }
 
     #[test]

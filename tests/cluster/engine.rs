@@ -384,6 +384,7 @@ fn kwok_jobs(exit_code: &str, message: &str) -> flowline::engine::job::JobSettin
             ),
         ]
         .into(),
+        ..Default::default()
     }
 }
 
