@@ -153,7 +153,8 @@ async fn http_steps_pass_outputs_and_secrets_along() {
     let e = engine("eng-http").await;
     let (base, _) = receiver().await;
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "metadata": {"name": "shop-api"}, "stringData": {"token": "s3cret"}
+        "metadata": {"name": "shop-api", "labels": {"flowline.io/workflow-access": "true"}},
+        "stringData": {"token": "s3cret"}
     }))
     .unwrap();
     e.ns.api::<k8s_openapi::api::core::v1::Secret>()

@@ -105,13 +105,17 @@ impl Tenant {
             .to_string();
         let stored =
             crate::support::finished_run(self.ns(), &run_id, Duration::from_secs(60)).await;
-        let seen = self
-            .api
-            .get(&self.read, &format!("/v1/runs/{run_id}"))
-            .await
-            .json::<Value>()
-            .await
-            .unwrap();
+        // The API answers from its watch cache, which may lag behind the stored Run.
+        let seen = eventually(
+            "the API to show the finished run",
+            Duration::from_secs(10),
+            || async {
+                let path = format!("/v1/runs/{run_id}");
+                let seen: Value = self.api.get(&self.read, &path).await.json().await.ok()?;
+                (seen["finished_at"] != Value::Null).then_some(seen)
+            },
+        )
+        .await;
         (seen, stored)
     }
 
