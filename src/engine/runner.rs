@@ -253,36 +253,10 @@ async fn run_step(
         writer.update(status);
         let in_job = step.action == Action::Container
             || wf.spec.executor.unwrap_or(engine.default_executor) == Executor::Job;
-        // A Job's inputs hold fresh placeholders instead of secret values; its Pod spec
-        // maps them to `secretKeyRef`s.
-        let placeholders = in_job.then(|| step_secrets.placeholders());
-        let job_ctx = placeholders.as_ref().map(|p| {
-            let mut ctx = ctx.clone();
-            ctx["secrets"] = p.context().clone();
-            ctx
-        });
-        let no_inputs = json!({});
-        let with = step.with.as_ref().unwrap_or(&no_inputs);
-        let inputs = match template::render(with, job_ctx.as_ref().unwrap_or(&ctx)) {
-            Ok(v) => v,
-            // Rendering is deterministic: retrying cannot help.
-            Err(e) => return fail_step(status, e.to_string()),
-        };
-        let job_spec = match &placeholders {
-            Some(placeholders) => match job::build(
-                run,
-                step,
-                attempt,
-                &inputs,
-                step.timeout_ms.map(Duration::from_millis),
-                placeholders,
-                &engine.jobs,
-            ) {
-                Ok(spec) => Some(spec),
-                // So is building the Job from the inputs.
-                Err(e) => return fail_step(status, e.to_string()),
-            },
-            None => None,
+        let prepared = match prepare(engine, run, step, attempt, in_job, &ctx, &step_secrets) {
+            Ok(prepared) => prepared,
+            // Rendering and building are deterministic: retrying cannot help.
+            Err(e) => return fail_step(status, e),
         };
         let timeout = step
             .timeout_ms
@@ -290,12 +264,13 @@ async fn run_step(
             .unwrap_or(Duration::from_secs(24 * 3600));
         let attempt_started = std::time::Instant::now();
         let work = async {
-            if let Some(spec) = job_spec {
-                job::run_attempt(&engine.client, namespace, spec)
+            match prepared {
+                Prepared::Job(spec) => job::run_attempt(&engine.client, namespace, *spec)
                     .await
-                    .map_err(actions::ActionError)
-            } else {
-                actions::execute(step.action, &inputs, &engine.http).await
+                    .map_err(actions::ActionError),
+                Prepared::Inline(inputs) => {
+                    actions::execute(step.action, &inputs, &engine.http).await
+                }
             }
         };
         let result = tokio::select! {
@@ -345,4 +320,48 @@ async fn run_step(
             _ = tokio::time::sleep(delay) => {}
         }
     }
+}
+
+/// What one attempt runs.
+enum Prepared {
+    /// Rendered inputs, secret values included, for the inline executor.
+    Inline(Value),
+    /// A Job whose inputs hold fresh placeholders instead of secret values; its Pod spec
+    /// maps them to `secretKeyRef`s.
+    Job(Box<k8s_openapi::api::batch::v1::Job>),
+}
+
+/// Renders a step's inputs for one attempt (and builds its Job when it runs in one).
+fn prepare(
+    engine: &Engine,
+    run: &Run,
+    step: &Step,
+    attempt: u32,
+    in_job: bool,
+    ctx: &Value,
+    step_secrets: &secrets::StepSecrets,
+) -> Result<Prepared, String> {
+    let no_inputs = json!({});
+    let with = step.with.as_ref().unwrap_or(&no_inputs);
+    if !in_job {
+        return template::render(with, ctx)
+            .map(Prepared::Inline)
+            .map_err(|e| e.to_string());
+    }
+    let placeholders = step_secrets.placeholders();
+    let mut ctx = ctx.clone();
+    ctx["secrets"] = placeholders.context().clone();
+    let inputs = template::render(with, &ctx).map_err(|e| e.to_string())?;
+    let timeout = step.timeout_ms.map(Duration::from_millis);
+    job::build(
+        run,
+        step,
+        attempt,
+        &inputs,
+        timeout,
+        &placeholders,
+        &engine.jobs,
+    )
+    .map(|spec| Prepared::Job(Box::new(spec)))
+    .map_err(|e| e.to_string())
 }

@@ -423,3 +423,37 @@ async fn step_jobs_get_secrets_by_reference_never_by_value() {
     // "[redacted]" and not the placeholder: the value was substituted, then redacted.
     assert_eq!(output, json!({"header": "Bearer [redacted]"}));
 }
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_secret_cannot_be_smuggled_into_a_pod_spec() {
+    let t = tenant("hs-smuggle", kwok_jobs("{}")).await;
+    t.secret("app-creds", "Opaque", &[OPT_IN], &[("token", TOKEN)])
+        .await;
+    for (workflow, with, error) in [
+        (
+            "partial-env",
+            json!({"image": "busybox", "env": {"AUTH": "Bearer {{ secrets.app-creds.token }}"}}),
+            "env AUTH: a secret must be the whole value of an env variable \
+             (\"{{ secrets.<name>.<key> }}\"), not part of it",
+        ),
+        (
+            "in-args",
+            json!({"image": "busybox", "args": ["{{ secrets.app-creds.token }}"]}),
+            "a container step receives secrets only as env values, not in `args`",
+        ),
+    ] {
+        let (seen, _) = t
+            .run(
+                workflow,
+                json!({"steps": [{"id": "box", "action": "container",
+                    "retry": {"max_attempts": 3, "backoff_ms": 10}, "with": with}]}),
+            )
+            .await;
+        assert_eq!(seen["steps"][0]["error"], error, "{seen}");
+        // Deterministic: failed at once, not retried, and no Job was created.
+        assert_eq!(seen["steps"][0]["attempts"], 1, "{seen}");
+    }
+    let jobs = t.ns().api::<Job>().list(&Default::default()).await.unwrap();
+    assert!(jobs.items.is_empty());
+}
