@@ -40,7 +40,7 @@ fn controller(
     let _ = rustls::crypto::ring::default_provider().install_default();
     let ctx = flowline::controller::run::Context::new(
         client.clone(),
-        reqwest::Client::new(),
+        flowline::egress::GuardedClient::new(Default::default()).unwrap(),
         flowline::crd::Executor::Inline,
         Some(ns.to_string()),
         EngineTelemetry::new(
@@ -105,6 +105,7 @@ async fn main() {
             "{}".to_string(),
         )]
         .into(),
+        ..Default::default()
     };
     let stop = controller(&client, &ns, kwok);
 
@@ -221,6 +222,7 @@ async fn main() {
                 "{}".to_string(),
             )]
             .into(),
+            ..Default::default()
         },
     );
     workflow(

@@ -1,11 +1,13 @@
 //! `flowline step`: runs one built-in step inside a Job's pod. Reads the rendered
-//! inputs from FLOWLINE_STEP, writes the output JSON (or the failure message) to the
+//! inputs from FLOWLINE_STEP and the destination guard's allow-list from
+//! FLOWLINE_ALLOW_CIDRS, writes the output JSON (or the failure message) to the
 //! termination log, and exits non-zero on failure.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::crd::Action;
+use crate::egress::{ALLOW_CIDRS_ENV, ClientSettings, DestinationPolicy, GuardedClient};
 use crate::engine::actions;
 use crate::engine::job::STEP_ENV;
 
@@ -32,6 +34,19 @@ fn fit(text: String) -> String {
     json!({"output_truncated": true}).to_string()
 }
 
+/// The operator's destination guard, from the allow-list the Job passes in the pod's
+/// environment (unset or empty: public addresses only).
+fn guarded_client() -> Result<GuardedClient, String> {
+    let list = std::env::var(ALLOW_CIDRS_ENV).unwrap_or_default();
+    let policy =
+        DestinationPolicy::from_list(&list).map_err(|e| format!("{ALLOW_CIDRS_ENV}: {e}"))?;
+    GuardedClient::new(ClientSettings {
+        policy,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
 /// Returns the process exit code.
 pub async fn run() -> i32 {
     let (message, code) = match std::env::var(STEP_ENV)
@@ -41,16 +56,14 @@ pub async fn run() -> i32 {
                 .map_err(|e| format!("{STEP_ENV} is not a valid step: {e}"))
         }) {
         Err(e) => (e, 2),
-        Ok(input) => {
-            let http = reqwest::Client::builder()
-                .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .unwrap_or_default();
-            match actions::execute(input.action, &input.with, &http).await {
+        Ok(input) => match guarded_client() {
+            Err(e) => (e, 2),
+            // The pod's activeDeadlineSeconds bounds the step's own timeout.
+            Ok(http) => match actions::execute(input.action, &input.with, &http, None).await {
                 Ok(output) => (fit(output.to_string()), 0),
                 Err(e) => (e.0.chars().take(MAX_MESSAGE).collect(), 1),
-            }
-        }
+            },
+        },
     };
     if let Err(e) = std::fs::write(termination_log(), &message) {
         eprintln!("cannot write the termination log: {e}");

@@ -26,6 +26,8 @@ pub struct JobSettings {
     pub step_image: String,
     /// Annotations added to every step pod.
     pub pod_annotations: BTreeMap<String, String>,
+    /// The operator's destination guard, enforced by `flowline step` in the pod too.
+    pub destinations: crate::egress::DestinationPolicy,
 }
 
 /// Name of the Job of one attempt: readable, unique per run/step/attempt, ≤ 63 chars.
@@ -68,7 +70,8 @@ pub fn build(
             "name": "step",
             "image": settings.step_image,
             "args": ["step"],
-            "env": [{"name": STEP_ENV, "value": json!({"action": step.action, "with": inputs}).to_string()}],
+            "env": [{"name": STEP_ENV, "value": json!({"action": step.action, "with": inputs}).to_string()},
+                    {"name": crate::egress::ALLOW_CIDRS_ENV, "value": settings.destinations.to_list()}],
             "terminationMessagePolicy": "File",
         }),
     };
