@@ -70,10 +70,6 @@ impl GuardedClient {
         Ok(Self { http, policy })
     }
 
-    pub fn policy(&self) -> &DestinationPolicy {
-        &self.policy
-    }
-
     /// A request to `url`, or its refusal before any connection: only `http` and
     /// `https`, and a host that is not a refused IP literal or loopback name. Other
     /// names are checked when the connection resolves them.

@@ -70,7 +70,7 @@ pub async fn send(
 ///   body and the headers that describe it are dropped. 307 and 308 repeat the request.
 /// - Leaving the origin (scheme, host, port) drops the credentials (Authorization,
 ///   Cookie, Proxy-Authorization): they were meant for the first server only.
-pub fn redirected(
+fn redirected(
     previous: &Request,
     status: StatusCode,
     location: Option<&str>,

@@ -4,7 +4,6 @@
 //! kube-apiserver, the operator's own ports), the cluster network or the cloud metadata
 //! service, and hand the answer back in a run output or a delivery record.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
@@ -211,16 +210,6 @@ impl DestinationPolicy {
     /// The addresses a loopback name is connected to, instead of asking DNS.
     pub fn loopback_addresses() -> [IpAddr; 2] {
         LOOPBACK_ADDRESSES
-    }
-}
-
-impl fmt::Display for DestinationPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.allowed.is_empty() {
-            f.write_str("public addresses only")
-        } else {
-            write!(f, "public addresses and {}", self.to_list())
-        }
     }
 }
 

@@ -55,7 +55,7 @@ async fn engine_with(prefix: &str, jobs: flowline::engine::job::JobSettings) -> 
 
 /// The steps' client, allowed to reach the test servers on 127.0.0.1 (the guard
 /// refuses loopback by default).
-pub fn loopback_client() -> flowline::egress::GuardedClient {
+fn loopback_client() -> flowline::egress::GuardedClient {
     flowline::egress::GuardedClient::new(flowline::egress::ClientSettings {
         policy: flowline::egress::DestinationPolicy::from_list("127.0.0.1/32").unwrap(),
         ..Default::default()
