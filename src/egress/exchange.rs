@@ -24,10 +24,34 @@ pub struct Request {
 pub enum ExchangeError {
     #[error(transparent)]
     Request(#[from] RequestError),
+    /// A hop after the first: the message says so, since its URL came from a server.
+    #[error("{source} (at redirect {hop})")]
+    Redirected { hop: usize, source: RequestError },
     #[error("more than {MAX_REDIRECTS} redirects")]
     TooManyRedirects,
     #[error("the redirect location {0:?} is not a URL")]
     BadLocation(String),
+}
+
+impl ExchangeError {
+    fn at_hop(hop: usize, source: RequestError) -> Self {
+        match hop {
+            0 => Self::Request(source),
+            hop => Self::Redirected { hop, source },
+        }
+    }
+
+    /// The guard refused the first URL or a redirect.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::Request(RequestError::Refused(_))
+                | Self::Redirected {
+                    source: RequestError::Refused(_),
+                    ..
+                }
+        )
+    }
 }
 
 /// Sends `request`; with `follow_redirects`, follows up to [`MAX_REDIRECTS`] redirects,
@@ -39,13 +63,15 @@ pub async fn send(
 ) -> Result<reqwest::Response, ExchangeError> {
     let mut redirects = 0;
     loop {
+        let hop_failed = |e| ExchangeError::at_hop(redirects, e);
         let mut builder = client
-            .request(request.method.clone(), request.url.clone())?
+            .request(request.method.clone(), request.url.clone())
+            .map_err(hop_failed)?
             .headers(request.headers.clone());
         if let Some(body) = &request.body {
             builder = builder.body(body.clone());
         }
-        let response = builder.send().await.map_err(RequestError::from)?;
+        let response = builder.send().await.map_err(|e| hop_failed(e.into()))?;
         if !follow_redirects {
             return Ok(response);
         }

@@ -8,8 +8,8 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use crate::crd::Action;
-use crate::egress::exchange::{self, BodyError, ExchangeError, Request};
-use crate::egress::{GuardedClient, RequestError};
+use crate::egress::GuardedClient;
+use crate::egress::exchange::{self, BodyError, Request};
 
 /// Largest response body an `http.request` step reads (1 MiB); a larger one fails the
 /// attempt. The output kept in the Run is capped further (see `output`).
@@ -193,10 +193,10 @@ async fn exchange(
     let failed = |e: &dyn std::fmt::Display| err(format!("request to {url} failed: {e}"));
     let response = exchange::send(http, request, follow_redirects)
         .await
-        .map_err(|e| match e {
+        .map_err(|e| match e.is_refusal() {
             // A refusal is the whole message, so the error starts "destination refused:".
-            ExchangeError::Request(refused @ RequestError::Refused(_)) => err(refused.to_string()),
-            other => failed(&other),
+            true => err(e.to_string()),
+            false => failed(&e),
         })?;
     let status = response.status().as_u16();
     let mut headers = Map::new();
@@ -485,7 +485,8 @@ mod tests {
         let e = call(&http, follow("/to-hidden")).await.unwrap_err().0;
         assert_eq!(
             e,
-            "destination refused: 127.0.0.2 is loopback; allow it with --allow-cidr"
+            "destination refused: 127.0.0.2 is loopback; allow it with --allow-cidr \
+             (at redirect 1)"
         );
         let e = call(&http, follow("/to-metadata")).await.unwrap_err().0;
         assert!(
@@ -493,7 +494,10 @@ mod tests {
             "{e}"
         );
         let e = call(&http, follow("/to-file")).await.unwrap_err().0;
-        assert!(e.contains("scheme file is not http or https"), "{e}");
+        assert!(
+            e.ends_with("scheme file is not http or https (at redirect 1)"),
+            "{e}"
+        );
         let e = call(&http, follow("/loop")).await.unwrap_err().0;
         assert!(e.ends_with("more than 5 redirects"), "{e}");
         assert_eq!(hidden_hits.load(Ordering::SeqCst), 0);
