@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flowline::crd::{Webhook, Workflow};
 use flowline::delivery::sender::{Sender, SenderConfig};
-use flowline::delivery::ssrf::DestinationPolicy;
 use flowline::delivery::worker::{self, Settings};
+use flowline::egress::DestinationPolicy;
 use flowline::telemetry::delivery_metrics::DeliveryMetrics;
 use flowline::telemetry::metrics::Metrics;
 use http_body_util::Full;
@@ -225,9 +225,7 @@ async fn main() {
     let delivery_metrics = DeliveryMetrics::new(&metrics);
     let sender = Sender::new(&SenderConfig {
         ca_bundle: Some(receiver.pki.ca_file.clone()),
-        policy: DestinationPolicy {
-            allowed: vec!["127.0.0.0/8".parse().unwrap()],
-        },
+        policy: DestinationPolicy::from_list("127.0.0.0/8").unwrap(),
         allow_http: false,
     })
     .unwrap();

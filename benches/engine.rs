@@ -40,7 +40,7 @@ fn controller(
     let _ = rustls::crypto::ring::default_provider().install_default();
     let ctx = flowline::controller::run::Context::new(
         client.clone(),
-        reqwest::Client::new(),
+        flowline::egress::GuardedClient::new(Default::default()).unwrap(),
         flowline::crd::Executor::Inline,
         Some(ns.to_string()),
         EngineTelemetry::new(

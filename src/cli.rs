@@ -156,10 +156,17 @@ pub struct OperatorArgs {
     /// system roots).
     #[arg(long, value_name = "PATH", env = "FLOWLINE_CA_BUNDLE")]
     pub ca_bundle: Option<std::path::PathBuf>,
-    /// Allow webhook deliveries to this CIDR although it is loopback, link-local or
-    /// private (e.g. `10.0.0.0/8`); repeatable or comma-separated.
-    #[arg(long = "allow-cidr", value_name = "CIDR", value_delimiter = ',')]
-    pub allow_cidrs: Vec<crate::delivery::ssrf::Cidr>,
+    /// Let webhook deliveries and `http.request` steps (inline and in step Jobs) reach
+    /// this network although the destination guard refuses it (loopback, private,
+    /// link-local…), e.g. `10.0.0.0/8`, or one address; repeatable or comma-separated.
+    #[arg(
+        long = "allow-cidr",
+        value_name = "CIDR",
+        value_delimiter = ',',
+        value_parser = crate::egress::parse_cidr,
+        env = crate::egress::ALLOW_CIDRS_ENV
+    )]
+    pub allow_cidrs: Vec<ipnet::IpNet>,
     /// Webhook delivery attempts in flight per webhook.
     #[arg(long, default_value = "16", value_parser = clap::value_parser!(u16).range(1..))]
     pub delivery_concurrency: u16,
@@ -200,11 +207,14 @@ impl OperatorArgs {
     pub fn sender_config(&self) -> crate::delivery::sender::SenderConfig {
         crate::delivery::sender::SenderConfig {
             ca_bundle: self.ca_bundle.clone(),
-            policy: crate::delivery::ssrf::DestinationPolicy {
-                allowed: self.allow_cidrs.clone(),
-            },
+            policy: self.destination_policy(),
             allow_http: self.allow_http,
         }
+    }
+
+    /// The destination guard of deliveries and steps alike.
+    pub fn destination_policy(&self) -> crate::egress::DestinationPolicy {
+        crate::egress::DestinationPolicy::allowing(self.allow_cidrs.clone())
     }
 
     pub fn scope(&self) -> crate::kubeutil::WatchScope {

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod controller;
 pub mod crd;
 pub mod delivery;
+pub mod egress;
 pub mod engine;
 pub mod kubeutil;
 pub mod limits;

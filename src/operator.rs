@@ -90,10 +90,11 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     let mut lease = None;
     if role == Role::Operator {
         let telemetry = EngineTelemetry::new(&metrics, Some(client.clone()));
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .context("building the HTTP client of the engine")?;
+        let http = crate::egress::GuardedClient::new(crate::egress::ClientSettings {
+            policy: args.destination_policy(),
+            ..Default::default()
+        })
+        .context("building the HTTP client of the engine")?;
         // A bad CA bundle is a start-up error, not a stream of failed deliveries.
         let sender = crate::delivery::sender::Sender::new(&args.sender_config())
             .context("configuring webhook deliveries")?;
@@ -113,6 +114,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
                     cpu_limit: args.step_cpu_limit.clone(),
                     memory_limit: args.step_memory_limit.clone(),
                 },
+                destinations: args.destination_policy(),
             },
         );
         let cfg = leader::LeaseConfig {

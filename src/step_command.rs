@@ -1,13 +1,15 @@
 //! `flowline step`: runs one built-in step inside a Job's pod. Reads the rendered
 //! inputs from FLOWLINE_STEP, puts back the secret values their placeholders stand for
-//! (each from its FLOWLINE_SECRET_<n> variable, a `secretKeyRef`), writes the output JSON
-//! (or the failure message) to the termination log with those values redacted, and exits
-//! non-zero on failure.
+//! (each from its FLOWLINE_SECRET_<n> variable, a `secretKeyRef`), takes the destination
+//! guard's allow-list from FLOWLINE_ALLOW_CIDRS, writes the output JSON (or the failure
+//! message) to the termination log with those values redacted, and exits non-zero on
+//! failure.
 
 use std::collections::BTreeMap;
 
 use serde_json::json;
 
+use crate::egress::{ALLOW_CIDRS_ENV, ClientSettings, DestinationPolicy, GuardedClient};
 use crate::engine::job::{STEP_ENV, StepEnvelope};
 use crate::engine::redact::Redactor;
 use crate::engine::{actions, secrets};
@@ -42,20 +44,31 @@ fn read_step() -> Result<(StepEnvelope, Redactor), String> {
     Ok((step, Redactor::new(values.values())))
 }
 
+/// The operator's destination guard, from the allow-list the Job passes in the pod's
+/// environment (unset or empty: public addresses only).
+fn guarded_client() -> Result<GuardedClient, String> {
+    let list = std::env::var(ALLOW_CIDRS_ENV).unwrap_or_default();
+    let policy =
+        DestinationPolicy::from_list(&list).map_err(|e| format!("{ALLOW_CIDRS_ENV}: {e}"))?;
+    GuardedClient::new(ClientSettings {
+        policy,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
 /// Returns the process exit code.
 pub async fn run() -> i32 {
     let (message, code) = match read_step() {
         Err(e) => (e, 2),
-        Ok((step, redactor)) => {
-            let http = reqwest::Client::builder()
-                .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .unwrap_or_default();
-            match actions::execute(step.action, &step.with, &http).await {
+        Ok((step, redactor)) => match guarded_client() {
+            Err(e) => (e, 2),
+            // The pod's activeDeadlineSeconds bounds the step's own timeout.
+            Ok(http) => match actions::execute(step.action, &step.with, &http, None).await {
                 Ok(output) => (fit(redactor.value(output).to_string()), 0),
                 Err(e) => (redactor.text(&e.0).chars().take(MAX_MESSAGE).collect(), 1),
-            }
-        }
+            },
+        },
     };
     if let Err(e) = std::fs::write(termination_log(), &message) {
         eprintln!("cannot write the termination log: {e}");

@@ -1,14 +1,57 @@
 //! `flowline step` as a real process, with exactly the environment a step Job's pod
 //! gives it: FLOWLINE_STEP with the rendered inputs, FLOWLINE_SECRET_<n> for the secret
-//! values they use, and a termination log to write.
+//! values they use, FLOWLINE_ALLOW_CIDRS with the operator's allow-list, and a
+//! termination log to write.
 
 #[path = "support/step_process.rs"]
 mod step_process;
 
-use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
 
 fn run_step(step: &str) -> (i32, String) {
-    step_process::run_step(&[("FLOWLINE_STEP", step)])
+    run_step_with(step, &[])
+}
+
+/// Runs `flowline step` with only FLOWLINE_STEP, the termination log and `env` set.
+fn run_step_with(step: &str, env: &[(&str, &str)]) -> (i32, String) {
+    let mut vars = vec![("FLOWLINE_STEP", step)];
+    vars.extend_from_slice(env);
+    step_process::run_step(&vars)
+}
+
+/// The same, off the async runtime that serves the test's HTTP endpoints.
+async fn run_step_async(step: Value, env: &[(&str, &str)]) -> (i32, String) {
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        run_step_with(&step.to_string(), &env)
+    })
+    .await
+    .unwrap()
+}
+
+/// A local endpoint answering `answer` to every request, and how many it got.
+async fn endpoint(answer: &'static str) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let seen = hits.clone();
+    let app = axum::Router::new().fallback(move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+        async move { answer }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, hits)
+}
+
+fn http_step(url: &str) -> Value {
+    json!({"action": "http.request", "with": {"url": url}})
 }
 
 #[test]
@@ -17,7 +60,7 @@ fn a_successful_step_writes_its_output_as_json() {
         run_step(r#"{"action": "transform", "with": {"value": {"order": 7, "ok": true}}}"#);
     assert_eq!(code, 0);
     let output: serde_json::Value = serde_json::from_str(&message).unwrap();
-    assert_eq!(output, json!({"order": 7, "ok": true}));
+    assert_eq!(output, serde_json::json!({"order": 7, "ok": true}));
 }
 
 #[test]
@@ -32,6 +75,90 @@ fn a_bad_environment_is_reported_not_panicked_on() {
     assert_eq!(code, 2);
     assert!(
         message.contains("FLOWLINE_STEP is not a valid step"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_steps_refuse_loopback_unless_the_operator_allows_it() {
+    let (base, hits) = endpoint("the-internal-answer").await;
+    let port = base.rsplit(':').next().unwrap().to_string();
+    for url in [
+        format!("{base}/version"),
+        format!("http://localhost:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/"),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+    ] {
+        let (code, message) = run_step_async(http_step(&url), &[]).await;
+        assert_eq!(code, 1, "{url}: {message}");
+        assert!(
+            message.starts_with("destination refused: "),
+            "{url}: {message}"
+        );
+        assert!(message.contains("--allow-cidr"), "{message}");
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "nothing reached the endpoint"
+    );
+    // The allow-list the operator hands to step Jobs.
+    let allowed = [("FLOWLINE_ALLOW_CIDRS", "127.0.0.1/32")];
+    let (code, message) = run_step_async(http_step(&base), &allowed).await;
+    assert_eq!(code, 0, "{message}");
+    let output: Value = serde_json::from_str(&message).unwrap();
+    assert_eq!(output["body"], "the-internal-answer");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn proxy_variables_are_ignored() {
+    let (target, target_hits) = endpoint("from-the-target").await;
+    let (proxy, proxy_hits) = endpoint("from-the-proxy").await;
+    // The stand-in proxy does intercept what a proxy-honouring client sends.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let proxied = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(&proxy).unwrap())
+        .build()
+        .unwrap();
+    let via_proxy = proxied
+        .get(&target)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(via_proxy, "from-the-proxy");
+    let before = proxy_hits.load(Ordering::SeqCst);
+    let env = [
+        ("FLOWLINE_ALLOW_CIDRS", "127.0.0.1/32"),
+        ("HTTP_PROXY", proxy.as_str()),
+        ("http_proxy", proxy.as_str()),
+        ("HTTPS_PROXY", proxy.as_str()),
+        ("ALL_PROXY", proxy.as_str()),
+    ];
+    let (code, message) = run_step_async(http_step(&target), &env).await;
+    assert_eq!(code, 0, "{message}");
+    let output: Value = serde_json::from_str(&message).unwrap();
+    assert_eq!(output["body"], "from-the-target");
+    assert_eq!(target_hits.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        proxy_hits.load(Ordering::SeqCst),
+        before,
+        "the proxy saw nothing"
+    );
+}
+
+#[test]
+fn a_bad_allow_list_is_reported() {
+    let (code, message) = run_step_with(
+        r#"{"action": "transform", "with": {"value": 1}}"#,
+        &[("FLOWLINE_ALLOW_CIDRS", "10.0.0.0/8,not-a-network")],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        message.starts_with("FLOWLINE_ALLOW_CIDRS: \"not-a-network\" is neither a network"),
         "{message}"
     );
 }

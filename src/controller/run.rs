@@ -82,7 +82,7 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: Client,
-        http: reqwest::Client,
+        http: crate::egress::GuardedClient,
         default_executor: Executor,
         namespace: Option<String>,
         telemetry: EngineTelemetry,

@@ -1,6 +1,6 @@
-//! Webhook event delivery (CONTRACT §7): the outbox read from Runs and Workflows, the
-//! acknowledgement ledger, signing, the retry schedule, the destination guard, the
-//! HTTPS sender and the worker that ties them together.
+//! Webhook event delivery: the outbox read from Runs and Workflows, the
+//! acknowledgement ledger, signing, the retry schedule, the HTTPS sender (through the
+//! destination guard of `crate::egress`) and the worker that ties them together.
 
 pub mod lane;
 pub mod ledger;
@@ -9,6 +9,5 @@ pub mod schedule;
 pub mod secrets;
 pub mod sender;
 pub mod signing;
-pub mod ssrf;
 pub mod unseen;
 pub mod worker;

@@ -1,19 +1,17 @@
-//! One delivery attempt over HTTPS: the signed request, the destination guard on
-//! every resolved address, and the outcome as the worker records it.
+//! One delivery attempt over HTTPS: the signed request through the guarded client
+//! (`crate::egress`), and the outcome as the worker records it.
 
-use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use jiff::Timestamp;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::schedule::{ATTEMPT_TIMEOUT, parse_retry_after};
 use super::signing::{self, SigningError};
-use super::ssrf::{DestinationPolicy, Refusal};
 use crate::crd::EventKind;
+use crate::egress::exchange::read_capped;
+use crate::egress::{ClientSettings, DestinationPolicy, GuardedClient, Refusal, RequestError};
 
 /// The response body is read (so the connection can be reused) up to this size.
 const MAX_RESPONSE_BODY: usize = 64 * 1024;
@@ -23,21 +21,27 @@ const MAX_RESPONSE_BODY: usize = 64 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     #[error("destination refused: {0}")]
-    Refused(#[from] Refusal),
+    Refused(Refusal),
     #[error("http:// destinations need the operator's --allow-http flag")]
     InsecureScheme,
-    #[error("invalid url: {0}")]
-    InvalidUrl(String),
     #[error("no response within {}s", ATTEMPT_TIMEOUT.as_secs())]
     Timeout,
-    #[error("cannot resolve {host}: {reason}")]
-    Resolve { host: String, reason: String },
-    #[error("connection failed: {0}")]
-    Connect(String),
+    #[error(transparent)]
+    Transport(RequestError),
     #[error("request failed: {0}")]
     Request(String),
     #[error("signing failed: {0}")]
     Signing(#[from] SigningError),
+}
+
+impl From<RequestError> for SendError {
+    fn from(err: RequestError) -> Self {
+        match err {
+            RequestError::Refused(refusal) => Self::Refused(refusal),
+            RequestError::Timeout => Self::Timeout,
+            other => Self::Transport(other),
+        }
+    }
 }
 
 /// Operator settings for outbound deliveries.
@@ -59,8 +63,8 @@ pub enum SenderConfigError {
     },
     #[error("the CA bundle {path} holds no usable certificate: {reason}")]
     BadBundle { path: String, reason: String },
-    #[error("cannot build the HTTP client: {0}")]
-    Client(String),
+    #[error(transparent)]
+    Client(#[from] crate::egress::client::BuildError),
 }
 
 /// What one request carries.
@@ -91,31 +95,23 @@ pub struct Response {
 
 #[derive(Clone)]
 pub struct Sender {
-    client: reqwest::Client,
-    policy: Arc<DestinationPolicy>,
+    client: GuardedClient,
     allow_http: bool,
 }
 
 impl Sender {
     pub fn new(config: &SenderConfig) -> Result<Self, SenderConfigError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let policy = Arc::new(config.policy.clone());
-        let mut builder = reqwest::Client::builder()
-            .user_agent(concat!("flowline/", env!("CARGO_PKG_VERSION")))
-            .timeout(ATTEMPT_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            // A proxy would connect to the destination itself, past the guard.
-            .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver(policy.clone())));
-        if let Some(path) = &config.ca_bundle {
-            builder = builder.tls_certs_merge(read_bundle(path)?);
-        }
-        let client = builder
-            .build()
-            .map_err(|e| SenderConfigError::Client(e.to_string()))?;
+        let extra_roots = match &config.ca_bundle {
+            Some(path) => read_bundle(path)?,
+            None => Vec::new(),
+        };
+        let client = GuardedClient::new(ClientSettings {
+            policy: config.policy.clone(),
+            timeout: Some(ATTEMPT_TIMEOUT),
+            extra_roots,
+        })?;
         Ok(Sender {
             client,
-            policy,
             allow_http: config.allow_http,
         })
     }
@@ -130,27 +126,18 @@ impl Sender {
     }
 
     async fn try_send(&self, out: Outgoing<'_>) -> Result<Response, SendError> {
-        let url = reqwest::Url::parse(out.url).map_err(|e| SendError::InvalidUrl(e.to_string()))?;
-        match url.scheme() {
-            "https" => {}
-            "http" if self.allow_http && out.webhook_allows_http => {}
-            "http" => return Err(SendError::InsecureScheme),
-            other => return Err(SendError::InvalidUrl(format!("scheme {other}"))),
+        let url =
+            reqwest::Url::parse(out.url).map_err(|e| RequestError::InvalidUrl(e.to_string()))?;
+        if url.scheme() == "http" && !(self.allow_http && out.webhook_allows_http) {
+            return Err(SendError::InsecureScheme);
         }
-        // IP literals never reach the resolver, so they are checked here.
-        match url.host() {
-            Some(url::Host::Ipv4(ip)) => self.policy.check(IpAddr::V4(ip))?,
-            Some(url::Host::Ipv6(ip)) => self.policy.check(IpAddr::V6(ip))?,
-            Some(url::Host::Domain(_)) => {}
-            None => return Err(SendError::InvalidUrl("no host".into())),
-        }
+        // Refused destinations fail here, before anything is signed or sent.
+        let request = self.client.request(reqwest::Method::POST, url)?;
         let timestamp = Timestamp::now().as_second();
         let secrets: Vec<&str> = out.secrets.iter().map(String::as_str).collect();
         let standard = signing::standard_signature(&secrets, out.event_id, timestamp, &out.body)?;
         let seed = signing::seed_signature(secrets[0], &out.body);
-        let response = self
-            .client
-            .post(url)
+        let response = request
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(signing::SEED_SIGNATURE_HEADER, seed)
             .header("x-service-event", out.kind.as_str())
@@ -162,110 +149,18 @@ impl Sender {
             .body(out.body)
             .send()
             .await
-            .map_err(classify)?;
+            .map_err(RequestError::from)?;
         let status = response.status().as_u16();
         let retry_after = response
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, Timestamp::now()));
-        drain(response).await;
+        // Read (a bounded amount) so the connection returns to the pool; unused.
+        let _ = read_capped(response, MAX_RESPONSE_BODY).await;
         Ok(Response {
             status,
             retry_after,
-        })
-    }
-}
-
-/// Reads a bounded amount of the body so the connection returns to the pool; the
-/// content is not used.
-async fn drain(mut response: reqwest::Response) {
-    let mut read = 0;
-    while let Ok(Some(chunk)) = response.chunk().await {
-        read += chunk.len();
-        if read > MAX_RESPONSE_BODY {
-            return;
-        }
-    }
-}
-
-fn classify(err: reqwest::Error) -> SendError {
-    if err.is_timeout() {
-        return SendError::Timeout;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
-    while let Some(e) = source {
-        if let Some(refusal) = e.downcast_ref::<Refusal>() {
-            return SendError::Refused(refusal.clone());
-        }
-        if let Some(ResolveError { host, reason }) = e.downcast_ref::<ResolveError>() {
-            return SendError::Resolve {
-                host: host.clone(),
-                reason: reason.clone(),
-            };
-        }
-        source = e.source();
-    }
-    let detail = innermost(&err);
-    if err.is_connect() {
-        SendError::Connect(detail)
-    } else {
-        SendError::Request(detail)
-    }
-}
-
-/// The most specific message in the chain; reqwest's own top level repeats the url.
-fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut last = err;
-    while let Some(next) = last.source() {
-        last = next;
-    }
-    last.to_string()
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("cannot resolve {host}: {reason}")]
-struct ResolveError {
-    host: String,
-    reason: String,
-}
-
-/// Resolves on every new connection and hands the connector only addresses the
-/// policy allows, so the connection goes to the address that was checked (no second
-/// lookup a rebinding DNS server could answer differently).
-struct GuardedResolver(Arc<DestinationPolicy>);
-
-impl Resolve for GuardedResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.0.clone();
-        Box::pin(async move {
-            let host = name.as_str().to_string();
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await
-                .map_err(|e| ResolveError {
-                    host: host.clone(),
-                    reason: e.to_string(),
-                })?
-                .collect();
-            let mut refusal = None;
-            let allowed: Vec<SocketAddr> = found
-                .into_iter()
-                .filter(|addr| match policy.check(addr.ip()) {
-                    Ok(()) => true,
-                    Err(r) => {
-                        refusal.get_or_insert(r);
-                        false
-                    }
-                })
-                .collect();
-            match (allowed.is_empty(), refusal) {
-                (false, _) => Ok(Box::new(allowed.into_iter()) as Addrs),
-                (true, Some(refusal)) => Err(Box::new(refusal) as _),
-                (true, None) => Err(Box::new(ResolveError {
-                    host,
-                    reason: "no addresses".into(),
-                }) as _),
-            }
         })
     }
 }
@@ -325,7 +220,9 @@ mod tests {
                 matches!(err, SendError::Refused(_)),
                 "{url}: {err} should be a refusal"
             );
-            assert!(err.to_string().contains("--allow-cidr"), "{err}");
+            let message = err.to_string();
+            assert!(message.starts_with("destination refused: "), "{message}");
+            assert!(message.contains("--allow-cidr"), "{message}");
         }
     }
 

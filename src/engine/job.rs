@@ -130,6 +130,8 @@ pub struct JobSettings {
     pub pod_annotations: BTreeMap<String, String>,
     /// Requests and limits of every step container.
     pub resources: StepResources,
+    /// The operator's destination guard, enforced by `flowline step` in the pod too.
+    pub destinations: crate::egress::DestinationPolicy,
 }
 
 /// Why a step's inputs cannot become a Job. Deterministic: the step fails without retrying.
@@ -262,6 +264,13 @@ fn built_in_container(
     // Serializing a struct of JSON values and strings cannot fail.
     let envelope = serde_json::to_string(&envelope).unwrap_or_default();
     env.insert(0, env_value(STEP_ENV, envelope));
+    env.insert(
+        1,
+        env_value(
+            crate::egress::ALLOW_CIDRS_ENV,
+            settings.destinations.to_list(),
+        ),
+    );
     Container {
         image: Some(settings.step_image.clone()),
         args: Some(vec!["step".to_owned()]),

@@ -23,7 +23,7 @@ use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
 #[derive(Clone)]
 pub struct Engine {
     pub client: Client,
-    pub http: reqwest::Client,
+    pub http: crate::egress::GuardedClient,
     pub telemetry: crate::telemetry::engine_metrics::EngineTelemetry,
     /// Executor of workflows that do not choose one.
     pub default_executor: Executor,
@@ -269,7 +269,8 @@ async fn run_step(
                     .await
                     .map_err(actions::ActionError),
                 Prepared::Inline(inputs) => {
-                    actions::execute(step.action, &inputs, &engine.http).await
+                    let step_timeout = step.timeout_ms.map(Duration::from_millis);
+                    actions::execute(step.action, &inputs, &engine.http, step_timeout).await
                 }
             }
         };

@@ -38,7 +38,7 @@ async fn engine_with(prefix: &str, jobs: flowline::engine::job::JobSettings) -> 
     );
     let ctx = flowline::controller::run::Context::new(
         ns.client.clone(),
-        reqwest::Client::new(),
+        loopback_client(),
         flowline::crd::Executor::Inline,
         Some(ns.name.clone()),
         telemetry.clone(),
@@ -51,6 +51,16 @@ async fn engine_with(prefix: &str, jobs: flowline::engine::job::JobSettings) -> 
         stop,
         telemetry,
     }
+}
+
+/// The steps' client, allowed to reach the test servers on 127.0.0.1 (the guard
+/// refuses loopback by default).
+fn loopback_client() -> flowline::egress::GuardedClient {
+    flowline::egress::GuardedClient::new(flowline::egress::ClientSettings {
+        policy: flowline::egress::DestinationPolicy::from_list("127.0.0.1/32").unwrap(),
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 impl Engine {

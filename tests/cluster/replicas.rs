@@ -12,8 +12,10 @@ use serde_json::json;
 
 use crate::support::{Process, TestNamespace, ready};
 
+/// An operator whose steps may reach the local test endpoint (loopback is refused by
+/// default).
 fn operator(ns: &TestNamespace) -> (Process, u16) {
-    Process::operator(ns, &[])
+    Process::operator(ns, &["--allow-cidr", "127.0.0.1/32"])
 }
 
 /// A local endpoint that counts its calls.

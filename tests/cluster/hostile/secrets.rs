@@ -46,7 +46,7 @@ async fn tenant(prefix: &str, jobs: flowline::engine::job::JobSettings) -> Tenan
     );
     let ctx = flowline::controller::run::Context::new(
         api.ns.client.clone(),
-        reqwest::Client::new(),
+        flowline::egress::GuardedClient::new(Default::default()).unwrap(),
         flowline::crd::Executor::Inline,
         Some(api.ns.name.clone()),
         telemetry,
