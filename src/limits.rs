@@ -130,7 +130,10 @@ mod tests {
         let over: Value = serde_json::from_str(&nested(MAX_JSON_DEPTH + 1)).unwrap();
         assert_eq!(check_depth(&at), Ok(()));
         assert_eq!(check_depth(&over), Err(TooDeep { limit: 32 }));
-        assert_eq!(check_depth(&over).unwrap_err().to_string(), "nesting deeper than 32");
+        assert_eq!(
+            check_depth(&over).unwrap_err().to_string(),
+            "nesting deeper than 32"
+        );
     }
 
     #[test]
@@ -152,6 +155,11 @@ mod tests {
         let capped = cap_error(long);
         assert!(capped.len() <= MAX_ERROR_BYTES, "{}", capped.len());
         assert!(capped.ends_with(TRUNCATED_MARKER));
-        assert!(capped.trim_end_matches(TRUNCATED_MARKER).chars().all(|c| c == 'é'));
+        assert!(
+            capped
+                .trim_end_matches(TRUNCATED_MARKER)
+                .chars()
+                .all(|c| c == 'é')
+        );
     }
 }
