@@ -7,13 +7,15 @@
 #   3. server-side dry run of every rendering (strict field validation)
 #   4. helm install, cluster mode, every option on; the Deployments become available
 #   5. every file in examples/ is applied for real and accepted
-#   6. RBAC is enough: the flowline binary runs as the chart's ServiceAccount (a token
-#      for it) with the Deployments' own arguments, and the API, a run and a signed
-#      webhook delivery to a local HTTPS receiver (trusted through the chart's CA bundle
-#      ConfigMap) work; `kubectl auth can-i` shows what the account may and may not do
+#   6. RBAC is enough and no more: the flowline binary runs as each Deployment's own
+#      ServiceAccount (a token for it) with the Deployment's own arguments, and the API,
+#      a run, a job step in a namespace that enforces the restricted Pod Security
+#      Standard, and a signed webhook delivery to a local HTTPS receiver (trusted
+#      through the chart's CA bundle ConfigMap) work; `kubectl auth can-i` shows what
+#      each account may and may not do (the API's: no Jobs, Pods or status writes)
 #   7. helm upgrade changes a value and keeps the bootstrap key; revoking it works
 #   8. helm uninstall removes everything but the CRDs
-#   9. namespaced mode: Roles only in the listed namespaces (no Secrets elsewhere), the
+#   9. namespaced mode: Roles (one per process) only in the listed namespaces (no Secrets elsewhere), the
 #      listed Namespace objects only; the binary runs as that ServiceAccount with the
 #      Deployments' --watch-namespace: keys of the listed namespaces work, one of another
 #      namespace is refused, a run succeeds in each listed namespace; the admission
@@ -68,6 +70,7 @@ ns_rel="flowline-ct$id"          # release namespace (and the cluster-mode accou
 ns_a="flowline-ct$id-a"          # namespaced mode: listed accounts
 ns_b="flowline-ct$id-b"
 ns_other="flowline-ct$id-other"  # namespaced mode: not listed
+ns_restricted="flowline-ct$id-restricted"  # enforces the restricted Pod Security Standard
 rel="ct$id"                      # cluster mode
 reln="ct$id-ns"                  # namespaced mode
 relc="ct$id-crds"                # the CRD upgrade path
@@ -85,7 +88,7 @@ cleanup() {
   for r in "${releases[@]}"; do
     helm status "$r" -n "$ns_rel" >/dev/null 2>&1 && helm uninstall "$r" -n "$ns_rel" --wait --timeout 60s >/dev/null 2>&1
   done
-  kubectl delete namespace "$ns_rel" "$ns_a" "$ns_b" "$ns_other" --ignore-not-found --wait=false >/dev/null 2>&1
+  kubectl delete namespace "$ns_rel" "$ns_a" "$ns_b" "$ns_other" "$ns_restricted" --ignore-not-found --wait=false >/dev/null 2>&1
   kubectl delete crd "workflows.$crd_group" "runs.$crd_group" "webhooks.$crd_group" --ignore-not-found >/dev/null 2>&1
   if [ -n "$servicemonitor_crd_created" ]; then
     kubectl delete crd servicemonitors.monitoring.coreos.com --ignore-not-found >/dev/null 2>&1
@@ -168,7 +171,10 @@ for p in "${need[@]}"; do
   grep -qxE "!/?$p/?" "$repo/.dockerignore" || die "the image build needs $p, which .dockerignore does not let in"
 done
 
-for ns in "$ns_rel" "$ns_a" "$ns_b" "$ns_other"; do quiet "create namespace $ns" kubectl create namespace "$ns"; done
+for ns in "$ns_rel" "$ns_a" "$ns_b" "$ns_other" "$ns_restricted"; do quiet "create namespace $ns" kubectl create namespace "$ns"; done
+# Step pods must pass the strictest Pod Security Standard: this namespace enforces it.
+quiet "label $ns_restricted" kubectl label namespace "$ns_restricted" \
+  pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest
 
 # The local cluster has no Prometheus Operator. A ServiceMonitor CRD reduced to the
 # fields the chart sets (no unknown fields allowed) stands in for it while the test runs.
@@ -224,7 +230,8 @@ sets=(default full namespaced)
 declare -A set_flags=(
   [default]=""
   [full]="-f $chart/ci/full-values.yaml --set delivery.allowCidrs={10.0.0.0/8,fd00::/8} --set delivery.concurrency=32
-    --set delivery.caBundle.configMap=corp-ca --set delivery.caBundle.key=bundle.pem"
+    --set delivery.caBundle.configMap=corp-ca --set delivery.caBundle.key=bundle.pem
+    --set api.trustedProxies={10.0.0.0/8,192.168.1.1} --set api.unauthenticatedRequestsPerMinute=30"
   [namespaced]="-f $chart/ci/namespaced-values.yaml --set watchNamespaces={$ns_a,$ns_b} --set bootstrapAdminKey.namespace=$ns_a"
 )
 for s in "${sets[@]}"; do
@@ -244,8 +251,8 @@ for kind in HorizontalPodAutoscaler Ingress ServiceMonitor Secret; do
   grep -q "^kind: $kind$" "$tmp/render-default.yaml" && die "the default rendering has a $kind (it must be off by default)"
   grep -q "^kind: $kind$" "$tmp/render-full.yaml" || die "the full rendering has no $kind"
 done
-# One Role per listed namespace, and the leader-election Role.
-[ "$(grep -c '^kind: Role$' "$tmp/render-namespaced.yaml")" = 3 ] || die "namespaced mode must render one Role per listed namespace"
+# One Role per process and listed namespace, and the leader-election Role.
+[ "$(grep -c '^kind: Role$' "$tmp/render-namespaced.yaml")" = 5 ] || die "namespaced mode must render one Role per process and listed namespace"
 [ "$(grep -c '^kind: Role$' "$tmp/render-default.yaml")" = 1 ] || die "cluster mode must render only the leader-election Role"
 grep -q 'resources: \[secrets\]' <(sed -n '/^kind: ClusterRole$/,/^---/p' "$tmp/render-namespaced.yaml") &&
   die "namespaced mode must not grant Secrets in a ClusterRole"
@@ -260,6 +267,20 @@ for s in default full; do
 done
 grep -q -- '- --delivery-concurrency=16$' "$tmp/controller-default.yaml" || die "the default controller lacks --delivery-concurrency=16"
 grep -q -- '- --no-api$' "$tmp/controller-default.yaml" || die "the controller does not run with --no-api"
+# Each Deployment runs as its own ServiceAccount.
+for s in default full; do
+  for d in api controller; do
+    grep -qx "      serviceAccountName: $fullname-$d" "$tmp/$d-$s.yaml" || die "the $d Deployment ($s values) does not run as $fullname-$d"
+  done
+done
+# The unauthenticated budget and the trusted proxies: the API's flags alone.
+grep -qx -- ' *- --unauthenticated-requests-per-minute=60' "$tmp/api-default.yaml" || die "the default API lacks --unauthenticated-requests-per-minute=60"
+grep -q -- '--trusted-proxy' "$tmp/api-default.yaml" && die "the default API trusts a proxy"
+for want in '- --unauthenticated-requests-per-minute=30' '- --trusted-proxy=10.0.0.0/8' '- --trusted-proxy=192.168.1.1'; do
+  grep -qF -- "$want" "$tmp/api-full.yaml" || die "api.* values: the full API lacks \"$want\""
+done
+grep -qE -- '--unauthenticated-requests|--trusted-proxy' "$tmp/controller-full.yaml" &&
+  die "the controller got the API's rate-limit flags (it serves no /v1)"
 grep -qE -- '- --step-image=.+:.+$' "$tmp/controller-default.yaml" || die "the controller does not pass its own image as --step-image"
 grep -qE -- '--allow-cidr|--ca-bundle|volumes:' "$tmp/controller-default.yaml" &&
   die "the default controller allows private networks or mounts a CA bundle"
@@ -278,8 +299,9 @@ for d in api controller; do
     grep -q -- '--watch-namespace' "$tmp/$d-$s.yaml" && die "cluster mode ($s values): the $d Deployment got --watch-namespace"
   done
 done
-# Each listed namespace's Role grants exactly the rules of the cluster-mode ClusterRole;
-# the Namespace objects are readable by name only, the listed ones (cluster mode: all).
+# Each listed namespace's Role of a process grants exactly the rules of that process's
+# cluster-mode ClusterRole; the Namespace objects are readable by the API alone, by name
+# only, the listed ones (cluster mode: all).
 python3 - "$tmp/render-default.yaml" "$tmp/render-namespaced.yaml" "$fullname" "$ns_a" "$ns_b" <<'PY' || die "namespaced RBAC rendering (above)"
 import sys
 default, namespaced, fullname, ns_a, ns_b = sys.argv[1:6]
@@ -291,12 +313,17 @@ def find(path, kind, name, namespace=None):
         sys.exit(f"{path}: {len(found)} {kind} {name} {namespace or ''}, want 1")
     return found[0]
 rules = lambda doc: doc[doc.index("\nrules:\n"):].strip()
-want = rules(find(default, "ClusterRole", fullname))
-for ns in (ns_a, ns_b):
-    if rules(find(namespaced, "Role", fullname, ns)) != want:
-        sys.exit(f"the Role in {ns} differs from the cluster-mode ClusterRole's rules")
+for process in ("api", "controller"):
+    want = rules(find(default, "ClusterRole", f"{fullname}-{process}"))
+    for ns in (ns_a, ns_b):
+        if rules(find(namespaced, "Role", f"{fullname}-{process}", ns)) != want:
+            sys.exit(f"the {process} Role in {ns} differs from the cluster-mode ClusterRole's rules")
+    # The controller's cluster-wide rules are the three CRDs, nothing else.
+    for path in (default, namespaced):
+        if "namespaces" in rules(find(path, "ClusterRole", f"{fullname}-controller-cluster")):
+            sys.exit(f"{path}: the controller may read Namespace objects")
 def namespaces_rule(path):
-    doc = rules(find(path, "ClusterRole", fullname + "-cluster"))
+    doc = rules(find(path, "ClusterRole", fullname + "-api-cluster"))
     return doc[doc.index("  resources: [namespaces]\n"):].split("\n- ")[0]
 ns_rule = namespaces_rule(namespaced)
 if f"  resourceNames:\n    - {ns_a}\n    - {ns_b}\n  verbs: [get, list, watch]" not in ns_rule:
@@ -318,6 +345,8 @@ bad_values=(
   "delivery.concurrency=0|minimum: got 0, want 1"
   "delivery.allowCidrs={localhost}|does not match pattern"
   "delivery.caBundle.configMap=Corp_CA|does not match pattern"
+  "api.trustedProxies={proxy.local}|does not match pattern"
+  "api.unauthenticatedRequestsPerMinute=0|minimum: got 0, want 1"
 )
 for entry in "${bad_values[@]}"; do
   refused "helm template --set ${entry%%|*}" "${entry#*|}" \
@@ -362,15 +391,18 @@ quiet "helm install $rel" helm install "$rel" "$chart" -n "$ns_rel" -f "$chart/c
   --set delivery.caBundle.key=bundle.pem --set 'delivery.allowCidrs={127.0.0.0/8}' --wait --timeout 120s
 quiet "Deployments available" kubectl wait -n "$ns_rel" --for condition=Available --timeout 60s \
   "deployment/$fullname-controller" "deployment/$fullname-api"
-for obj in "serviceaccount/$fullname" "service/$fullname" "service/$fullname-controller" \
+for obj in "serviceaccount/$fullname-api" "serviceaccount/$fullname-controller" "service/$fullname" "service/$fullname-controller" \
   "horizontalpodautoscaler/$fullname-api" "ingress/$fullname" "servicemonitor/$fullname" \
   "poddisruptionbudget/$fullname-api" "poddisruptionbudget/$fullname-controller" "networkpolicy/$fullname-api" "networkpolicy/$fullname-controller" \
   "secret/$fullname-admin-key" "secret/$fullname-admin" "role/$fullname-leader-election" \
   "rolebinding/$fullname-leader-election"; do
   kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
 done
-for obj in "clusterrole/$fullname" "clusterrolebinding/$fullname" "clusterrole/$fullname-cluster" \
-  "clusterrolebinding/$fullname-cluster"; do
+cluster_objects=()
+for name in "$fullname-api" "$fullname-controller" "$fullname-api-cluster" "$fullname-controller-cluster"; do
+  cluster_objects+=("clusterrole/$name" "clusterrolebinding/$name")
+done
+for obj in "${cluster_objects[@]}"; do
   kubectl get "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
 done
 log "installed: controller and API Deployments available, every optional object present"
@@ -386,49 +418,75 @@ done
 log "${#examples[@]} example files accepted: $(kubectl get -n "$ns_rel" workflows,webhooks -o name | tr '\n' ' ')"
 
 # ---------------------------------------------------------------------------------------
-step "6. RBAC: the binary runs as the chart's ServiceAccount"
-sa=$fullname
-# What the code calls, in an arbitrary account namespace.
-# (patch of Secrets: the rotate-secret endpoint.)
+step "6. RBAC: the binary runs as each Deployment's own ServiceAccount"
+sa_api=$fullname-api
+sa_ctl=$fullname-controller
+# What the code calls, in an arbitrary account namespace (rbac.yaml says which call
+# needs which verb), and no more. The API, which faces the internet: spec writes,
+# keys and signing Secrets; no Jobs, no Pods, no status, no Events, no Lease.
 for verb in get list watch create patch delete; do
-  for r in workflows.flowline.io runs.flowline.io webhooks.flowline.io secrets; do
-    can_i yes "$ns_rel" "$sa" "$verb" "$r" -n "$ns_other"
+  for r in workflows.flowline.io webhooks.flowline.io secrets; do
+    can_i yes "$ns_rel" "$sa_api" "$verb" "$r" -n "$ns_other"
   done
 done
+for verb in list watch create patch; do can_i yes "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
+for verb in get delete; do can_i no "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
 for r in workflows runs webhooks; do
-  can_i yes "$ns_rel" "$sa" patch "$r.flowline.io" --subresource status -n "$ns_other"
+  for verb in get patch update; do
+    can_i no "$ns_rel" "$sa_api" "$verb" "$r.flowline.io" --subresource status -n "$ns_other"
+  done
 done
-for verb in get list watch; do
-  can_i yes "$ns_rel" "$sa" "$verb" namespaces
-  can_i yes "$ns_rel" "$sa" "$verb" customresourcedefinitions.apiextensions.k8s.io/workflows.flowline.io
+for verb in create get list watch delete deletecollection; do
+  can_i no "$ns_rel" "$sa_api" "$verb" jobs.batch -n "$ns_other"
+  can_i no "$ns_rel" "$sa_api" "$verb" pods -n "$ns_other"
 done
-# Leader election: the one Lease, in the release namespace only.
-can_i yes "$ns_rel" "$sa" create leases.coordination.k8s.io -n "$ns_rel"
+can_i no "$ns_rel" "$sa_api" create pods/exec -n "$ns_other"
+can_i no "$ns_rel" "$sa_api" create events.events.k8s.io -n "$ns_other"
+can_i no "$ns_rel" "$sa_api" create leases.coordination.k8s.io -n "$ns_rel"
+can_i no "$ns_rel" "$sa_api" get "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
+for verb in get list watch; do can_i yes "$ns_rel" "$sa_api" "$verb" namespaces; done
+# The controller: status writes, step Jobs, Secrets by name only.
+for verb in get list watch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" workflows.flowline.io -n "$ns_other"; done
+for verb in get list watch create delete; do can_i yes "$ns_rel" "$sa_ctl" "$verb" runs.flowline.io -n "$ns_other"; done
+for verb in list watch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" webhooks.flowline.io -n "$ns_other"; done
+for r in workflows runs webhooks; do
+  can_i yes "$ns_rel" "$sa_ctl" patch "$r.flowline.io" --subresource status -n "$ns_other"
+  # Spec belongs to the API and to whoever applies the objects.
+  can_i no "$ns_rel" "$sa_ctl" patch "$r.flowline.io" -n "$ns_other"
+done
+can_i no "$ns_rel" "$sa_ctl" create workflows.flowline.io -n "$ns_other"
+for verb in create list watch deletecollection; do can_i yes "$ns_rel" "$sa_ctl" "$verb" jobs.batch -n "$ns_other"; done
+can_i yes "$ns_rel" "$sa_ctl" list pods -n "$ns_other"
+can_i no "$ns_rel" "$sa_ctl" create pods -n "$ns_other"
+can_i no "$ns_rel" "$sa_ctl" get pods/log -n "$ns_other"
+for verb in get create; do can_i yes "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done
+for verb in list watch patch update delete; do can_i no "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done
+for verb in create patch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" events.events.k8s.io -n "$ns_other"; done
+can_i no "$ns_rel" "$sa_ctl" delete events.events.k8s.io -n "$ns_other"
+for verb in get list watch; do can_i no "$ns_rel" "$sa_ctl" "$verb" namespaces; done
+# Leader election: the one Lease, in the release namespace only, the controller's alone.
+can_i yes "$ns_rel" "$sa_ctl" create leases.coordination.k8s.io -n "$ns_rel"
 for verb in get update; do
-  can_i yes "$ns_rel" "$sa" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
-  can_i no "$ns_rel" "$sa" "$verb" leases.coordination.k8s.io/someone-else -n "$ns_rel"
-  can_i no "$ns_rel" "$sa" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_other"
+  can_i yes "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
+  can_i no "$ns_rel" "$sa_ctl" "$verb" leases.coordination.k8s.io/someone-else -n "$ns_rel"
+  can_i no "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_other"
 done
-can_i no "$ns_rel" "$sa" delete "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
-# And no more.
-for verb in create patch; do
-  can_i yes "$ns_rel" "$sa" "$verb" events.events.k8s.io -n "$ns_other"
+can_i no "$ns_rel" "$sa_ctl" delete "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
+# Both: the three CRDs, read only; nothing else cluster-wide.
+for sa in "$sa_api" "$sa_ctl"; do
+  for verb in get list watch; do
+    can_i yes "$ns_rel" "$sa" "$verb" customresourcedefinitions.apiextensions.k8s.io/workflows.flowline.io
+  done
+  can_i no "$ns_rel" "$sa" update workflows.flowline.io -n "$ns_other"
+  can_i no "$ns_rel" "$sa" update secrets -n "$ns_other"
+  can_i no "$ns_rel" "$sa" get configmaps -n "$ns_other"
+  can_i no "$ns_rel" "$sa" delete namespaces
+  can_i no "$ns_rel" "$sa" patch customresourcedefinitions.apiextensions.k8s.io/workflows.flowline.io
+  can_i no "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com
+  can_i no "$ns_rel" "$sa" get clusterroles.rbac.authorization.k8s.io
 done
-can_i no "$ns_rel" "$sa" delete events.events.k8s.io -n "$ns_other"
-can_i no "$ns_rel" "$sa" update workflows.flowline.io -n "$ns_other"
-can_i no "$ns_rel" "$sa" update secrets -n "$ns_other"
-can_i no "$ns_rel" "$sa" get configmaps -n "$ns_other"
-can_i no "$ns_rel" "$sa" create pods -n "$ns_other"
-for verb in create delete watch; do
-  can_i yes "$ns_rel" "$sa" "$verb" jobs.batch -n "$ns_other"
-done
-can_i yes "$ns_rel" "$sa" list pods -n "$ns_other"
-can_i no "$ns_rel" "$sa" get pods/log -n "$ns_other"
-can_i no "$ns_rel" "$sa" delete namespaces
-can_i no "$ns_rel" "$sa" patch customresourcedefinitions.apiextensions.k8s.io/workflows.flowline.io
-can_i no "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/servicemonitors.monitoring.coreos.com
-can_i no "$ns_rel" "$sa" get clusterroles.rbac.authorization.k8s.io
-log "can-i: every call the code makes is allowed; updates, other kinds and other CRDs are not"
+log "can-i: every call the code makes is allowed to the process that makes it; the API may not"
+log "  touch Jobs, Pods, status, Events or the Lease; the controller lists no Secrets and writes no spec"
 
 # A kubeconfig holding a token of a ServiceAccount of the release namespace, and
 # nothing else.
@@ -446,8 +504,16 @@ contexts: [{name: sa, context: {cluster: cluster, user: $sa, namespace: $ns_rel}
 current-context: sa
 KC
 }
-sa_kubeconfig "$sa" "$tmp/sa.kubeconfig"
+sa_kubeconfig "$sa_api" "$tmp/sa-api.kubeconfig"
+sa_kubeconfig "$sa_ctl" "$tmp/sa-controller.kubeconfig"
 cp "$flowline_src" "$tmp/flowline"
+mint_key() { # namespace: prints a new admin key of that account (created with the cluster credentials)
+  local value
+  value=$("$tmp/flowline" api-key create --namespace "$1" --name t --scopes admin 2>"$tmp/out") ||
+    { cat "$tmp/out" >&2; die "flowline api-key create --namespace $1"; }
+  [[ "$value" == flk_* ]] || die "flowline api-key create --namespace $1 printed no key: $value"
+  printf '%s\n' "$value"
+}
 
 # A file the Deployment mounts from a ConfigMap, copied from the cluster into $tmp:
 # the mount path (e.g. /etc/flowline/ca) does not exist on this machine. Prints the
@@ -530,7 +596,7 @@ call() { # method path expected-status [json-body]; the body lands in $tmp/body
   [ "$code" = "$want" ] || die "$method $path answered $code (want $want): $(cat "$tmp/body")"
 }
 
-start_like "$fullname-api" "$tmp/api.log" "$tmp/sa.kubeconfig"
+start_like "$fullname-api" "$tmp/api.log" "$tmp/sa-api.kubeconfig"
 call GET /v1/workflows 200
 call GET /v1/workflows/order-relay 200
 [ "$(json_get steps.0.action <"$tmp/body")" = http.request ] || die "the API does not show the example's steps: $(cat "$tmp/body")"
@@ -572,7 +638,7 @@ eventually "the HTTPS receiver listens" 10 test -s "$tmp/receiver.port"
 receiver_port=$(cat "$tmp/receiver.port")
 
 api_base=$base
-start_like "$fullname-controller" "$tmp/operator.log" "$tmp/sa.kubeconfig"
+start_like "$fullname-controller" "$tmp/operator.log" "$tmp/sa-controller.kubeconfig"
 # The controller runs with --no-api: /v1 is the API process's alone.
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $key" "$base/v1/workflows")
 [ "$code" = 404 ] || die "the controller (--no-api) answered /v1/workflows with $code"
@@ -598,6 +664,43 @@ done
 call GET "/v1/runs/$run" 200
 [ "$(json_get status <"$tmp/body")" = succeeded ] || die "run $run did not succeed: $(cat "$tmp/body")"
 [ "$(json_get steps.1.output.order <"$tmp/body")" = 42 ] || die "run $run has the wrong output: $(cat "$tmp/body")"
+
+# A job step in a namespace that enforces the restricted Pod Security Standard: the
+# step pod is admitted (kwok then plays its kubelet) and the run succeeds. A pod spec
+# that asks for more than "restricted" allows is refused by Pod Security admission, the
+# Job never gets a pod, and the run does not finish.
+key_main=$key
+key=$(mint_key "$ns_restricted")
+eventually "the new key of $ns_restricted accepted by flowline api" 10 \
+  curl -fsS -o /dev/null -H "Authorization: Bearer $key" "$base/v1/workflows"
+call POST /v1/workflows 201 '{"name": "restricted"}'
+wf_restricted=$(json_get id <"$tmp/body")
+call PATCH "/v1/workflows/$wf_restricted" 200 '{"state": "active", "executor": "job", "steps": [
+  {"id": "shape", "action": "transform", "with": {"value": {"ok": true}}}]}'
+call POST "/v1/workflows/$wf_restricted/runs" 201 '{}'
+run_restricted=$(json_get id <"$tmp/body")
+refused_by_pod_security() {
+  kubectl get events -n "$ns_restricted" -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}' |
+    grep -m 1 -E 'FailedCreate: .*violates PodSecurity'
+}
+deadline=$((SECONDS + 60))
+until run=$run_restricted run_done; do
+  if reason=$(refused_by_pod_security); then
+    die "the step pod of run $run_restricted was refused by Pod Security admission in $ns_restricted: $reason"
+  fi
+  [ "$SECONDS" -lt "$deadline" ] || {
+    tail -n 30 "$tmp/operator.log" >&2
+    kubectl get jobs,pods -n "$ns_restricted" >&2
+    die "run $run_restricted (a job step in $ns_restricted) did not finish within 60s: $(cat "$tmp/body")"
+  }
+  sleep 0.5
+done
+call GET "/v1/runs/$run_restricted" 200
+[ "$(json_get status <"$tmp/body")" = succeeded ] || die "run $run_restricted in $ns_restricted did not succeed: $(cat "$tmp/body")"
+[ "$(kubectl get pods -n "$ns_restricted" -l "flowline.io/run=$run_restricted" -o name | wc -l)" -ge 1 ] ||
+  die "run $run_restricted succeeded without a step pod in $ns_restricted: it did not run as a Job"
+log "a job step ran in $ns_restricted (pod-security.kubernetes.io/enforce=restricted): run $run_restricted succeeded"
+key=$key_main
 
 # The run's run.succeeded event reached the receiver, signed with the webhook's secret:
 # X-Service-Signature = sha256=<hex HMAC-SHA256 of the raw body, keyed with the secret>.
@@ -690,7 +793,7 @@ log "upgraded (revision 3): bootstrapAdminKey.enabled=false deleted both key Sec
 # ---------------------------------------------------------------------------------------
 step "8. helm uninstall"
 quiet "helm uninstall $rel" helm uninstall "$rel" -n "$ns_rel" --wait --timeout 60s
-for obj in "clusterrole/$fullname" "clusterrolebinding/$fullname" "clusterrole/$fullname-cluster" "clusterrolebinding/$fullname-cluster"; do
+for obj in "${cluster_objects[@]}"; do
   kubectl get "$obj" >/dev/null 2>&1 && die "$obj survived helm uninstall"
 done
 left=$(kubectl get -n "$ns_rel" deployments,services,serviceaccounts,secrets,roles,rolebindings,networkpolicies,poddisruptionbudgets,horizontalpodautoscalers,ingresses,servicemonitors \
@@ -705,32 +808,46 @@ releases+=("$reln")
 # shellcheck disable=SC2086
 quiet "helm install $reln (namespaced)" helm install "$reln" "$chart" -n "$ns_rel" ${set_flags[namespaced]} \
   --wait --timeout 120s
-sa=$fullname_ns
-# The Role in each listed namespace grants what the cluster-mode ClusterRole grants
-# (step 2 compares the renderings; here a sample, as the API server sees it).
+sa_api=$fullname_ns-api
+sa_ctl=$fullname_ns-controller
+# Each process's Role in each listed namespace grants what its cluster-mode ClusterRole
+# grants (step 2 compares the renderings; here a sample, as the API server sees it).
 for ns in "$ns_a" "$ns_b"; do
-  for verb in get list watch create patch delete; do can_i yes "$ns_rel" "$sa" "$verb" secrets -n "$ns"; done
-  can_i yes "$ns_rel" "$sa" create workflows.flowline.io -n "$ns"
-  for r in runs webhooks; do can_i yes "$ns_rel" "$sa" patch "$r.flowline.io" --subresource status -n "$ns"; done
-  can_i yes "$ns_rel" "$sa" create jobs.batch -n "$ns"
-  can_i yes "$ns_rel" "$sa" create events.events.k8s.io -n "$ns"
+  for verb in get list watch create patch delete; do can_i yes "$ns_rel" "$sa_api" "$verb" secrets -n "$ns"; done
+  can_i yes "$ns_rel" "$sa_api" create workflows.flowline.io -n "$ns"
+  for r in runs webhooks; do
+    can_i no "$ns_rel" "$sa_api" patch "$r.flowline.io" --subresource status -n "$ns"
+    can_i yes "$ns_rel" "$sa_ctl" patch "$r.flowline.io" --subresource status -n "$ns"
+  done
+  can_i no "$ns_rel" "$sa_api" create jobs.batch -n "$ns"
+  can_i no "$ns_rel" "$sa_api" create pods -n "$ns"
+  can_i yes "$ns_rel" "$sa_ctl" create jobs.batch -n "$ns"
+  can_i yes "$ns_rel" "$sa_ctl" create events.events.k8s.io -n "$ns"
+  can_i yes "$ns_rel" "$sa_ctl" get secrets -n "$ns"
+  can_i no "$ns_rel" "$sa_ctl" list secrets -n "$ns"
   # Its Namespace object, by name: what a list or watch with fieldSelector=metadata.name=<ns> is checked against.
-  for verb in get list watch; do can_i yes "$ns_rel" "$sa" "$verb" "namespaces/$ns"; done
+  for verb in get list watch; do
+    can_i yes "$ns_rel" "$sa_api" "$verb" "namespaces/$ns"
+    can_i no "$ns_rel" "$sa_ctl" "$verb" "namespaces/$ns"
+  done
 done
-for ns in "$ns_rel" "$ns_other" default kube-system; do
-  can_i no "$ns_rel" "$sa" get secrets -n "$ns"
-  can_i no "$ns_rel" "$sa" list workflows.flowline.io -n "$ns"
+for sa in "$sa_api" "$sa_ctl"; do
+  for ns in "$ns_rel" "$ns_other" default kube-system; do
+    can_i no "$ns_rel" "$sa" get secrets -n "$ns"
+    can_i no "$ns_rel" "$sa" list workflows.flowline.io -n "$ns"
+  done
+  can_i no "$ns_rel" "$sa" list secrets --all-namespaces
+  can_i no "$ns_rel" "$sa" watch workflows.flowline.io --all-namespaces
+  for verb in get watch; do can_i no "$ns_rel" "$sa" "$verb" "namespaces/$ns_other"; done
+  for verb in list watch; do can_i no "$ns_rel" "$sa" "$verb" namespaces; done
+  can_i yes "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/runs.flowline.io
 done
-can_i no "$ns_rel" "$sa" list secrets --all-namespaces
-can_i no "$ns_rel" "$sa" watch workflows.flowline.io --all-namespaces
-for verb in get watch; do can_i no "$ns_rel" "$sa" "$verb" "namespaces/$ns_other"; done
-for verb in list watch; do can_i no "$ns_rel" "$sa" "$verb" namespaces; done
-can_i yes "$ns_rel" "$sa" get customresourcedefinitions.apiextensions.k8s.io/runs.flowline.io
-can_i yes "$ns_rel" "$sa" create leases.coordination.k8s.io -n "$ns_rel"
-can_i yes "$ns_rel" "$sa" update "leases.coordination.k8s.io/$fullname_ns-controller" -n "$ns_rel"
+can_i yes "$ns_rel" "$sa_ctl" create leases.coordination.k8s.io -n "$ns_rel"
+can_i yes "$ns_rel" "$sa_ctl" update "leases.coordination.k8s.io/$fullname_ns-controller" -n "$ns_rel"
+can_i no "$ns_rel" "$sa_api" update "leases.coordination.k8s.io/$fullname_ns-controller" -n "$ns_rel"
 kubectl get secret -n "$ns_a" "$fullname_ns-admin" >/dev/null 2>&1 || die "the bootstrap key is not in $ns_a"
 log "can-i: Secrets and workflows only in $ns_a and $ns_b; not in $ns_rel, $ns_other, default, kube-system, nor cluster-wide;"
-log "  Namespace objects $ns_a and $ns_b only; the Lease in $ns_rel"
+log "  Namespace objects $ns_a and $ns_b only, and only for the API; Jobs and status only for the controller; the Lease in $ns_rel"
 
 # The binary in namespaced mode: API and controller as this release's ServiceAccount,
 # with the namespaced Deployments' own arguments (--watch-namespace=$ns_a,$ns_b).
@@ -739,20 +856,14 @@ for d in api controller; do
   [[ "$deploy_args" == *"\"--watch-namespace=$ns_a,$ns_b\""* ]] ||
     die "deployment/$fullname_ns-$d lacks --watch-namespace=$ns_a,$ns_b: $deploy_args"
 done
-mint_key() { # namespace: prints a new admin key of that account (created with the cluster credentials)
-  local value
-  value=$("$tmp/flowline" api-key create --namespace "$1" --name t --scopes admin 2>"$tmp/out") ||
-    { cat "$tmp/out" >&2; die "flowline api-key create --namespace $1"; }
-  [[ "$value" == flk_* ]] || die "flowline api-key create --namespace $1 printed no key: $value"
-  printf '%s\n' "$value"
-}
 # A key of an unlisted namespace, made before the processes start: had they listed
 # Secrets beyond their namespaces, their first list would hold it.
 other_key=$(mint_key "$ns_other")
-sa_kubeconfig "$sa" "$tmp/sa-ns.kubeconfig"
-start_like "$fullname_ns-api" "$tmp/api-ns.log" "$tmp/sa-ns.kubeconfig"
+sa_kubeconfig "$sa_api" "$tmp/sa-ns-api.kubeconfig"
+sa_kubeconfig "$sa_ctl" "$tmp/sa-ns-controller.kubeconfig"
+start_like "$fullname_ns-api" "$tmp/api-ns.log" "$tmp/sa-ns-api.kubeconfig"
 api_base=$base
-start_like "$fullname_ns-controller" "$tmp/operator-ns.log" "$tmp/sa-ns.kubeconfig"
+start_like "$fullname_ns-controller" "$tmp/operator-ns.log" "$tmp/sa-ns-controller.kubeconfig"
 operator_base=$base
 base=$api_base
 # Keys made now reach the API through its watch of each listed namespace.
@@ -827,7 +938,9 @@ quiet "deleting namespace $ns_b that holds an active workflow" kubectl delete na
 log "allowed: delete once paused; active workflows outside the listed namespaces; deleting a namespace"
 
 quiet "helm uninstall $reln" helm uninstall "$reln" -n "$ns_rel" --wait --timeout 60s
-kubectl get role -n "$ns_a" "$fullname_ns" >/dev/null 2>&1 && die "role/$fullname_ns survived helm uninstall"
+for d in api controller; do
+  kubectl get role -n "$ns_a" "$fullname_ns-$d" >/dev/null 2>&1 && die "role/$fullname_ns-$d survived helm uninstall"
+done
 kubectl get validatingadmissionpolicy "$policy" >/dev/null 2>&1 && die "the admission policy survived helm uninstall"
 log "namespaced release uninstalled"
 

@@ -101,6 +101,22 @@ pub struct OperatorArgs {
     /// Length of a rate-limit window in seconds (60 in production; tests shorten it).
     #[arg(long, default_value = "60", hide = true)]
     pub rate_limit_window_seconds: u64,
+    /// Requests per minute of one client address that sends no valid API key (no key,
+    /// an unknown or a malformed one); counted apart from every account's budget. IPv6
+    /// clients are counted by their /64.
+    #[arg(long, default_value = "60", value_parser = clap::value_parser!(u32).range(1..))]
+    pub unauthenticated_requests_per_minute: u32,
+    /// A reverse proxy or load balancer in front of the API (CIDR or address;
+    /// repeatable or comma-separated). Only when the connection comes from one is
+    /// `X-Forwarded-For` read: the client is its right-most address that is not itself
+    /// a trusted proxy. Without this flag the header is ignored.
+    #[arg(
+        long = "trusted-proxy",
+        value_name = "CIDR",
+        value_delimiter = ',',
+        value_parser = crate::egress::parse_cidr
+    )]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Development only: accept and deliver to `http://` webhook URLs.
     #[arg(long)]
     pub allow_http: bool,
@@ -199,6 +215,11 @@ impl OperatorArgs {
                 enterprise_requests: self.enterprise_requests_per_minute,
             },
             rate_limit_window_secs: self.rate_limit_window_seconds,
+            unauthenticated_requests: self.unauthenticated_requests_per_minute,
+            trusted_proxies: crate::api::client_ip::TrustedProxies::new(
+                self.trusted_proxies.clone(),
+            ),
+            ..Default::default()
         }
     }
 }

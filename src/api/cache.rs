@@ -50,6 +50,15 @@ where
         self.parts.iter().find_map(|p| p.get(key))
     }
 
+    /// How many objects the cache holds, without copying them.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Store::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn state(&self) -> Vec<Arc<K>> {
         match &*self.parts {
             [one] => one.state(),
@@ -62,6 +71,17 @@ where
             part.wait_until_ready().await?;
         }
         Ok(())
+    }
+}
+
+impl<K: Resource + 'static> From<Vec<Store<K>>> for ScopedStore<K>
+where
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    fn from(parts: Vec<Store<K>>) -> Self {
+        ScopedStore {
+            parts: parts.into(),
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Authentication and rate limiting, applied to every `/v1` request (unknown
 //! routes included), so every response carries the rate-limit headers.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -9,8 +9,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::auth::{Principal, bearer_token, hash_key};
+use super::client_ip::budget_key;
 use super::error::ApiError;
-use super::ratelimit::{Decision, FREE_REQUESTS};
+use super::ratelimit::Decision;
 use super::state::ApiState;
 use kube::runtime::reflector::ObjectRef;
 
@@ -21,18 +22,23 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
     } else {
         None
     };
-    let (rate_key, limit) = match &principal {
+    // Two budgets: an account's for requests with a valid key, a client address's
+    // for the rest (no key, an unknown or malformed one, or caches not yet synced).
+    let decision = match &principal {
         Some(p) => {
             let ns = state.caches.namespaces.get(&ObjectRef::new(&p.namespace));
             let limit = state
                 .config
                 .plans
                 .limit_for(ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()));
-            (format!("ns:{}", p.namespace), limit)
+            state.limiter.check(p.namespace.clone(), limit, now)
         }
-        None => (format!("ip:{}", client_ip(&req)), FREE_REQUESTS),
+        None => state.client_limiter.check(
+            budget_key(client_ip(&state, &req)),
+            state.config.unauthenticated_requests,
+            now,
+        ),
     };
-    let decision = state.limiter.check(&rate_key, limit, now);
     let mut response = if !decision.allowed {
         ApiError::RateLimited {
             retry_after_secs: decision.retry_after(now),
@@ -57,11 +63,15 @@ fn principal(state: &ApiState, headers: &HeaderMap) -> Option<Principal> {
         .resolve(&state.caches.api_keys, &hash_key(token))
 }
 
-fn client_ip(req: &Request) -> String {
-    req.extensions()
+/// The client address of a request (connections without one, which only in-process
+/// callers make, share the unspecified address).
+fn client_ip(state: &ApiState, req: &Request) -> IpAddr {
+    let peer = req
+        .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip().to_string())
-        .unwrap_or_else(|| "unknown".to_string())
+        .map(|ConnectInfo(addr)| addr.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    state.config.trusted_proxies.client(peer, req.headers())
 }
 
 fn add_headers(headers: &mut HeaderMap, d: &Decision) {

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod client_ip;
 pub(crate) mod deliveries;
 pub mod error;
 pub mod input;
@@ -64,14 +65,7 @@ mod tests {
             &crate::kubeutil::WatchScope::Cluster,
             shutdown.clone(),
         );
-        let api_config = state::ApiConfig {
-            allow_http_webhooks: false,
-            plans: ratelimit::PlanDefaults {
-                plan: ratelimit::Plan::Free,
-                enterprise_requests: 1,
-            },
-            rate_limit_window_secs: 60,
-        };
+        let api_config = state::ApiConfig::default();
         let app = router(ApiState::new(client, caches, api_config));
         let req = Request::get("/v1/workflows")
             .header("authorization", "Bearer flk_x")

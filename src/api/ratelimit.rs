@@ -1,7 +1,9 @@
-//! Fixed-window rate limits per account (CONTRACT §5). Each API replica counts on
-//! its own; the docs say so.
+//! Fixed-window rate limits: per account for authenticated requests, per client
+//! address for the rest (docs/api.md, "Rate limits"). Each API replica counts on its
+//! own; the docs say so.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 use std::sync::Mutex;
 
 use clap::ValueEnum;
@@ -65,44 +67,87 @@ impl Decision {
     }
 }
 
-pub struct RateLimiter {
+/// Counts requests per key (an account, or a client address) in fixed windows.
+///
+/// Only the current window is kept: when a request arrives in a new window the whole
+/// table is swapped for an empty one (and the old one dropped outside the lock), so
+/// pruning costs O(1) per request, amortised, never a scan. The table holds at most
+/// `capacity` keys; once it is full, keys it does not hold yet share one overflow
+/// budget (`limit` requests in all) until the window ends. Memory stays bounded
+/// under a flood of distinct keys, and the flood cannot buy itself more requests.
+pub struct RateLimiter<K> {
     window_secs: u64,
-    counts: Mutex<HashMap<String, (u64, u32)>>,
+    capacity: usize,
+    table: Mutex<Window<K>>,
 }
 
-/// Above this many tracked keys, entries of past windows are dropped.
-const PRUNE_ABOVE: usize = 10_000;
+struct Window<K> {
+    index: u64,
+    counts: HashMap<K, u32>,
+    /// Requests of keys that found the table full.
+    overflow: u32,
+}
 
-impl RateLimiter {
+impl<K> Window<K> {
+    fn empty(index: u64) -> Self {
+        Window {
+            index,
+            counts: HashMap::new(),
+            overflow: 0,
+        }
+    }
+}
+
+/// Keys one limiter tracks per window when the caller does not say.
+pub const DEFAULT_CAPACITY: usize = 100_000;
+
+impl<K: Hash + Eq> RateLimiter<K> {
     pub fn new(window_secs: u64) -> Self {
+        Self::with_capacity(window_secs, DEFAULT_CAPACITY)
+    }
+
+    pub fn with_capacity(window_secs: u64, capacity: usize) -> Self {
         RateLimiter {
             window_secs: window_secs.max(1),
-            counts: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+            table: Mutex::new(Window::empty(0)),
         }
     }
 
     /// Counts a request of `key` at `now` (Unix seconds) against `limit`.
-    pub fn check(&self, key: &str, limit: u32, now: u64) -> Decision {
-        let window = now / self.window_secs;
-        let reset = (window + 1) * self.window_secs;
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if counts.len() > PRUNE_ABOVE {
-            counts.retain(|_, (w, _)| *w == window);
-        }
-        let entry = counts.entry(key.to_string()).or_insert((window, 0));
-        if entry.0 != window {
-            *entry = (window, 0);
-        }
-        let allowed = entry.1 < limit;
+    pub fn check(&self, key: K, limit: u32, now: u64) -> Decision {
+        let index = now / self.window_secs;
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        // A request that read the clock just before another moved the window on
+        // counts in the newer window.
+        let index = index.max(table.index);
+        let past =
+            (index != table.index).then(|| std::mem::replace(&mut *table, Window::empty(index)));
+        let window = &mut *table;
+        let count = if window.counts.len() < self.capacity || window.counts.contains_key(&key) {
+            window.counts.entry(key).or_insert(0)
+        } else {
+            &mut window.overflow
+        };
+        let allowed = *count < limit;
         if allowed {
-            entry.1 += 1;
+            *count += 1;
         }
+        let remaining = limit - (*count).min(limit);
+        drop(table);
+        drop(past);
         Decision {
             allowed,
             limit,
-            remaining: limit - entry.1.min(limit),
-            reset,
+            remaining,
+            reset: (index + 1) * self.window_secs,
         }
+    }
+
+    /// Keys tracked in the current window.
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        self.table.lock().unwrap().counts.len()
     }
 }
 
@@ -112,7 +157,7 @@ mod tests {
 
     #[test]
     fn a_window_allows_exactly_the_limit_then_resets() {
-        let limiter = RateLimiter::new(60);
+        let limiter = RateLimiter::<&str>::new(60);
         let t0 = 1_200; // start of a window
         for i in 0..3 {
             let d = limiter.check("ns", 3, t0 + i);
@@ -129,6 +174,49 @@ mod tests {
         );
         let next = limiter.check("ns", 3, 1_260);
         assert!(next.allowed && next.remaining == 2 && next.reset == 1_320);
+    }
+
+    #[test]
+    fn a_new_window_drops_every_key_of_the_past_one() {
+        let limiter = RateLimiter::new(60);
+        for client in 0..1_000u32 {
+            assert!(limiter.check(client, 1, 100).allowed);
+        }
+        assert_eq!(limiter.tracked(), 1_000);
+        assert!(!limiter.check(7, 1, 119).allowed, "spent in this window");
+        let next = limiter.check(7, 1, 120);
+        assert!(next.allowed, "a fresh budget in the next window");
+        assert_eq!(
+            limiter.tracked(),
+            1,
+            "only the key seen in the new window is kept"
+        );
+        assert!(
+            limiter.check(8, 1, 119).allowed && !limiter.check(8, 1, 119).allowed,
+            "a late request (clock read before the window moved) counts in the newer window"
+        );
+        assert_eq!(limiter.tracked(), 2);
+    }
+
+    #[test]
+    fn a_flood_of_distinct_keys_shares_one_overflow_budget() {
+        let limiter = RateLimiter::with_capacity(60, 100);
+        for client in 0..100u32 {
+            assert!(limiter.check(client, 2, 0).allowed);
+        }
+        // The table is full: newcomers share one budget of 2 for the window.
+        assert!(limiter.check(1_000, 2, 1).allowed);
+        assert!(limiter.check(1_001, 2, 1).allowed);
+        let refused = limiter.check(1_002, 2, 1);
+        assert!(!refused.allowed && refused.remaining == 0);
+        assert!(!limiter.check(1_000, 2, 1).allowed);
+        assert_eq!(limiter.tracked(), 100, "memory stays at the cap");
+        // Keys already tracked keep their own budget.
+        assert!(limiter.check(5, 2, 2).allowed);
+        assert!(!limiter.check(5, 2, 2).allowed);
+        // The next window starts empty, overflow included.
+        assert!(limiter.check(1_002, 2, 60).allowed);
+        assert_eq!(limiter.tracked(), 1);
     }
 
     #[test]

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use kube::Client;
 
 use super::cache::Caches;
+use super::client_ip::TrustedProxies;
 use super::key_index::KeyIndex;
-use super::ratelimit::{PlanDefaults, RateLimiter};
+use super::ratelimit::{DEFAULT_CAPACITY, FREE_REQUESTS, Plan, PlanDefaults, RateLimiter};
 
 /// Field manager of every write the API makes.
 pub const FIELD_MANAGER: &str = "flowline-api";
@@ -18,13 +19,39 @@ pub struct ApiConfig {
     pub plans: PlanDefaults,
     /// Length of a rate-limit window; 60 s in production, shorter in tests.
     pub rate_limit_window_secs: u64,
+    /// Requests per window of one client address without a valid key.
+    pub unauthenticated_requests: u32,
+    /// Client addresses tracked per window; beyond that, new addresses share one
+    /// budget until the window ends.
+    pub tracked_clients: usize,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: TrustedProxies,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            allow_http_webhooks: false,
+            plans: PlanDefaults {
+                plan: Plan::Free,
+                enterprise_requests: 6000,
+            },
+            rate_limit_window_secs: 60,
+            unauthenticated_requests: FREE_REQUESTS,
+            tracked_clients: DEFAULT_CAPACITY,
+            trusted_proxies: TrustedProxies::default(),
+        }
+    }
 }
 
 #[derive(Clone)]
 pub struct ApiState {
     pub client: Client,
     pub caches: Caches,
-    pub limiter: Arc<RateLimiter>,
+    /// Authenticated requests, per account (namespace).
+    pub limiter: Arc<RateLimiter<String>>,
+    /// Requests without a valid key, per client address.
+    pub client_limiter: Arc<RateLimiter<std::net::IpAddr>>,
     pub key_index: Arc<KeyIndex>,
     pub config: Arc<ApiConfig>,
 }
@@ -35,6 +62,10 @@ impl ApiState {
             client,
             caches,
             limiter: Arc::new(RateLimiter::new(config.rate_limit_window_secs)),
+            client_limiter: Arc::new(RateLimiter::with_capacity(
+                config.rate_limit_window_secs,
+                config.tracked_clients,
+            )),
             key_index: Arc::new(KeyIndex::default()),
             config: Arc::new(config),
         }

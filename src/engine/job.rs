@@ -264,13 +264,10 @@ fn built_in_container(
     // Serializing a struct of JSON values and strings cannot fail.
     let envelope = serde_json::to_string(&envelope).unwrap_or_default();
     env.insert(0, env_value(STEP_ENV, envelope));
-    env.insert(
-        1,
-        env_value(
-            crate::egress::ALLOW_CIDRS_ENV,
-            settings.destinations.to_list(),
-        ),
-    );
+    env.push(env_value(
+        crate::egress::ALLOW_CIDRS_ENV,
+        settings.destinations.to_list(),
+    ));
     Container {
         image: Some(settings.step_image.clone()),
         args: Some(vec!["step".to_owned()]),
@@ -529,7 +526,8 @@ mod tests {
             (Some("flowline:1"), Some(&["step".to_string()][..]))
         );
         let env = c.env.as_ref().unwrap();
-        assert_eq!(env.len(), 1);
+        assert_eq!(env.len(), 2);
+        assert_eq!(env[1].name, crate::egress::ALLOW_CIDRS_ENV);
         let envelope: StepEnvelope =
             serde_json::from_str(env[0].value.as_deref().unwrap()).unwrap();
         assert_eq!(
@@ -562,8 +560,8 @@ mod tests {
         let spec_text = serde_json::to_string(&job).unwrap();
         assert!(!spec_text.contains("t0k3n-value"), "{spec_text}");
         let env = pod(job).containers[0].env.clone().unwrap();
-        // Only the key the inputs use: `user` was read but not used.
-        assert_eq!(env.len(), 2, "{env:?}");
+        // Only the key the inputs use (`user` was read but not used), then the allow-list.
+        assert_eq!(env.len(), 3, "{env:?}");
         assert_eq!(env[1].name, "FLOWLINE_SECRET_0");
         assert_eq!(env[1].value, None);
         let selector = env[1]

@@ -187,6 +187,16 @@ impl TestApi {
     }
 
     pub async fn start_with(prefix: &str, options: ApiOptions) -> TestApi {
+        Self::start_tuned(prefix, options, |_| {}).await
+    }
+
+    /// Like `start_with`, and `tune` changes the server's settings last (e.g. the
+    /// unauthenticated budget or the trusted proxies).
+    pub async fn start_tuned(
+        prefix: &str,
+        options: ApiOptions,
+        tune: impl FnOnce(&mut flowline::api::state::ApiConfig),
+    ) -> TestApi {
         use flowline::api::ratelimit::{Plan, PlanDefaults};
         use flowline::api::state::{ApiConfig, ApiState};
         let ns = TestNamespace::new(prefix).await;
@@ -195,14 +205,16 @@ impl TestApi {
         let scope = flowline::kubeutil::WatchScope::from_list(std::slice::from_ref(&ns.name));
         let caches =
             flowline::api::cache::Caches::start(ns.client.clone(), &scope, shutdown.clone());
-        let config = ApiConfig {
+        let mut config = ApiConfig {
             allow_http_webhooks: options.allow_http,
             plans: PlanDefaults {
                 plan: Plan::Free,
                 enterprise_requests: 6000,
             },
             rate_limit_window_secs: options.window_secs,
+            ..ApiConfig::default()
         };
+        tune(&mut config);
         let app = flowline::api::router(ApiState::new(ns.client.clone(), caches.clone(), config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

@@ -58,6 +58,15 @@ namespaces only in namespaced mode). */}}
 {{- end }}
 {{- end }}
 
+{{/* Flags of the API alone: the budget of requests without a valid key, and the
+proxies whose X-Forwarded-For names the client. */}}
+{{- define "flowline.apiArgs" -}}
+- --unauthenticated-requests-per-minute={{ .Values.api.unauthenticatedRequestsPerMinute | int }}
+{{- range .Values.api.trustedProxies }}
+- --trusted-proxy={{ . }}
+{{- end }}
+{{- end }}
+
 {{/* Flags of the controller alone: no /v1 (the API Deployment serves it, and the
 controller then holds no API watch caches), the step-Job image, and webhook
 deliveries. */}}
@@ -84,7 +93,8 @@ deliveries. */}}
 plus "delivers" true for the controller (delivery flags and the CA bundle mount). */}}
 {{- define "flowline.podSpec" -}}
 {{- $root := .root -}}
-serviceAccountName: {{ include "flowline.fullname" $root }}
+# Each process its own ServiceAccount (rbac.yaml): the API's may not run Jobs.
+serviceAccountName: {{ include "flowline.fullname" $root }}-{{ .component }}
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -100,6 +110,8 @@ containers:
   {{- include "flowline.args" $root | nindent 2 }}
   {{- if .delivers }}
   {{- include "flowline.deliveryArgs" $root | nindent 2 }}
+  {{- else }}
+  {{- include "flowline.apiArgs" $root | nindent 2 }}
   {{- end }}
   env:
   - name: RUST_LOG
