@@ -94,11 +94,19 @@ pub fn check_text_depth(text: &[u8]) -> Result<(), TooDeep> {
 /// Caps an error string at [`MAX_ERROR_BYTES`] (marker included), cutting on a character
 /// boundary and ending with [`TRUNCATED_MARKER`].
 pub fn cap_error(message: impl Into<String>) -> String {
+    cap_to(message, MAX_ERROR_BYTES)
+}
+
+/// Longest note Kubernetes accepts on an Event (events.k8s.io/v1 refuses longer ones).
+pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
+
+/// Like [`cap_error`], for a smaller limit such as [`MAX_EVENT_NOTE_BYTES`].
+pub fn cap_to(message: impl Into<String>, max_bytes: usize) -> String {
     let mut message = message.into();
-    if message.len() <= MAX_ERROR_BYTES {
+    if message.len() <= max_bytes {
         return message;
     }
-    let mut end = MAX_ERROR_BYTES - TRUNCATED_MARKER.len();
+    let mut end = max_bytes.saturating_sub(TRUNCATED_MARKER.len());
     while !message.is_char_boundary(end) {
         end -= 1;
     }
@@ -130,7 +138,10 @@ mod tests {
         let over: Value = serde_json::from_str(&nested(MAX_JSON_DEPTH + 1)).unwrap();
         assert_eq!(check_depth(&at), Ok(()));
         assert_eq!(check_depth(&over), Err(TooDeep { limit: 32 }));
-        assert_eq!(check_depth(&over).unwrap_err().to_string(), "nesting deeper than 32");
+        assert_eq!(
+            check_depth(&over).unwrap_err().to_string(),
+            "nesting deeper than 32"
+        );
     }
 
     #[test]
@@ -152,6 +163,13 @@ mod tests {
         let capped = cap_error(long);
         assert!(capped.len() <= MAX_ERROR_BYTES, "{}", capped.len());
         assert!(capped.ends_with(TRUNCATED_MARKER));
-        assert!(capped.trim_end_matches(TRUNCATED_MARKER).chars().all(|c| c == 'é'));
+        assert!(
+            capped
+                .trim_end_matches(TRUNCATED_MARKER)
+                .chars()
+                .all(|c| c == 'é')
+        );
+        let note = cap_to("é".repeat(MAX_EVENT_NOTE_BYTES), MAX_EVENT_NOTE_BYTES);
+        assert!(note.len() <= MAX_EVENT_NOTE_BYTES && note.ends_with(TRUNCATED_MARKER));
     }
 }

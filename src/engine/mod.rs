@@ -5,6 +5,7 @@ pub mod actions;
 pub mod events;
 pub mod expr;
 pub mod job;
+pub mod nesting;
 pub mod output;
 pub mod retry;
 pub mod runner;

@@ -233,6 +233,9 @@ async fn run_step(
             step.action.as_str()
         ))
     };
+    if let Err(reason) = super::nesting::check_payload(run) {
+        return fail_step(status, reason);
+    }
     let secrets = secrets_for(engine, namespace, step).await;
     let ctx = context(run, wf, status, secrets);
     if let Some(when) = &step.when {
@@ -310,6 +313,7 @@ async fn run_step(
                 action: step.action.as_str(),
             })
             .observe(attempt_started.elapsed().as_secs_f64());
+        let result = result.map(|r| r.and_then(super::nesting::check_result));
         let error = match result {
             Ok(Ok(out)) => {
                 let (stored, truncated) = output::cap(out);

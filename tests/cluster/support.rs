@@ -187,12 +187,19 @@ impl TestApi {
     }
 
     pub async fn start_with(prefix: &str, options: ApiOptions) -> TestApi {
+        Self::start_watching(prefix, options, &[]).await
+    }
+
+    /// Like [`TestApi::start_with`], the caches also watching namespaces `also` (one
+    /// watch each).
+    pub async fn start_watching(prefix: &str, options: ApiOptions, also: &[String]) -> TestApi {
         use flowline::api::ratelimit::{Plan, PlanDefaults};
         use flowline::api::state::{ApiConfig, ApiState};
         let ns = TestNamespace::new(prefix).await;
         annotate_namespace(&ns, &options.plan_annotations).await;
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let scope = flowline::kubeutil::WatchScope::from_list(std::slice::from_ref(&ns.name));
+        let watched = [std::slice::from_ref(&ns.name), also].concat();
+        let scope = flowline::kubeutil::WatchScope::from_list(&watched);
         let caches =
             flowline::api::cache::Caches::start(ns.client.clone(), &scope, shutdown.clone());
         let config = ApiConfig {
