@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use flowline::crd::{Run, RunPhase};
+use flowline::crd::{Run, RunPhase, Workflow};
 use k8s_openapi::api::events::v1::Event;
 use serde_json::{Value, json};
 
@@ -142,13 +142,31 @@ async fn undecodable_objects_stop_no_watcher_and_are_reported() {
         json!({"apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": "deep-payload"},
                "spec": {"workflowRef": "deep-with", "payload": deep(124)}}),
     );
+    // 126 levels of `with` make the Workflow too deep to decode even on its own.
     apply_as_author(
         &evil,
-        json!({"apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": "of-deep-with"},
-               "spec": {"workflowRef": "deep-with"}}),
+        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "deeper-with"},
+               "spec": {"name": "Deeper", "state": "active",
+                        "steps": [{"id": "s", "action": "transform", "with": {"value": deep(126)}}]}}),
     );
+    for (run, workflow) in [
+        ("of-deep-with", "deep-with"),
+        ("of-deeper-with", "deeper-with"),
+    ] {
+        apply_as_author(
+            &evil,
+            json!({"apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": run},
+                   "spec": {"workflowRef": workflow}}),
+        );
+    }
     // What this does to a client that decodes lists as a whole: nothing can be listed.
     assert!(evil.api::<Run>().list(&Default::default()).await.is_err());
+    assert!(
+        evil.api::<Workflow>()
+            .list(&Default::default())
+            .await
+            .is_err()
+    );
 
     // A fresh API over both namespaces becomes ready (start_watching waits for its
     // caches) and serves the other tenant.
@@ -221,18 +239,32 @@ async fn undecodable_objects_stop_no_watcher_and_are_reported() {
     )
     .await;
 
-    // The attacker's own run of the deep workflow fails with a clear error.
-    let failed = finished_run(&evil, "of-deep-with", Duration::from_secs(60)).await;
-    let status = failed.status.unwrap();
-    assert_eq!(status.phase, RunPhase::Failed);
-    let error = status.error.unwrap_or_default();
-    assert!(error.contains("nesting deeper than 32"), "{error}");
+    // The attacker's own runs fail with a clear error: the decodable workflow's step
+    // refuses its `with`, the undecodable workflow cannot run at all.
+    for (run, expected) in [
+        ("of-deep-with", "with.value"),
+        (
+            "of-deeper-with",
+            "workflow deeper-with cannot be decoded: recursion limit",
+        ),
+    ] {
+        let failed = finished_run(&evil, run, Duration::from_secs(60)).await;
+        let status = failed.status.unwrap();
+        assert_eq!(status.phase, RunPhase::Failed, "{run}");
+        let error = status.error.unwrap_or_default();
+        assert!(error.contains(expected), "{run}: {error}");
+        if run == "of-deep-with" {
+            assert!(error.contains("nesting deeper than 32"), "{error}");
+        }
+    }
 
     // The undecodable run is absent from the API…
     let evil_key = new_key(&evil, &[Scope::Admin]).await;
     api.await_key(&evil_key).await;
     let res = api.get(&evil_key, "/v1/runs/deep-payload").await;
     assert_error(res, 404, "run_not_found").await;
+    let res = api.get(&evil_key, "/v1/workflows/deeper-with").await;
+    assert_error(res, 404, "workflow_not_found").await;
     let res = api.get(&evil_key, "/v1/runs/of-deep-with").await;
     assert_eq!(
         res.status(),
@@ -252,9 +284,9 @@ async fn undecodable_objects_stop_no_watcher_and_are_reported() {
                 .text()
                 .await
                 .ok()?;
-            metrics
-                .contains(r#"flowline_undecodable_objects{kind="Run"} 1"#)
-                .then_some(())
+            (metrics.contains(r#"flowline_undecodable_objects{kind="Run"} 1"#)
+                && metrics.contains(r#"flowline_undecodable_objects{kind="Workflow"} 1"#))
+            .then_some(())
         },
     )
     .await;
