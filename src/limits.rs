@@ -128,7 +128,8 @@ mod tests {
     fn depth_counts_arrays_and_objects() {
         assert_eq!(json_depth(&json!(1)), 0);
         assert_eq!(json_depth(&json!({})), 1);
-        assert_eq!(json_depth(&json!({"a": [1, {"b": []}]})), 3);
+        // object, array, object, and the innermost (empty) array: `{}` and `[]` count.
+        assert_eq!(json_depth(&json!({"a": [1, {"b": []}]})), 4);
         assert_eq!(json_depth(&json!([[1], [[[2]]]])), 4);
     }
 
