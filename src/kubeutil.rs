@@ -1,5 +1,7 @@
 //! Small helpers around the Kubernetes client shared by every component.
 
+pub mod lenient;
+
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

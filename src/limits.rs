@@ -94,11 +94,19 @@ pub fn check_text_depth(text: &[u8]) -> Result<(), TooDeep> {
 /// Caps an error string at [`MAX_ERROR_BYTES`] (marker included), cutting on a character
 /// boundary and ending with [`TRUNCATED_MARKER`].
 pub fn cap_error(message: impl Into<String>) -> String {
+    cap_to(message, MAX_ERROR_BYTES)
+}
+
+/// Longest note Kubernetes accepts on an Event (events.k8s.io/v1 refuses longer ones).
+pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
+
+/// Like [`cap_error`], for a smaller limit such as [`MAX_EVENT_NOTE_BYTES`].
+pub fn cap_to(message: impl Into<String>, max_bytes: usize) -> String {
     let mut message = message.into();
-    if message.len() <= MAX_ERROR_BYTES {
+    if message.len() <= max_bytes {
         return message;
     }
-    let mut end = MAX_ERROR_BYTES - TRUNCATED_MARKER.len();
+    let mut end = max_bytes.saturating_sub(TRUNCATED_MARKER.len());
     while !message.is_char_boundary(end) {
         end -= 1;
     }
@@ -120,6 +128,7 @@ mod tests {
     fn depth_counts_arrays_and_objects() {
         assert_eq!(json_depth(&json!(1)), 0);
         assert_eq!(json_depth(&json!({})), 1);
+        // object, array, object, and the innermost (empty) array: `{}` and `[]` count.
         assert_eq!(json_depth(&json!({"a": [1, {"b": []}]})), 4);
         assert_eq!(json_depth(&json!([[1], [[[2]]]])), 4);
     }
@@ -161,5 +170,7 @@ mod tests {
                 .chars()
                 .all(|c| c == 'é')
         );
+        let note = cap_to("é".repeat(MAX_EVENT_NOTE_BYTES), MAX_EVENT_NOTE_BYTES);
+        assert!(note.len() <= MAX_EVENT_NOTE_BYTES && note.ends_with(TRUNCATED_MARKER));
     }
 }

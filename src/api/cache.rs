@@ -1,21 +1,26 @@
 //! Watch caches: every read of the API is served from these reflectors, never from
 //! a round trip to the API server.
+//!
+//! Objects are decoded one at a time ([`Lenient`]): one that cannot be decoded (a value
+//! nested too deep, a field of the wrong type, stored with kubectl) is absent from the
+//! caches, and so from lists and reads, and is reported; everything else is served.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::SECRET_TYPE;
 use crate::crd::{Run, Webhook, Workflow};
+use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::kubeutil::{WatchScope, scoped_api};
+use crate::telemetry::undecodable;
 
 /// Longest a write waits for its own result to reach the cache.
 const READ_YOUR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -23,14 +28,14 @@ const READ_YOUR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// One kind's watch cache over the namespaces served: a single reflector for the
 /// whole cluster, or one per listed namespace (what namespaced RBAC allows). Offers
 /// the `Store` methods the API uses.
-pub struct ScopedStore<K: Resource + 'static>
+pub struct ScopedStore<K: Resource + Clone + 'static>
 where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    parts: Arc<[Store<K>]>,
+    parts: Arc<[DecodedStore<K>]>,
 }
 
-impl<K: Resource + 'static> Clone for ScopedStore<K>
+impl<K: Resource + Clone + 'static> Clone for ScopedStore<K>
 where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
@@ -52,7 +57,7 @@ where
 
     /// How many objects the cache holds, without copying them.
     pub fn len(&self) -> usize {
-        self.parts.iter().map(Store::len).sum()
+        self.parts.iter().map(DecodedStore::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -62,7 +67,7 @@ where
     pub fn state(&self) -> Vec<Arc<K>> {
         match &*self.parts {
             [one] => one.state(),
-            parts => parts.iter().flat_map(Store::state).collect(),
+            parts => parts.iter().flat_map(DecodedStore::state).collect(),
         }
     }
 
@@ -74,11 +79,11 @@ where
     }
 }
 
-impl<K: Resource + 'static> From<Vec<Store<K>>> for ScopedStore<K>
+impl<K: Resource + Clone + 'static> From<Vec<DecodedStore<K>>> for ScopedStore<K>
 where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    fn from(parts: Vec<Store<K>>) -> Self {
+    fn from(parts: Vec<DecodedStore<K>>) -> Self {
         ScopedStore {
             parts: parts.into(),
         }
@@ -86,12 +91,17 @@ where
 }
 
 fn spawn_scoped<K>(
-    apis: Vec<(Api<K>, watcher::Config)>,
+    apis: Vec<(Api<Lenient<K>>, watcher::Config)>,
     shutdown: &CancellationToken,
 ) -> ScopedStore<K>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     ScopedStore {
         parts: apis
@@ -111,25 +121,25 @@ pub struct Caches {
     synced: Arc<AtomicBool>,
 }
 
-fn spawn_reflector<K>(api: Api<K>, config: watcher::Config, shutdown: CancellationToken) -> Store<K>
+fn spawn_reflector<K>(
+    api: Api<Lenient<K>>,
+    config: watcher::Config,
+    shutdown: CancellationToken,
+) -> DecodedStore<K>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
-        .touched_objects();
-    tokio::spawn(async move {
-        let drain = stream.for_each(|event| {
-            if let Err(err) = event {
-                tracing::warn!(error = %err, kind = K::kind(&Default::default()).as_ref(), "watch error; retrying");
-            }
-            futures::future::ready(())
-        });
-        tokio::select! {
-            _ = drain => {},
-            _ = shutdown.cancelled() => {},
+    let (reader, events) = lenient::reflector(api, config);
+    // The API's account records no Events: undecodable objects are logged and counted.
+    undecodable::spawn_watch(events, None, shutdown, |event| {
+        if let Err(err) = event {
+            tracing::warn!(error = %err, kind = K::kind(&()).as_ref(), "watch error; retrying");
         }
     });
     reader
@@ -145,9 +155,9 @@ impl Caches {
             client: &Client,
             each: &[Option<String>],
             config: &watcher::Config,
-        ) -> Vec<(Api<K>, watcher::Config)>
+        ) -> Vec<(Api<Lenient<K>>, watcher::Config)>
         where
-            K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+            K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope> + Clone,
         {
             each.iter()
                 .map(|ns| (scoped_api(client, ns.as_deref()), config.clone()))

@@ -11,8 +11,10 @@ use super::error::ApiError;
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
-/// A JSON request body. Wrong content type → 415, over 1 MiB → 413, syntax errors
-/// → 400 `invalid_json`, well-formed JSON of the wrong shape → 400 `validation_error`.
+/// A JSON request body. Wrong content type → 415, over 1 MiB → 413, nested deeper than
+/// [`crate::limits::MAX_JSON_DEPTH`] → 400 `validation_error` (checked on the text, before
+/// parsing), syntax errors → 400 `invalid_json`, well-formed JSON of the wrong shape →
+/// 400 `validation_error`.
 pub struct ApiJson<T>(pub T);
 
 /// Like [`ApiJson`], but an empty body (no content at all) is `None`.
@@ -82,6 +84,9 @@ async fn read_body_any_type(req: Request) -> Result<Bytes, ApiError> {
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Before parsing: serde_json's own limit (128) would make a deep body a syntax
+    // error, and what it accepts would still be too deep to store and watch safely.
+    crate::limits::check_text_depth(bytes).map_err(|e| ApiError::field("body", e.to_string()))?;
     serde_json::from_slice(bytes).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => ApiError::Validation {
             message: e.to_string(),
@@ -145,6 +150,42 @@ mod tests {
             code(extract(Some("application/json"), br#"{"name":"a","x":1}"#).await),
             "validation_error"
         );
+    }
+
+    async fn extract_value(body: String) -> Result<serde_json::Value, ApiError> {
+        let req = Request::post("/")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        ApiJson::<serde_json::Value>::from_request(req, &())
+            .await
+            .map(|j| j.0)
+    }
+
+    #[tokio::test]
+    async fn bodies_nested_deeper_than_the_limit_are_validation_errors() {
+        let nested = |levels: usize| {
+            format!(
+                r#"{{"steps":{}1{}}}"#,
+                "[".repeat(levels - 1),
+                "]".repeat(levels - 1)
+            )
+        };
+        assert!(extract_value(nested(32)).await.is_ok());
+        for levels in [33, 120, 124, 10_000, 400_000] {
+            let err = extract_value(nested(levels)).await.unwrap_err();
+            assert_eq!(err.code(), "validation_error", "{levels} levels");
+            assert_eq!(err.to_string(), "body: nesting deeper than 32");
+        }
+        // Unbalanced and never closed: still refused by depth, not by the parser.
+        let open = "[".repeat(50_000);
+        assert_eq!(
+            extract_value(open).await.unwrap_err().code(),
+            "validation_error"
+        );
+        // Brackets inside strings are text.
+        let quoted = format!(r#"{{"name":"{}"}}"#, "[{".repeat(1000));
+        assert!(extract_value(quoted).await.is_ok());
     }
 
     #[tokio::test]

@@ -130,6 +130,7 @@ fn build(keys: &ScopedStore<Secret>) -> Snapshot {
 mod tests {
     use super::*;
     use crate::api::auth::{SECRET_TYPE, Scope, hash_key};
+    use crate::kubeutil::lenient::{DecodedStore, Lenient};
     use kube::runtime::reflector::{self, store::Writer};
     use kube::runtime::watcher::Event;
 
@@ -151,12 +152,16 @@ mod tests {
         base64::engine::general_purpose::STANDARD.encode(s)
     }
 
-    fn cache_with(secrets: &[Secret]) -> (ScopedStore<Secret>, Writer<Secret>) {
+    fn lenient(secret: Secret) -> Lenient<Secret> {
+        Lenient::Decoded(Arc::new(secret))
+    }
+
+    fn cache_with(secrets: &[Secret]) -> (ScopedStore<Secret>, Writer<Lenient<Secret>>) {
         let (reader, mut writer) = reflector::store();
         for s in secrets {
-            writer.apply_watcher_event(&Event::Apply(s.clone()));
+            writer.apply_watcher_event(&Event::Apply(lenient(s.clone())));
         }
-        (ScopedStore::from(vec![reader]), writer)
+        (ScopedStore::from(vec![DecodedStore::from(reader)]), writer)
     }
 
     #[test]
@@ -195,14 +200,14 @@ mod tests {
         let index = KeyIndex::default();
         assert!(index.resolve(&keys, &hash_key("flk_a")).is_some());
         // A key made after the index was built: the cache grew, so the miss rebuilds.
-        writer.apply_watcher_event(&Event::Apply(key_secret("key-b", "flk_b", "2")));
+        writer.apply_watcher_event(&Event::Apply(lenient(key_secret("key-b", "flk_b", "2"))));
         assert!(index.resolve(&keys, &hash_key("flk_b")).is_some());
         assert_eq!(index.rebuilds(), 2);
         // Edited in place to hold another hash: the old value stops at once.
-        writer.apply_watcher_event(&Event::Apply(key_secret("key-a", "flk_a2", "3")));
+        writer.apply_watcher_event(&Event::Apply(lenient(key_secret("key-a", "flk_a2", "3"))));
         assert!(index.resolve(&keys, &hash_key("flk_a")).is_none());
         // Revoked: gone from the cache, gone for the index.
-        writer.apply_watcher_event(&Event::Delete(key_secret("key-b", "flk_b", "2")));
+        writer.apply_watcher_event(&Event::Delete(lenient(key_secret("key-b", "flk_b", "2"))));
         assert!(index.resolve(&keys, &hash_key("flk_b")).is_none());
     }
 
@@ -211,8 +216,8 @@ mod tests {
         let (keys, mut writer) = cache_with(&[key_secret("key-a", "flk_a", "1")]);
         let index = KeyIndex::default();
         assert!(index.resolve(&keys, &hash_key("flk_a")).is_some());
-        writer.apply_watcher_event(&Event::Delete(key_secret("key-a", "flk_a", "1")));
-        writer.apply_watcher_event(&Event::Apply(key_secret("key-c", "flk_c", "2")));
+        writer.apply_watcher_event(&Event::Delete(lenient(key_secret("key-a", "flk_a", "1"))));
+        writer.apply_watcher_event(&Event::Apply(lenient(key_secret("key-c", "flk_c", "2"))));
         assert!(
             index.resolve(&keys, &hash_key("flk_c")).is_none(),
             "same number of keys, fresh index: not rebuilt"

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::crd::{Executor, Run, RunPhase, StepPhase, Workflow, WorkflowState};
 use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
+use crate::kubeutil::lenient::Lenient;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
 #[derive(Debug, thiserror::Error)]
@@ -122,21 +123,51 @@ impl Context {
     }
 }
 
-async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+/// The workflow of a run, read fresh: Ok(None) when it does not exist, Err with the
+/// reason when it exists but cannot be decoded.
+async fn read_workflow(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Result<Option<Workflow>, String>, ReconcileError> {
+    let workflows: Api<Lenient<Workflow>> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(match workflows.get_opt(name).await? {
+        None => Ok(None),
+        Some(Lenient::Decoded(wf)) => Ok(Some(Arc::unwrap_or_clone(wf))),
+        Some(Lenient::Undecodable(failure)) => Err(format!(
+            "workflow {name} cannot be decoded: {}",
+            failure.error
+        )),
+    })
+}
+
+async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    // An undecodable run is reported by the watchers and left alone until it changes.
+    let Some(run) = object.decoded() else {
+        return Ok(Action::await_change());
+    };
     let namespace = run.namespace().unwrap_or_default();
     let uid = run.uid().unwrap_or_default();
-    let workflows: Api<Workflow> = Api::namespaced(ctx.client.clone(), &namespace);
     let token = ctx.token(&uid);
     let phase_finished = run.status.as_ref().is_some_and(|s| s.phase.is_finished());
     // decide() needs the workflow only for a run that is neither finished nor
     // executing here: skip the round trip otherwise.
     let workflow = if phase_finished || token.is_some() {
-        None
+        Ok(None)
     } else {
-        workflows.get_opt(&run.spec.workflow_ref).await?
+        read_workflow(&ctx, &namespace, &run.spec.workflow_ref).await?
     };
-    let mut decision = decide(&run, workflow.as_ref(), token.is_some());
-    let mut run = run;
+    let decide_now = |run: &Run, executing: bool| match &workflow {
+        Ok(wf) => decide(run, wf.as_ref(), executing),
+        // As if it did not exist, with the reason: decoding is deterministic, so this
+        // version of the workflow can never run.
+        Err(reason) => match decide(run, None, executing) {
+            Decision::Fail(_) => Decision::Fail(reason.clone()),
+            other => other,
+        },
+    };
+    let mut decision = decide_now(run, token.is_some());
+    let mut run = run.clone();
     if matches!(
         decision,
         Decision::Execute | Decision::MarkCancelled | Decision::Fail(_)
@@ -144,14 +175,16 @@ async fn reconcile(run: Arc<Run>, ctx: Arc<Context>) -> Result<Action, Reconcile
         // The watch cache may still show a status this process has since replaced
         // (a run that just finished here looks "running, not executing"): decide
         // again on a fresh read before writing anything.
-        let runs: Api<Run> = Api::namespaced(ctx.client.clone(), &namespace);
-        let Some(fresh) = runs.get_opt(&run.name_any()).await? else {
+        let runs: Api<Lenient<Run>> = Api::namespaced(ctx.client.clone(), &namespace);
+        let Some(Lenient::Decoded(fresh)) = runs.get_opt(&run.name_any()).await? else {
+            // Gone, or changed into something undecodable (reported by the watchers).
             return Ok(Action::await_change());
         };
         let executing = ctx.token(&uid).is_some();
-        decision = decide(&fresh, workflow.as_ref(), executing);
-        run = Arc::new(fresh);
+        decision = decide_now(&fresh, executing);
+        run = fresh;
     }
+    let workflow = workflow.ok().flatten();
     match decision {
         Decision::Nothing => {}
         Decision::StopExecution => {
@@ -222,7 +255,7 @@ async fn end_without_executing(
         .await;
 }
 
-fn error_policy(_run: Arc<Run>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+fn error_policy(_run: Arc<Lenient<Run>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.engine
         .telemetry
         .reconcile_errors
@@ -234,7 +267,8 @@ fn error_policy(_run: Arc<Run>, err: &ReconcileError, ctx: Arc<Context>) -> Acti
 
 /// Runs the controller until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let runs: Api<Run> = crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
+    let runs: Api<Lenient<Run>> =
+        crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     // Step Jobs are owned by their Run: a Job's progress wakes the Run at once (after a

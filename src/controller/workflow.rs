@@ -9,8 +9,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +20,9 @@ use crate::crd::{
     TriggerType, Workflow, WorkflowState, WorkflowStatus, labels,
 };
 use crate::engine::status_writer::FIELD_MANAGER;
+use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
+use crate::telemetry::undecodable;
 
 /// Most undelivered events a workflow keeps; the oldest go first beyond that.
 const MAX_PENDING_EVENTS: usize = 50;
@@ -179,7 +180,7 @@ pub fn plan(
 
 pub struct Context {
     pub client: Client,
-    pub runs: Store<Run>,
+    pub runs: DecodedStore<Run>,
     pub telemetry: EngineTelemetry,
 }
 
@@ -190,7 +191,15 @@ pub fn scheduled_run_name(workflow: &str, tick: Timestamp) -> String {
     format!("{}-{}", base.trim_end_matches('-'), tick.as_second())
 }
 
-async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+async fn reconcile(
+    object: Arc<Lenient<Workflow>>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    // An undecodable workflow is reported by the watchers; it is left alone until it
+    // changes.
+    let Some(wf) = object.decoded() else {
+        return Ok(Action::await_change());
+    };
     let ns = wf.namespace().unwrap_or_default();
     let name = wf.name_any();
     let runs: Vec<Arc<Run>> = ctx
@@ -200,7 +209,7 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Recon
         .filter(|r| r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workflow_ref == name)
         .collect();
     let now = Timestamp::now();
-    let plan = plan(&wf, &runs, now, &mut || {
+    let plan = plan(wf, &runs, now, &mut || {
         crate::engine::events::new_event_id()
     });
     let run_api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
@@ -250,7 +259,7 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Recon
         };
         ctx.telemetry
             .event(
-                &*wf,
+                &**wf,
                 false,
                 reason,
                 format!("workflow is {}", wf.spec.state.as_str()),
@@ -279,7 +288,7 @@ async fn reconcile(wf: Arc<Workflow>, ctx: Arc<Context>) -> Result<Action, Recon
     })
 }
 
-fn error_policy(_wf: Arc<Workflow>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+fn error_policy(_wf: Arc<Lenient<Workflow>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.telemetry
         .reconcile_errors
         .get_or_create(&ControllerLabel {
@@ -298,21 +307,12 @@ pub async fn run(
     telemetry: EngineTelemetry,
     shutdown: CancellationToken,
 ) {
-    let workflows: Api<Workflow> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
-    let runs: Api<Run> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
+    let workflows: Api<Lenient<Workflow>> =
+        crate::kubeutil::scoped_api(&client, namespace.as_deref());
+    let runs: Api<Lenient<Run>> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
     // The runs of every workflow, for counts and retention.
-    let (reader, writer) = reflector::store();
-    let run_stream =
-        reflector::reflector(writer, watcher(runs.clone(), watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-    let cache_shutdown = shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = run_stream.for_each(|_| futures::future::ready(())) => {},
-            _ = cache_shutdown.cancelled() => {},
-        }
-    });
+    let (reader, run_events) = lenient::reflector(runs.clone(), watcher::Config::default());
+    undecodable::spawn_watch(run_events, Some(client.clone()), shutdown.clone(), |_| {});
     let ctx = Arc::new(Context {
         client,
         runs: reader.clone(),

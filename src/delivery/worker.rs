@@ -10,11 +10,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
@@ -28,7 +27,9 @@ use super::secrets::{ROTATED_ANNOTATION, SecretCache};
 use super::sender::{Attempted, Outgoing, SendError, Sender};
 use super::unseen;
 use crate::crd::{DeliveryAttempt, Run, Webhook, WebhookStatus, Workflow};
+use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::telemetry::delivery_metrics::DeliveryMetrics;
+use crate::telemetry::undecodable;
 
 /// Field manager of the worker's Webhook status writes.
 pub const FIELD_MANAGER: &str = "flowline-delivery";
@@ -112,10 +113,11 @@ struct HookState {
     writing: bool,
 }
 
+/// Only decoded objects: an undecodable one is as absent as a deleted one.
 struct Stores {
-    hooks: Store<Webhook>,
-    runs: Store<Run>,
-    workflows: Store<Workflow>,
+    hooks: DecodedStore<Webhook>,
+    runs: DecodedStore<Run>,
+    workflows: DecodedStore<Workflow>,
 }
 
 struct Worker {
@@ -130,11 +132,12 @@ struct Worker {
 }
 
 fn watch<K>(
-    api: Api<K>,
+    api: Api<Lenient<K>>,
+    client: &Client,
     tx: mpsc::UnboundedSender<Input>,
     wrap: fn(ObjectRef<K>) -> Input,
     shutdown: CancellationToken,
-) -> Store<K>
+) -> DecodedStore<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -144,26 +147,20 @@ where
         + Sync
         + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let stream =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
-    tokio::spawn(async move {
-        let forward = stream.for_each(|event| {
-            match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))
-                | Ok(watcher::Event::Delete(o)) => {
-                    let _ = tx.send(wrap(ObjectRef::from_obj(&o)));
-                }
-                Ok(_) => {}
-                Err(err) => tracing::warn!(error = %err, "delivery watch error; retrying"),
+    let (reader, events) = lenient::reflector(api, watcher::Config::default());
+    undecodable::spawn_watch(
+        events,
+        Some(client.clone()),
+        shutdown,
+        move |event| match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))
+            | Ok(watcher::Event::Delete(o)) => {
+                let _ = tx.send(wrap(o.key()));
             }
-            futures::future::ready(())
-        });
-        tokio::select! {
-            _ = forward => {},
-            _ = shutdown.cancelled() => {},
-        }
-    });
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "delivery watch error; retrying"),
+        },
+    );
     reader
 }
 
@@ -180,18 +177,21 @@ pub async fn run(
     let stores = Stores {
         hooks: watch(
             crate::kubeutil::scoped_api(&client, ns.as_deref()),
+            &client,
             tx.clone(),
             Input::Hook,
             shutdown.clone(),
         ),
         runs: watch(
             crate::kubeutil::scoped_api(&client, ns.as_deref()),
+            &client,
             tx.clone(),
             Input::Run,
             shutdown.clone(),
         ),
         workflows: watch(
             crate::kubeutil::scoped_api(&client, ns.as_deref()),
+            &client,
             tx.clone(),
             Input::Workflow,
             shutdown.clone(),

@@ -6,6 +6,7 @@ pub mod actions;
 pub mod events;
 pub mod expr;
 pub mod job;
+pub mod nesting;
 pub mod output;
 pub mod redact;
 pub mod retry;

@@ -216,6 +216,9 @@ async fn run_step(
             step.action.as_str()
         ))
     };
+    if let Err(reason) = super::nesting::check_payload(run) {
+        return fail_step(status, reason);
+    }
     let step_secrets = match step_secrets {
         Ok(read) => read,
         Err(e) => return fail_step(status, e.to_string()),
@@ -290,6 +293,7 @@ async fn run_step(
                 action: step.action.as_str(),
             })
             .observe(attempt_started.elapsed().as_secs_f64());
+        let result = result.map(|r| r.and_then(super::nesting::check_result));
         let error = match result {
             Ok(Ok(out)) => {
                 let (stored, truncated) = output::cap(redactor.value(out));

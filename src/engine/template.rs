@@ -12,8 +12,9 @@ pub const ROOTS: [&str; 5] = ["trigger", "steps", "run", "workflow", "secrets"];
 /// copy a large step output would otherwise multiply into gigabytes.
 pub const MAX_RENDERED_BYTES: usize = 4 * 1024 * 1024;
 
-/// Nesting limit for rendered values, so a hand-built value cannot exhaust the stack.
-pub const MAX_DEPTH: usize = 256;
+/// Nesting limit of rendered values: the shared JSON limit, for `with` as written and for
+/// what a template puts into it (a whole-template string takes the nesting of its value).
+pub const MAX_DEPTH: usize = crate::limits::MAX_JSON_DEPTH;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
@@ -41,7 +42,7 @@ pub enum TemplateError {
     EmptyExpression,
     #[error("templates rendered more than {limit} bytes")]
     TooLarge { limit: usize },
-    #[error("value nested deeper than {limit} levels")]
+    #[error("nesting deeper than {limit}")]
     TooDeep { limit: usize },
     /// Where in the rendered value the error happened, e.g. `with.headers.Authorization`.
     #[error("{location}: {error}")]
@@ -74,7 +75,7 @@ pub fn render_in(value: &Value, ctx: &Value, location: &str) -> Result<Value, Te
 /// Renders one string: exactly one template keeps the value's JSON type, anything else
 /// interpolates into a string.
 pub fn render_str(s: &str, ctx: &Value) -> Result<Value, TemplateError> {
-    Renderer::new(ctx).string(s)
+    Renderer::new(ctx).string(s, 0)
 }
 
 /// Every template path in the strings of `value`, in order, without resolving any: how the
@@ -186,11 +187,13 @@ impl<'a> Renderer<'a> {
                 }
             }
         };
-        if depth > MAX_DEPTH {
+        // `depth` containers enclose `value`; an array or object adds one more level.
+        let is_container = value.is_array() || value.is_object();
+        if is_container && depth >= MAX_DEPTH {
             return Err(at(TemplateError::TooDeep { limit: MAX_DEPTH }, location));
         }
         match value {
-            Value::String(s) => self.string(s).map_err(|e| at(e, location)),
+            Value::String(s) => self.string(s, depth).map_err(|e| at(e, location)),
             Value::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
@@ -215,7 +218,8 @@ impl<'a> Renderer<'a> {
         }
     }
 
-    fn string(&mut self, s: &str) -> Result<Value, TemplateError> {
+    /// Renders a string that `depth` containers enclose.
+    fn string(&mut self, s: &str, depth: usize) -> Result<Value, TemplateError> {
         let Some(mut open) = s.find("{{") else {
             return Ok(Value::String(s.to_owned()));
         };
@@ -225,6 +229,9 @@ impl<'a> Renderer<'a> {
             let (path, after) = template_at(s, open)?;
             let value = lookup(self.ctx, path)?;
             if open == 0 && after == s.len() {
+                if depth + crate::limits::json_depth(value) > MAX_DEPTH {
+                    return Err(TemplateError::TooDeep { limit: MAX_DEPTH });
+                }
                 self.charge(json_len(value))?;
                 return Ok(value.clone());
             }
@@ -671,15 +678,35 @@ mod tests {
         }
     }
 
+    fn nest(levels: usize, inner: Value) -> Value {
+        (0..levels).fold(inner, |v, _| json!([v]))
+    }
+
     #[test]
-    fn nesting_is_bounded() {
-        let mut deep = json!("{{ run.id }}");
-        for _ in 0..MAX_DEPTH {
-            deep = json!([deep]);
-        }
+    fn nesting_is_bounded_by_the_shared_limit() {
+        assert_eq!(MAX_DEPTH, 32);
+        let deep = nest(MAX_DEPTH, json!("{{ run.id }}"));
         assert!(render(&deep, &ctx()).is_ok());
         let deeper = json!({"a": deep});
         let e = render(&deeper, &ctx()).expect_err("too deep");
         assert_eq!(e.inner(), &TemplateError::TooDeep { limit: MAX_DEPTH });
+        assert!(e.to_string().ends_with("nesting deeper than 32"), "{e}");
+        // An empty container one level too deep counts as well.
+        let empty = nest(MAX_DEPTH, json!([]));
+        assert!(render(&empty, &ctx()).is_err());
+    }
+
+    #[test]
+    fn a_template_cannot_build_a_value_deeper_than_the_limit() {
+        let mut ctx = ctx();
+        ctx["trigger"]["payload"]["deep"] = nest(20, json!(1));
+        // 12 levels of `with` around a 20-deep value: at the limit.
+        assert!(render(&nest(12, json!("{{ trigger.payload.deep }}")), &ctx).is_ok());
+        let e =
+            render(&nest(13, json!("{{ trigger.payload.deep }}")), &ctx).expect_err("33 levels");
+        assert_eq!(e.inner(), &TemplateError::TooDeep { limit: MAX_DEPTH });
+        assert!(e.to_string().starts_with("with[0]"), "located: {e}");
+        // Interpolated into a string, a value has no nesting.
+        assert!(render(&nest(13, json!("x {{ trigger.payload.deep }}")), &ctx).is_ok());
     }
 }

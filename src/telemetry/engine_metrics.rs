@@ -31,6 +31,17 @@ fn step_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 4.0, 9))
 }
 
+/// Records Kubernetes Events as Flowline (this pod's name as the instance).
+pub fn recorder(client: Client) -> Recorder {
+    Recorder::new(
+        client,
+        Reporter {
+            controller: "flowline".into(),
+            instance: std::env::var("HOSTNAME").ok(),
+        },
+    )
+}
+
 /// Metric families and the event recorder of the controllers.
 #[derive(Clone)]
 pub struct EngineTelemetry {
@@ -48,15 +59,7 @@ impl EngineTelemetry {
             runs_finished: Family::default(),
             step_duration: Family::new_with_constructor(step_histogram),
             reconcile_errors: Family::default(),
-            recorder: client.map(|c| {
-                Recorder::new(
-                    c,
-                    Reporter {
-                        controller: "flowline".into(),
-                        instance: std::env::var("HOSTNAME").ok(),
-                    },
-                )
-            }),
+            recorder: client.map(recorder),
         };
         metrics.with_registry(|r| {
             r.register(

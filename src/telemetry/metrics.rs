@@ -13,8 +13,11 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        let mut registry = Registry::with_prefix("flowline");
+        // Every process's watchers report into the same bookkeeping.
+        super::undecodable::Undecodables::process().register(&mut registry);
         Metrics {
-            registry: Arc::new(std::sync::Mutex::new(Registry::with_prefix("flowline"))),
+            registry: Arc::new(std::sync::Mutex::new(registry)),
         }
     }
 }

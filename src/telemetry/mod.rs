@@ -5,3 +5,4 @@ pub mod engine_metrics;
 pub mod health;
 pub mod logging;
 pub mod metrics;
+pub mod undecodable;

@@ -20,7 +20,7 @@ use crate::support::{
 use flowline::api::auth::Scope;
 
 #[path = "../support/receiver.rs"]
-mod receiver;
+pub(crate) mod receiver;
 use receiver::{Received, Receiver, TestPki};
 
 const ALL_KINDS: [&str; 6] = [

@@ -187,7 +187,7 @@ impl TestApi {
     }
 
     pub async fn start_with(prefix: &str, options: ApiOptions) -> TestApi {
-        Self::start_tuned(prefix, options, |_| {}).await
+        Self::start_full(prefix, options, &[], |_| {}).await
     }
 
     /// Like `start_with`, and `tune` changes the server's settings last (e.g. the
@@ -197,12 +197,28 @@ impl TestApi {
         options: ApiOptions,
         tune: impl FnOnce(&mut flowline::api::state::ApiConfig),
     ) -> TestApi {
+        Self::start_full(prefix, options, &[], tune).await
+    }
+
+    /// Like [`TestApi::start_with`], the caches also watching namespaces `also` (one
+    /// watch each).
+    pub async fn start_watching(prefix: &str, options: ApiOptions, also: &[String]) -> TestApi {
+        Self::start_full(prefix, options, also, |_| {}).await
+    }
+
+    async fn start_full(
+        prefix: &str,
+        options: ApiOptions,
+        also: &[String],
+        tune: impl FnOnce(&mut flowline::api::state::ApiConfig),
+    ) -> TestApi {
         use flowline::api::ratelimit::{Plan, PlanDefaults};
         use flowline::api::state::{ApiConfig, ApiState};
         let ns = TestNamespace::new(prefix).await;
         annotate_namespace(&ns, &options.plan_annotations).await;
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let scope = flowline::kubeutil::WatchScope::from_list(std::slice::from_ref(&ns.name));
+        let watched = [std::slice::from_ref(&ns.name), also].concat();
+        let scope = flowline::kubeutil::WatchScope::from_list(&watched);
         let caches =
             flowline::api::cache::Caches::start(ns.client.clone(), &scope, shutdown.clone());
         let mut config = ApiConfig {
