@@ -94,11 +94,17 @@ pub fn check_text_depth(text: &[u8]) -> Result<(), TooDeep> {
 /// Caps an error string at [`MAX_ERROR_BYTES`] (marker included), cutting on a character
 /// boundary and ending with [`TRUNCATED_MARKER`].
 pub fn cap_error(message: impl Into<String>) -> String {
+    cap_text(message, MAX_ERROR_BYTES)
+}
+
+/// [`cap_error`] for places with a tighter limit of `max` bytes (Kubernetes Event notes
+/// take at most 1024). A `max` shorter than the marker counts as the marker's length.
+pub fn cap_text(message: impl Into<String>, max: usize) -> String {
     let mut message = message.into();
-    if message.len() <= MAX_ERROR_BYTES {
+    if message.len() <= max {
         return message;
     }
-    let mut end = MAX_ERROR_BYTES - TRUNCATED_MARKER.len();
+    let mut end = max.saturating_sub(TRUNCATED_MARKER.len());
     while !message.is_char_boundary(end) {
         end -= 1;
     }
@@ -153,5 +159,8 @@ mod tests {
         assert!(capped.len() <= MAX_ERROR_BYTES, "{}", capped.len());
         assert!(capped.ends_with(TRUNCATED_MARKER));
         assert!(capped.trim_end_matches(TRUNCATED_MARKER).chars().all(|c| c == 'é'));
+        let tight = cap_text("é".repeat(1000), 1024);
+        assert!(tight.len() <= 1024 && tight.ends_with(TRUNCATED_MARKER));
+        assert_eq!(cap_text("x".repeat(50), 3), TRUNCATED_MARKER);
     }
 }

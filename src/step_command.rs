@@ -48,7 +48,7 @@ pub async fn run() -> i32 {
                 .unwrap_or_default();
             match actions::execute(input.action, &input.with, &http).await {
                 Ok(output) => (fit(output.to_string()), 0),
-                Err(e) => (e.0.chars().take(MAX_MESSAGE).collect(), 1),
+                Err(e) => (crate::limits::cap_error(e.0), 1),
             }
         }
     };

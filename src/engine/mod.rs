@@ -1,5 +1,5 @@
 //! The execution engine: templates, `when` conditions, built-in actions, retries,
-//! output caps, coalesced status writes and the inline executor.
+//! output caps, coalesced status writes that always land and the inline executor.
 
 pub mod actions;
 pub mod events;
@@ -10,3 +10,4 @@ pub mod retry;
 pub mod runner;
 pub mod status_writer;
 pub mod template;
+pub mod write_failure;

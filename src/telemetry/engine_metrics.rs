@@ -26,6 +26,9 @@ pub struct ControllerLabel {
     pub controller: &'static str,
 }
 
+/// The API server refuses an Event whose note is longer than this.
+pub const MAX_EVENT_NOTE: usize = 1024;
+
 fn step_histogram() -> Histogram {
     // 1 ms to about 65 s.
     Histogram::new(exponential_buckets(0.001, 4.0, 9))
@@ -83,7 +86,9 @@ impl EngineTelemetry {
         Self::new(&Metrics::default(), None)
     }
 
-    /// Records a Kubernetes Event on `object`; failures are logged, never fatal.
+    /// Records a Kubernetes Event on `object`, its note capped at [`MAX_EVENT_NOTE`]
+    /// (a note is often a run's error, as long as a server's answer or a `fail`
+    /// message); failures are logged, never fatal.
     pub async fn event<K: Resource<DynamicType = ()>>(
         &self,
         object: &K,
@@ -101,7 +106,7 @@ impl EngineTelemetry {
                 EventType::Normal
             },
             reason: reason.into(),
-            note: Some(note),
+            note: Some(crate::limits::cap_text(note, MAX_EVENT_NOTE)),
             action: reason.into(),
             secondary: None,
         };
