@@ -107,6 +107,7 @@ pub fn cap_to(message: impl Into<String>, max_bytes: usize) -> String {
         return message;
     }
     let mut end = max_bytes.saturating_sub(TRUNCATED_MARKER.len());
+    assert_eq!(cap_to("x".repeat(50), 3), TRUNCATED_MARKER);
     while !message.is_char_boundary(end) {
         end -= 1;
     }
@@ -172,5 +173,6 @@ mod tests {
         );
         let note = cap_to("é".repeat(MAX_EVENT_NOTE_BYTES), MAX_EVENT_NOTE_BYTES);
         assert!(note.len() <= MAX_EVENT_NOTE_BYTES && note.ends_with(TRUNCATED_MARKER));
+        assert_eq!(cap_to("x".repeat(50), 3), TRUNCATED_MARKER);
     }
 }

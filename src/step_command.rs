@@ -66,7 +66,7 @@ pub async fn run() -> i32 {
             // The pod's activeDeadlineSeconds bounds the step's own timeout.
             Ok(http) => match actions::execute(step.action, &step.with, &http, None).await {
                 Ok(output) => (fit(redactor.value(output).to_string()), 0),
-                Err(e) => (redactor.text(&e.0).chars().take(MAX_MESSAGE).collect(), 1),
+                Err(e) => (crate::limits::cap_error(redactor.text(&e.0)), 1),
             },
         },
     };

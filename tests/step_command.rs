@@ -70,6 +70,21 @@ fn a_failing_step_exits_non_zero_with_its_message() {
 }
 
 #[test]
+fn a_huge_failure_message_is_capped_to_what_kubernetes_keeps() {
+    // 4096 characters of "é" are 8 KiB: the cap counts bytes.
+    let step = serde_json::json!({"action": "fail", "with": {"message": "é".repeat(10_000)}});
+    let (code, message) = run_step(&step.to_string());
+    assert_eq!(code, 1);
+    assert!(
+        message.len() <= flowline::limits::MAX_ERROR_BYTES,
+        "{}",
+        message.len()
+    );
+    assert!(message.starts_with("éé"));
+    assert!(message.ends_with(flowline::limits::TRUNCATED_MARKER));
+}
+
+#[test]
 fn a_bad_environment_is_reported_not_panicked_on() {
     let (code, message) = run_step("not json");
     assert_eq!(code, 2);

@@ -250,7 +250,7 @@ async fn end_without_executing(
         crate::engine::events::record(&mut status, kind, run, workflow_name);
     }
     let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
-    StatusWriter::start(api, run.name_any(), status.clone())
+    StatusWriter::start(api, run, status.clone())
         .finish(&status)
         .await;
 }

@@ -451,7 +451,8 @@ impl Worker {
         let now = crate::api::views::now_ms();
         let (status_code, error, retry_after) = match &done.result {
             Ok(r) => (Some(r.status), None, r.retry_after),
-            Err(e) => (None, Some(e.to_string()), None),
+            // Kept in the Webhook's status and shown by the deliveries API: capped.
+            Err(e) => (None, Some(crate::limits::cap_error(e.to_string())), None),
         };
         let outcome = match &done.result {
             Ok(r) if schedule::status_is_success(r.status) => "delivered",

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use crate::api::views::format_ts;
 use crate::crd::{EventKind, PendingEvent, Run, RunPhase, RunStatus};
+use crate::limits::cap_error;
 
 /// A fresh event id: `evt_` and 10 lowercase alphanumerics.
 pub fn new_event_id() -> String {
@@ -36,7 +37,8 @@ pub fn data(kind: EventKind, run: &Run, workflow_name: &str, status: &RunStatus)
             data["finished_at"] = json!(ts(status.finished_at));
             data["duration_ms"] = json!(status.duration_ms);
             if kind == EventKind::RunFailed {
-                data["error"] = json!(status.error);
+                // Sent to every receiver and kept in the status until then: capped.
+                data["error"] = json!(status.error.clone().map(cap_error));
             }
         }
         _ => {}
@@ -102,6 +104,23 @@ mod tests {
             cancelled.get("error").is_none(),
             "run.cancelled is run.failed without error"
         );
+    }
+
+    #[test]
+    fn a_huge_error_is_sent_capped() {
+        let status = RunStatus {
+            phase: RunPhase::Failed,
+            error: Some("x".repeat(600_000)),
+            ..Default::default()
+        };
+        let failed = data(EventKind::RunFailed, &run(), "N", &status);
+        let error = failed["error"].as_str().unwrap();
+        assert!(
+            error.len() <= crate::limits::MAX_ERROR_BYTES,
+            "{}",
+            error.len()
+        );
+        assert!(error.ends_with(crate::limits::TRUNCATED_MARKER));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The execution engine: templates, `when` conditions, built-in actions, retries,
-//! output caps, coalesced status writes, the inline and job executors, and the one path
-//! by which steps read Secrets (with redaction of what they read).
+//! output caps, coalesced status writes that always land, the inline and job executors,
+//! and the one path by which steps read Secrets (with redaction of what they read).
 
 pub mod actions;
 pub mod events;
@@ -14,3 +14,4 @@ pub mod runner;
 pub mod secrets;
 pub mod status_writer;
 pub mod template;
+pub mod write_failure;

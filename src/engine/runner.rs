@@ -108,7 +108,7 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
     let api: Api<Run> = Api::namespaced(engine.client.clone(), &namespace);
     let mut status = initial_status(&run, &wf);
     super::events::record(&mut status, EventKind::RunStarted, &run, &wf.spec.name);
-    let writer = StatusWriter::start(api, run.name_any(), RunStatus::default());
+    let writer = StatusWriter::start(api, &run, RunStatus::default());
     writer.update(&status);
 
     let mut failure = None;

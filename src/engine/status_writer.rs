@@ -1,14 +1,28 @@
-//! Coalesced status writes: a fast run costs a couple of API writes, not one per
-//! step transition, while a slow run's progress still shows within a second.
+//! Coalesced status writes that always land: a fast run costs a couple of API writes,
+//! not one per step transition, while a slow run's progress still shows within a
+//! second; and no run stays `running` because a write failed.
+//!
+//! Every status is bounded before it is sent ([`output::bound`]: errors capped, the
+//! whole Run object within its budget). A failed write is never dropped:
+//! [`write_failure::decide`] says whether to retry it after a backoff, to write it
+//! again smaller, or to stop because the Run is gone. Retries always send the newest
+//! status, so coalescing holds while the API server is failing too.
+//!
+//! A request, once sent, is never aborted: an aborted request may still reach the API
+//! server after the final write and put back a stale status. Only the waits between
+//! requests are cut short when the run finishes.
 
 use std::time::Duration;
 
 use kube::Api;
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::output;
+use super::write_failure::{self, Next};
 use crate::crd::{Run, RunStatus};
 
 /// Field manager of every status write of the controllers.
@@ -17,53 +31,128 @@ pub const FIELD_MANAGER: &str = "flowline-controller";
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
 
 pub struct StatusWriter {
-    api: Api<Run>,
-    name: String,
+    target: Target,
     tx: watch::Sender<RunStatus>,
     closing: CancellationToken,
-    flusher: tokio::task::JoinHandle<()>,
+    flusher: tokio::task::JoinHandle<Progress>,
 }
 
-async fn write(api: &Api<Run>, name: &str, status: &RunStatus) {
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    if let Err(err) = api
-        .patch_status(name, &params, &Patch::Merge(json!({"status": status})))
-        .await
-    {
-        tracing::warn!(run = name, error = %err, "status write failed; the next one carries the same state");
+/// Where statuses go, and how many bytes they may take there.
+#[derive(Clone)]
+struct Target {
+    api: Api<Run>,
+    name: String,
+    budget: usize,
+}
+
+/// What earlier writes learned, carried from the flusher to the final write: how far
+/// statuses must be shrunk to be accepted, and whether the Run is gone.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    /// Bytes a status may take; lowered each time one is refused as too large.
+    budget: usize,
+    /// How many times that happened.
+    shrink: u32,
+    gone: bool,
+}
+
+impl Progress {
+    fn new(budget: usize) -> Self {
+        Progress {
+            budget,
+            shrink: 0,
+            gone: false,
+        }
+    }
+}
+
+impl Target {
+    async fn patch(&self, status: &RunStatus) -> Result<(), kube::Error> {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        self.api
+            .patch_status(
+                &self.name,
+                &params,
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .map(drop)
+    }
+
+    /// Writes the newest status from `latest` until one lands or the Run is gone.
+    /// A wait between attempts ends early when `interrupt` fires; a request never does.
+    async fn write_until_landed(
+        &self,
+        mut latest: impl FnMut() -> RunStatus,
+        progress: &mut Progress,
+        interrupt: &CancellationToken,
+    ) {
+        let mut waited = 0;
+        while !progress.gone {
+            let status = output::bound(&latest(), progress.budget);
+            let Err(err) = self.patch(&status).await else {
+                return;
+            };
+            let rejection = write_failure::classify(&err);
+            let next = write_failure::decide(rejection, progress.shrink, waited, rand::random());
+            tracing::warn!(run = %self.name, error = %err, ?rejection, ?next, "status write failed");
+            match next {
+                Next::Stop => progress.gone = true,
+                Next::Shrink { level } => {
+                    progress.shrink = level;
+                    progress.budget = output::shrunk_budget(output::status_size(&status), level);
+                }
+                Next::Retry { after } => {
+                    waited += 1;
+                    tokio::select! {
+                        _ = tokio::time::sleep(after) => {}
+                        _ = interrupt.cancelled() => return,
+                    }
+                }
+            }
+        }
     }
 }
 
 impl StatusWriter {
-    /// Starts a writer; the first change is written at once, later ones at most
-    /// every [`FLUSH_INTERVAL`].
-    pub fn start(api: Api<Run>, name: String, initial: RunStatus) -> Self {
+    /// Starts a writer for `run`; the first change is written at once, later ones at
+    /// most every [`FLUSH_INTERVAL`]. The status budget leaves room for the Run's
+    /// metadata and spec (its payload).
+    pub fn start(api: Api<Run>, run: &Run, initial: RunStatus) -> Self {
+        let target = Target {
+            api,
+            name: run.name_any(),
+            budget: output::status_budget(run),
+        };
         let (tx, mut rx) = watch::channel(initial);
-        let (flush_api, flush_name) = (api.clone(), name.clone());
         let closing = CancellationToken::new();
-        let stop = closing.clone();
+        let (stop, flush_target) = (closing.clone(), target.clone());
         let flusher = tokio::spawn(async move {
+            let mut progress = Progress::new(flush_target.budget);
             loop {
                 tokio::select! {
-                    changed = rx.changed() => if changed.is_err() { return },
-                    _ = stop.cancelled() => return,
+                    changed = rx.changed() => if changed.is_err() { break },
+                    _ = stop.cancelled() => break,
                 }
-                let status = rx.borrow_and_update().clone();
-                // Never interrupted mid-request: an aborted request may still reach the
-                // API server after the final write and put back a stale status.
-                write(&flush_api, &flush_name, &status).await;
+                let latest = || rx.borrow_and_update().clone();
+                flush_target
+                    .write_until_landed(latest, &mut progress, &stop)
+                    .await;
+                if progress.gone {
+                    break;
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(FLUSH_INTERVAL) => {},
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => break,
                 }
             }
+            progress
         });
         StatusWriter {
-            api,
-            name,
+            target,
             tx,
             closing,
             flusher,
@@ -74,12 +163,259 @@ impl StatusWriter {
         self.tx.send_replace(status.clone());
     }
 
-    /// Records the final status and waits until it is written. The flusher stops
-    /// without waiting out its interval, but a write it has in flight completes
-    /// first, so the final write is always the last one.
+    /// Records the final status and waits until it is written (or the Run is gone).
+    /// The flusher stops without waiting out its interval or a backoff, but a write it
+    /// has in flight completes first, so the final write is always the last one.
     pub async fn finish(self, status: &RunStatus) {
         self.closing.cancel();
-        let _ = self.flusher.await;
-        write(&self.api, &self.name, status).await;
+        let mut progress = match self.flusher.await {
+            Ok(progress) => progress,
+            Err(_) => Progress::new(self.target.budget),
+        };
+        let never = CancellationToken::new();
+        self.target
+            .write_until_landed(|| status.clone(), &mut progress, &never)
+            .await;
+        if progress.gone {
+            tracing::info!(run = %self.target.name, "the run is gone; its final status was not written");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The writer against a scripted API server: a tower service standing in for the
+    //! kube-apiserver, answering each status write as the test says and recording it.
+
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::BodyExt;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::crd::{RunPhase, StepPhase, StepRecord};
+
+    /// How the scripted server answers request `index` (0, 1, …) with a body of
+    /// `len` bytes: an HTTP status and how long it takes.
+    type Script = fn(index: usize, len: usize) -> (u16, Duration);
+
+    #[derive(Default)]
+    struct Recorded {
+        /// The status of each write, in arrival order.
+        statuses: Vec<RunStatus>,
+        /// The bodies' sizes.
+        sizes: Vec<usize>,
+        /// `start <i>` and `end <i>` of each request, in order.
+        timeline: Vec<String>,
+    }
+
+    fn answer(code: u16) -> Value {
+        if code < 300 {
+            json!({"apiVersion": "flowline.io/v1", "kind": "Run",
+                   "metadata": {"name": "r", "namespace": "n"}, "spec": {"workflowRef": "w"}})
+        } else {
+            let message = match code {
+                404 => "runs.flowline.io \"r\" not found",
+                413 => "Request entity too large: limit is 3145728",
+                _ => "Internal error occurred: try again",
+            };
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                   "message": message, "code": code})
+        }
+    }
+
+    fn scripted_api(script: Script) -> (Api<Run>, Arc<Mutex<Recorded>>) {
+        let recorded = Arc::new(Mutex::new(Recorded::default()));
+        let log = recorded.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let log = log.clone();
+            async move {
+                let body = req.into_body().collect().await?.to_bytes();
+                let patch: Value = serde_json::from_slice(&body)?;
+                let index = {
+                    let mut log = log.lock().unwrap();
+                    let index = log.statuses.len();
+                    log.statuses
+                        .push(serde_json::from_value(patch["status"].clone())?);
+                    log.sizes.push(body.len());
+                    log.timeline.push(format!("start {index}"));
+                    index
+                };
+                let (code, delay) = script(index, body.len());
+                tokio::time::sleep(delay).await;
+                log.lock().unwrap().timeline.push(format!("end {index}"));
+                let body = serde_json::to_vec(&answer(code))?;
+                Ok::<_, tower::BoxError>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(bytes::Bytes::from(body)))?,
+                )
+            }
+        });
+        let client = kube::Client::new(service, "n");
+        (Api::namespaced(client, "n"), recorded)
+    }
+
+    fn run() -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n"}, "spec": {"workflowRef": "w"}
+        }))
+        .unwrap()
+    }
+
+    fn failed_with_outputs(steps: usize, output_bytes: usize) -> RunStatus {
+        RunStatus {
+            phase: RunPhase::Failed,
+            error: Some("step s0 (fail) failed: no".into()),
+            steps: (0..steps)
+                .map(|i| StepRecord {
+                    step_id: format!("s{i}"),
+                    status: StepPhase::Succeeded,
+                    output: Some(json!("o".repeat(output_bytes))),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Finishes `writer` with `status`; a writer that never lands the final status
+    /// fails the test instead of hanging it.
+    async fn finish_within_30s(writer: StatusWriter, status: &RunStatus) {
+        tokio::time::timeout(Duration::from_secs(30), writer.finish(status))
+            .await
+            .expect("the final status landed");
+    }
+
+    fn statuses(recorded: &Mutex<Recorded>) -> Vec<RunStatus> {
+        recorded.lock().unwrap().statuses.clone()
+    }
+
+    #[tokio::test]
+    async fn a_status_refused_as_too_large_is_shrunk_until_it_lands() {
+        const ACCEPTED: usize = 20_000;
+        let (api, recorded) =
+            scripted_api(|_, len| (if len > ACCEPTED { 413 } else { 200 }, Duration::ZERO));
+        let final_status = failed_with_outputs(5, 60_000);
+        finish_within_30s(
+            StatusWriter::start(api, &run(), RunStatus::default()),
+            &final_status,
+        )
+        .await;
+        let log = recorded.lock().unwrap();
+        let landed = log.statuses.last().unwrap();
+        assert!(*log.sizes.last().unwrap() <= ACCEPTED, "{:?}", log.sizes);
+        assert!(
+            log.sizes.windows(2).all(|w| w[1] < w[0]),
+            "each retry smaller: {:?}",
+            log.sizes
+        );
+        assert!(
+            log.sizes.len() <= 1 + output::MAX_SHRINK as usize,
+            "{:?}",
+            log.sizes
+        );
+        assert_eq!(landed.phase, RunPhase::Failed);
+        assert_eq!(landed.error, final_status.error);
+        assert!(landed.steps.iter().all(|s| s.output_truncated));
+    }
+
+    #[tokio::test]
+    async fn when_even_the_least_status_is_refused_the_writer_keeps_trying() {
+        // Refused as too large five times, whatever the size, then accepted: the
+        // writer reaches the least status and keeps retrying it after a backoff.
+        let (api, recorded) =
+            scripted_api(|index, _| (if index < 5 { 413 } else { 200 }, Duration::ZERO));
+        finish_within_30s(
+            StatusWriter::start(api, &run(), RunStatus::default()),
+            &failed_with_outputs(2, 10_000),
+        )
+        .await;
+        let log = statuses(&recorded);
+        assert_eq!(
+            log.len(),
+            6,
+            "four shrinks, one wait, then the write that landed"
+        );
+        let landed = log.last().unwrap();
+        assert_eq!(landed.phase, RunPhase::Failed);
+        assert!(
+            landed
+                .steps
+                .iter()
+                .all(|s| s.output.is_none() && s.output_truncated)
+        );
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried_until_the_final_status_lands() {
+        let (api, recorded) =
+            scripted_api(|index, _| (if index < 3 { 503 } else { 200 }, Duration::ZERO));
+        let final_status = failed_with_outputs(1, 10);
+        finish_within_30s(
+            StatusWriter::start(api, &run(), RunStatus::default()),
+            &final_status,
+        )
+        .await;
+        let log = statuses(&recorded);
+        assert_eq!(log.len(), 4, "three failures, then the write that landed");
+        assert!(
+            log.iter().all(|s| *s == final_status),
+            "retried unchanged: not about size"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_run_that_is_gone_is_not_written_again() {
+        let (api, recorded) = scripted_api(|_, _| (404, Duration::ZERO));
+        let writer = StatusWriter::start(api, &run(), RunStatus::default());
+        writer.update(&failed_with_outputs(1, 10));
+        finish_within_30s(writer, &failed_with_outputs(1, 10)).await;
+        assert_eq!(
+            statuses(&recorded).len(),
+            1,
+            "404 once, then no more writes"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_flush_is_retried_with_the_newest_status_and_the_final_write_is_last() {
+        // The first write fails; the second is slow, so the run finishes while it is
+        // in flight.
+        let (api, recorded) = scripted_api(|index, _| match index {
+            0 => (500, Duration::ZERO),
+            1 => (200, Duration::from_millis(300)),
+            _ => (200, Duration::ZERO),
+        });
+        let writer = StatusWriter::start(api, &run(), RunStatus::default());
+        let status = |steps| failed_with_outputs(steps, 10);
+        let requests = |n| {
+            let recorded = recorded.clone();
+            async move {
+                while recorded.lock().unwrap().statuses.len() < n {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        };
+        writer.update(&status(1));
+        requests(1).await;
+        // Arrives during the backoff after the failure: the retry carries it.
+        writer.update(&status(2));
+        requests(2).await;
+        finish_within_30s(writer, &status(3)).await;
+        let log = recorded.lock().unwrap();
+        let steps: Vec<usize> = log.statuses.iter().map(|s| s.steps.len()).collect();
+        assert_eq!(
+            steps,
+            [1, 2, 3],
+            "stale status not retried; final write last"
+        );
+        assert_eq!(
+            log.timeline,
+            ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"],
+            "the write in flight completed before the final one started"
+        );
     }
 }

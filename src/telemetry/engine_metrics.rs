@@ -86,7 +86,9 @@ impl EngineTelemetry {
         Self::new(&Metrics::default(), None)
     }
 
-    /// Records a Kubernetes Event on `object`; failures are logged, never fatal.
+    /// Records a Kubernetes Event on `object`, its note capped at [`crate::limits::MAX_EVENT_NOTE_BYTES`]
+    /// (a note is often a run's error, as long as a server's answer or a `fail`
+    /// message); failures are logged, never fatal.
     pub async fn event<K: Resource<DynamicType = ()>>(
         &self,
         object: &K,
@@ -104,7 +106,10 @@ impl EngineTelemetry {
                 EventType::Normal
             },
             reason: reason.into(),
-            note: Some(note),
+            note: Some(crate::limits::cap_to(
+                note,
+                crate::limits::MAX_EVENT_NOTE_BYTES,
+            )),
             action: reason.into(),
             secondary: None,
         };

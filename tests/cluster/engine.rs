@@ -31,21 +31,7 @@ async fn engine(prefix: &str) -> Engine {
 
 async fn engine_with(prefix: &str, jobs: flowline::engine::job::JobSettings) -> Engine {
     let ns = TestNamespace::new(prefix).await;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
-        &flowline::telemetry::metrics::Metrics::default(),
-        Some(ns.client.clone()),
-    );
-    let ctx = flowline::controller::run::Context::new(
-        ns.client.clone(),
-        loopback_client(),
-        flowline::crd::Executor::Inline,
-        Some(ns.name.clone()),
-        telemetry.clone(),
-        jobs,
-    );
-    let stop = CancellationToken::new();
-    tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
+    let (stop, telemetry) = crate::support::spawn_run_controller(&ns, loopback_client(), jobs);
     Engine {
         ns,
         stop,

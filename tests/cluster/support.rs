@@ -446,3 +446,36 @@ pub async fn ready(port: u16) {
     )
     .await;
 }
+
+/// The run controller of namespace `ns`, in this process, until the token is cancelled;
+/// `http` is the steps' client (the destination guard's), `jobs` how step Jobs are built.
+pub fn spawn_run_controller(
+    ns: &TestNamespace,
+    http: flowline::egress::GuardedClient,
+    jobs: flowline::engine::job::JobSettings,
+) -> (
+    tokio_util::sync::CancellationToken,
+    flowline::telemetry::engine_metrics::EngineTelemetry,
+) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
+        &flowline::telemetry::metrics::Metrics::default(),
+        Some(ns.client.clone()),
+    );
+    let ctx = flowline::controller::run::Context::new(
+        ns.client.clone(),
+        http,
+        flowline::crd::Executor::Inline,
+        Some(ns.name.clone()),
+        telemetry.clone(),
+        jobs,
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
+    (stop, telemetry)
+}
+
+/// The steps' client with the destination guard's defaults (public addresses only).
+pub fn guarded_client() -> flowline::egress::GuardedClient {
+    flowline::egress::GuardedClient::new(Default::default()).unwrap()
+}

@@ -40,20 +40,8 @@ impl Drop for Tenant {
 
 async fn tenant(prefix: &str, jobs: flowline::engine::job::JobSettings) -> Tenant {
     let api = TestApi::start(prefix).await;
-    let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
-        &flowline::telemetry::metrics::Metrics::default(),
-        Some(api.ns.client.clone()),
-    );
-    let ctx = flowline::controller::run::Context::new(
-        api.ns.client.clone(),
-        flowline::egress::GuardedClient::new(Default::default()).unwrap(),
-        flowline::crd::Executor::Inline,
-        Some(api.ns.name.clone()),
-        telemetry,
-        jobs,
-    );
-    let stop = CancellationToken::new();
-    tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
+    let (stop, _) =
+        crate::support::spawn_run_controller(&api.ns, crate::support::guarded_client(), jobs);
     let write = new_key(&api.ns, &[Scope::Write]).await;
     let execute = new_key(&api.ns, &[Scope::Execute]).await;
     let read = new_key(&api.ns, &[Scope::Read]).await;
