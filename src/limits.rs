@@ -107,7 +107,6 @@ pub fn cap_to(message: impl Into<String>, max_bytes: usize) -> String {
         return message;
     }
     let mut end = max_bytes.saturating_sub(TRUNCATED_MARKER.len());
-    assert_eq!(cap_to("x".repeat(50), 3), TRUNCATED_MARKER);
     while !message.is_char_boundary(end) {
         end -= 1;
     }
