@@ -1,4 +1,4 @@
-//! API keys and scopes (CONTRACT §1). A key belongs to one namespace (the account)
+//! API keys and scopes. A key belongs to one namespace (the account)
 //! and is stored only as its SHA-256, in a Secret of type `flowline.io/api-key`.
 
 use std::collections::BTreeSet;

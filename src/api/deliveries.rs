@@ -164,6 +164,8 @@ async fn rotate_secret(
                 .await
                 .map(|_| ()),
             Some(secret) => {
+                secrets::check_signing_secret(secret)
+                    .map_err(|e| ApiError::field("secretRef", e.to_string()))?;
                 let old = secrets::signing_keys(secret, now)
                     .map(|keys| keys[0].clone())
                     .unwrap_or_default();

@@ -1,5 +1,5 @@
 //! The one error type of the HTTP layer, mapped in one place to the contract's
-//! status and error codes (CONTRACT §3).
+//! status and error codes.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

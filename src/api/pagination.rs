@@ -1,4 +1,4 @@
-//! Keyset pagination (CONTRACT §4): newest first by (time, id); the cursor is the
+//! Keyset pagination: newest first by (time, id); the cursor is the
 //! key of the last item served, so inserts while a client pages never shift,
 //! duplicate or skip the objects that existed throughout.
 

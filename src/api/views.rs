@@ -1,4 +1,4 @@
-//! JSON shapes of the API (CONTRACT §2), built from the custom resources.
+//! JSON shapes of the API, built from the custom resources.
 //! The CRDs use Kubernetes' camelCase; the API uses the contract's snake_case.
 
 use std::collections::BTreeMap;

@@ -37,6 +37,22 @@ pub enum SecretError {
     Missing(String),
     #[error("cannot read signing secret {name}: {source}")]
     Read { name: String, source: kube::Error },
+    #[error(
+        "Secret {0} is not a webhook signing secret: a secretRef must name a Secret of \
+         type {SECRET_TYPE}"
+    )]
+    NotSigningSecret(String),
+}
+
+/// A Webhook signs with, and rotation writes, only a Secret made for that: its type says
+/// so. Without this, a Webhook applied with kubectl could name any Secret of its namespace
+/// (another application's credentials, an API key) and have the API's rotation overwrite it.
+pub fn check_signing_secret(secret: &Secret) -> Result<(), SecretError> {
+    if secret.type_.as_deref() == Some(SECRET_TYPE) {
+        Ok(())
+    } else {
+        Err(SecretError::NotSigningSecret(secret.name_any()))
+    }
 }
 
 /// Name of the Secret holding the webhook's signing secret.
@@ -181,6 +197,7 @@ impl SecretCache {
             }
             None => return Err(SecretError::Missing(key.1.clone())),
         };
+        check_signing_secret(&secret)?;
         let keys = Arc::new(
             signing_keys(&secret, Timestamp::now())
                 .ok_or_else(|| SecretError::Missing(key.1.clone()))?,
@@ -230,5 +247,27 @@ mod tests {
         assert_eq!(secret_name(&hook), "wh-signing");
         let owned = owned_secret(&hook, "whsec_x");
         assert_eq!(owned.owner_references()[0].name, "wh");
+    }
+
+    #[test]
+    fn only_secrets_of_the_signing_type_sign_or_rotate() {
+        let hook: Webhook = serde_json::from_value(serde_json::json!({
+            "apiVersion": "flowline.io/v1", "kind": "Webhook",
+            "metadata": {"name": "wh", "namespace": "n", "uid": "u"},
+            "spec": {"url": "https://example.com", "events": ["run.started"]}
+        }))
+        .unwrap();
+        assert!(check_signing_secret(&owned_secret(&hook, "whsec_x")).is_ok());
+        for type_ in [None, Some("Opaque"), Some("flowline.io/api-key")] {
+            let mut other = secret(BTreeMap::from([(SECRET_KEY.into(), "v".into())]));
+            other.metadata.name = Some("app-credentials".into());
+            other.type_ = type_.map(Into::into);
+            let err = check_signing_secret(&other).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("Secret app-credentials is not a webhook signing secret"),
+                "{err}"
+            );
+        }
     }
 }

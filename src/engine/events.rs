@@ -1,4 +1,4 @@
-//! Run events (CONTRACT §7), recorded in the Run's status in the same write that
+//! Run events, recorded in the Run's status in the same write that
 //! records the transition, so they survive a crash until they are delivered. Pure.
 
 use serde_json::{Value, json};

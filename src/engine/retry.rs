@@ -1,4 +1,4 @@
-//! Step retry backoff: exponential with jitter (CONTRACT §6). Pure.
+//! Step retry backoff: exponential with jitter. Pure.
 
 use std::time::Duration;
 

@@ -12,7 +12,10 @@ const BUDGET: u32 = 5;
 const WINDOW_SECS: u64 = 3_600;
 
 async fn api(prefix: &str, trusted_proxies: &[&str]) -> TestApi {
-    let proxies = trusted_proxies.iter().map(|c| c.parse().unwrap()).collect();
+    let proxies = trusted_proxies
+        .iter()
+        .map(|c| flowline::egress::parse_cidr(c).unwrap())
+        .collect();
     let api = TestApi::start_tuned(
         prefix,
         ApiOptions {

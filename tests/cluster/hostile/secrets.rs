@@ -445,3 +445,53 @@ async fn a_secret_cannot_be_smuggled_into_a_pod_spec() {
     let jobs = t.ns().api::<Job>().list(&Default::default()).await.unwrap();
     assert!(jobs.items.is_empty());
 }
+
+/// A namespace user applies a Webhook whose `secretRef` names another application's
+/// Secret; a write key then asks the API to rotate "its" signing secret. The rotation is
+/// refused and the Secret is left exactly as it was.
+#[tokio::test]
+#[ignore = "needs a cluster (make test)"]
+async fn a_webhook_cannot_adopt_another_secret_for_rotation() {
+    let tenant = tenant("hostile-sigref", Default::default()).await;
+    tenant
+        .secret("billing-db", "Opaque", &[], &[("secret", TOKEN)])
+        .await;
+    let applied = tenant.ns().kubectl_apply(
+        r#"
+apiVersion: flowline.io/v1
+kind: Webhook
+metadata: {name: adopt}
+spec:
+  url: https://receiver.example.com/hook
+  events: [run.failed]
+  secretRef: {name: billing-db}
+"#,
+    );
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let path = "/v1/webhooks/adopt/rotate-secret";
+    let res = eventually(
+        "the API to see the webhook",
+        Duration::from_secs(10),
+        || async {
+            let res = tenant.api.send("POST", &tenant.write, path, None).await;
+            (res.status() != 404).then_some(res)
+        },
+    )
+    .await;
+    let body = crate::support::assert_error(res, 400, "validation_error").await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("billing-db is not a webhook signing secret"),
+        "{body}"
+    );
+    let stored = tenant.ns().api::<Secret>().get("billing-db").await.unwrap();
+    let data = stored.data.unwrap_or_default();
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        ["secret"],
+        "no rotation keys were added"
+    );
+    assert_eq!(data["secret"].0, TOKEN.as_bytes());
+}
