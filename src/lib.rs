@@ -3,16 +3,20 @@
 //! The folders follow the architecture: `crd` (the state), `controller`
 //! (reconcilers), `engine` (step execution), `delivery` (webhook events), `api`
 //! (the `/v1` HTTP facade), `telemetry` (health, metrics, logs), `operator` (wiring).
+//! `clock` and `ids` sit at the bottom: helpers every layer needs. Layers never point
+//! up: nothing below `api` imports it (`tests/layers.rs` checks).
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod api_key_command;
 pub mod cli;
+pub mod clock;
 pub mod controller;
 pub mod crd;
 pub mod delivery;
 pub mod egress;
 pub mod engine;
+pub mod ids;
 pub mod kubeutil;
 pub mod limits;
 pub mod operator;

@@ -120,7 +120,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
         let cfg = leader::LeaseConfig {
             namespace: args.leader_election_namespace.clone(),
             name: args.leader_election_lease.clone(),
-            identity: format!("{}-{}", hostname(), crate::api::state::new_id("op")),
+            identity: format!("{}-{}", hostname(), crate::ids::new_id("op")),
             duration: Duration::from_secs(args.leader_lease_seconds.max(3)),
         };
         lease = Some(cfg.clone());

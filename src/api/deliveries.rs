@@ -14,14 +14,16 @@ use super::auth::{Principal, Scope};
 use super::cache;
 use super::error::{ApiError, ApiResult, Missing, not_found_as};
 use super::pagination::{self, Page, SortKey};
-use super::state::{ApiState, new_token_id};
-use super::views::{self, ApiTime, DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView};
+use super::state::ApiState;
+use super::views::{ApiTime, DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView};
 use super::webhooks::find;
+use crate::clock::{format_ts, now_ms};
 use crate::crd::Webhook;
 use crate::delivery::outbox;
 use crate::delivery::secrets::{self, ROTATED_ANNOTATION, SECRET_KEY};
 use crate::delivery::signing::generate_secret;
 use crate::delivery::worker::{REDELIVER_ANNOTATION, REDELIVERY_REQUESTS, redelivery_requests};
+use crate::ids::new_token_id;
 
 pub fn router() -> Router<ApiState> {
     Router::new()
@@ -150,7 +152,7 @@ async fn rotate_secret(
     let name = secrets::secret_name(&hook);
     let api: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
     let new = generate_secret();
-    let now = views::now_ms();
+    let now = now_ms();
     let mut rotated = false;
     for _ in 0..5 {
         let current = api.get_opt(&name).await?;
@@ -197,7 +199,7 @@ async fn rotate_secret(
     }
     // Tells the worker to drop the keys it cached.
     let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
-    let signal = json!({"metadata": {"annotations": {ROTATED_ANNOTATION: views::format_ts(now)}}});
+    let signal = json!({"metadata": {"annotations": {ROTATED_ANNOTATION: format_ts(now)}}});
     let updated = hooks
         .patch(&id, &ApiState::patch_params(), &Patch::Merge(&signal))
         .await

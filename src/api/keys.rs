@@ -21,9 +21,10 @@ use super::error::{ApiError, ApiResult, Missing, not_found_as};
 use super::input;
 use super::json::ApiJson;
 use super::pagination::{self, SortKey};
-use super::state::{ApiState, FIELD_MANAGER, new_id};
-use super::views;
+use super::state::{ApiState, FIELD_MANAGER};
 use super::workflows::location;
+use crate::clock::{format_ts, now_ms};
+use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
     Router::new()
@@ -46,7 +47,7 @@ pub async fn create_key(
     scopes: &[Scope],
 ) -> Result<CreatedKey, kube::Error> {
     let value = generate_key();
-    let created_at = views::format_ts(views::now_ms());
+    let created_at = format_ts(now_ms());
     let scopes: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
     let secret = Secret {
         metadata: kube::api::ObjectMeta {

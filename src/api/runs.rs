@@ -18,10 +18,13 @@ use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use super::input;
 use super::json::OptionalJson;
 use super::pagination::{self, SortKey};
-use super::state::{ApiState, new_id};
+use super::state::ApiState;
 use super::views;
 use super::workflows::{find as find_workflow, location};
+use crate::clock::now_ms;
+use crate::crd::timestamps::{created_at, creation_annotations};
 use crate::crd::{Run, RunPhase, RunSpec, RunTrigger, WorkflowState, labels};
+use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
     Router::new()
@@ -60,14 +63,10 @@ async fn list(
     let items = cache::in_namespace(&state.caches.runs, &who.namespace)
         .into_iter()
         .filter(|r| r.spec.workflow_ref == workflow_id)
-        .filter(|r| {
-            q.filter
-                .as_deref()
-                .is_none_or(|s| views::run_phase(r).as_str() == s)
-        })
+        .filter(|r| q.filter.as_deref().is_none_or(|s| r.phase().as_str() == s))
         .map(|r| {
             (
-                SortKey::new(views::created_at(&r.metadata), &r.name_any()),
+                SortKey::new(created_at(&r.metadata), &r.name_any()),
                 RunListItem::from(&*r),
             )
         })
@@ -117,7 +116,7 @@ async fn start(
         },
     );
     let meta = run.meta_mut();
-    meta.annotations = Some(views::creation_annotations(views::now_ms()));
+    meta.annotations = Some(creation_annotations(now_ms()));
     meta.labels = Some([(labels::WORKFLOW.to_string(), workflow_id.clone())].into());
     meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
     let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
@@ -146,7 +145,7 @@ async fn cancel(
 ) -> ApiResult<impl IntoResponse> {
     who.require(Scope::Execute)?;
     let run = find(&state, &who.namespace, &id)?;
-    let phase = views::run_phase(&run);
+    let phase = run.phase();
     if phase != RunPhase::Running {
         return Err(ApiError::RunNotRunning(phase.as_str()));
     }

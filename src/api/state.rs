@@ -85,23 +85,3 @@ impl ApiState {
         }
     }
 }
-
-/// A random id: `prefix-` and 10 lowercase alphanumerics (a valid object name).
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}-{}", random_tail())
-}
-
-/// A random id that names no object (events, delivery attempts, requests):
-/// `prefix_` and 10 lowercase alphanumerics, e.g. `evt_3k9x2m7q1d`.
-pub fn new_token_id(prefix: &str) -> String {
-    format!("{prefix}_{}", random_tail())
-}
-
-fn random_tail() -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut rng = rand::rng();
-    (0..10)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}

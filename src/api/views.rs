@@ -1,76 +1,19 @@
 //! JSON shapes of the API, built from the custom resources.
 //! The CRDs use Kubernetes' camelCase; the API uses the contract's snake_case.
 
-use std::collections::BTreeMap;
-
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use serde::{Serialize, Serializer};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::auth::{KeyRecord, Scope};
+use crate::clock::format_ts;
+use crate::crd::timestamps::{created_at, updated_at};
 use crate::crd::{
     Action, DeliveryAttempt, EventKind, Executor, Run, RunPhase, RunTrigger, StepPhase, StepRecord,
     TriggerType, Webhook, Workflow, WorkflowState,
 };
-
-/// Annotation with the millisecond creation time the API records (Kubernetes'
-/// `creationTimestamp` has only seconds).
-pub const CREATED_AT_ANNOTATION: &str = "flowline.io/created-at";
-/// Annotation with the time of the API's last spec write.
-pub const UPDATED_AT_ANNOTATION: &str = "flowline.io/updated-at";
-
-/// Timestamps as the contract wants them: RFC 3339, UTC, `Z`, milliseconds.
-pub fn format_ts(ts: Timestamp) -> String {
-    ts.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
-}
-
-pub fn now_ms() -> Timestamp {
-    Timestamp::from_millisecond(Timestamp::now().as_millisecond())
-        .unwrap_or_else(|_| Timestamp::now())
-}
-
-fn k8s_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Timestamp {
-    t.0
-}
-
-/// When the object was created, to the millisecond where the API recorded it.
-pub fn created_at(meta: &ObjectMeta) -> Timestamp {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(CREATED_AT_ANNOTATION))
-        .and_then(|v| v.parse().ok())
-        .or_else(|| meta.creation_timestamp.as_ref().map(k8s_time))
-        .unwrap_or(Timestamp::UNIX_EPOCH)
-}
-
-/// When the spec last changed, whoever changed it: the API's annotation, or the
-/// newest non-status managedFields entry (kubectl, GitOps), whichever is later.
-pub fn updated_at(meta: &ObjectMeta) -> Timestamp {
-    let annotated: Option<Timestamp> = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(UPDATED_AT_ANNOTATION))
-        .and_then(|v| v.parse().ok());
-    let managed = meta
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|f| f.subresource.as_deref() != Some("status"))
-        .filter_map(|f| f.time.as_ref().map(k8s_time))
-        .max();
-    let newest = match (annotated, managed) {
-        // managedFields have second precision: prefer the precise annotation when
-        // both fall in the same second.
-        (Some(a), Some(m)) if m.as_second() > a.as_second() => m,
-        (Some(a), _) => a,
-        (None, Some(m)) => m,
-        (None, None) => created_at(meta),
-    };
-    newest.max(created_at(meta))
-}
 
 /// A timestamp as the contract writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -206,21 +149,6 @@ impl From<&Workflow> for WorkflowView {
     }
 }
 
-/// The status clients see: a Run without status has been accepted and is running.
-pub fn run_phase(run: &Run) -> RunPhase {
-    run.status
-        .as_ref()
-        .map(|s| s.phase)
-        .unwrap_or(RunPhase::Running)
-}
-
-pub fn run_started_at(run: &Run) -> Timestamp {
-    run.status
-        .as_ref()
-        .and_then(|s| s.started_at)
-        .unwrap_or_else(|| created_at(&run.metadata))
-}
-
 /// Run list item.
 #[derive(Serialize, ToSchema)]
 pub struct RunListItem {
@@ -240,8 +168,8 @@ impl From<&Run> for RunListItem {
         RunListItem {
             id: run.name_any(),
             workflow_id: run.spec.workflow_ref.clone(),
-            status: run_phase(run),
-            started_at: ApiTime(run_started_at(run)),
+            status: run.phase(),
+            started_at: ApiTime(run.started_at()),
             finished_at: status.and_then(|s| s.finished_at).map(ApiTime),
             duration_ms: status.and_then(|s| s.duration_ms),
         }
@@ -452,45 +380,9 @@ pub struct ApiKeyCreated {
     pub key: String,
 }
 
-/// Annotations every object created by the API carries.
-pub fn creation_annotations(at: Timestamp) -> BTreeMap<String, String> {
-    let t = format_ts(at);
-    BTreeMap::from([
-        (CREATED_AT_ANNOTATION.to_string(), t.clone()),
-        (UPDATED_AT_ANNOTATION.to_string(), t),
-    ])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_have_milliseconds_and_z() {
-        let ts: Timestamp = "2026-01-02T03:04:05.123456789Z".parse().unwrap();
-        assert_eq!(format_ts(ts), "2026-01-02T03:04:05.123Z");
-        let whole: Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
-        assert_eq!(format_ts(whole), "2026-01-02T03:04:05.000Z");
-    }
-
-    #[test]
-    fn updated_at_prefers_the_newest_writer() {
-        let meta: ObjectMeta = serde_json::from_value(json!({
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-            "annotations": {CREATED_AT_ANNOTATION: "2026-01-01T00:00:00.250Z", UPDATED_AT_ANNOTATION: "2026-01-01T00:00:10.500Z"},
-            "managedFields": [
-                {"manager": "kubectl", "operation": "Apply", "time": "2026-01-01T00:00:30Z"},
-                {"manager": "flowline-controller", "operation": "Update", "subresource": "status", "time": "2026-01-01T00:05:00Z"}
-            ]
-        }))
-        .unwrap();
-        assert_eq!(format_ts(created_at(&meta)), "2026-01-01T00:00:00.250Z");
-        assert_eq!(
-            format_ts(updated_at(&meta)),
-            "2026-01-01T00:00:30.000Z",
-            "status writes do not count"
-        );
-    }
 
     #[test]
     fn a_run_without_status_is_running_with_pending_steps() {

@@ -19,11 +19,13 @@ use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use super::input;
 use super::json::ApiJson;
 use super::pagination::{self, SortKey};
-use super::state::{ApiState, new_id};
-use super::views;
+use super::state::ApiState;
 use super::workflows::{find as find_workflow, location};
+use crate::clock::now_ms;
+use crate::crd::timestamps::{created_at, creation_annotations};
 use crate::crd::{SecretReference, Webhook, WebhookSpec};
 use crate::delivery::signing::generate_secret;
+use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
     Router::new()
@@ -54,7 +56,7 @@ async fn list(
         .into_iter()
         .map(|h| {
             (
-                SortKey::new(views::created_at(&h.metadata), &h.name_any()),
+                SortKey::new(created_at(&h.metadata), &h.name_any()),
                 WebhookView::from(&*h),
             )
         })
@@ -108,7 +110,7 @@ async fn create(
             }),
         },
     );
-    hook.metadata.annotations = Some(views::creation_annotations(views::now_ms()));
+    hook.metadata.annotations = Some(creation_annotations(now_ms()));
     let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
     let created = hooks
         .create(&ApiState::post_params(), &hook)

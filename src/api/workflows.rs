@@ -18,9 +18,11 @@ use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use super::input;
 use super::json::ApiJson;
 use super::pagination::{self, SortKey};
-use super::state::{ApiState, new_id};
-use super::views;
+use super::state::ApiState;
+use crate::clock::{format_ts, now_ms};
+use crate::crd::timestamps::{UPDATED_AT_ANNOTATION, created_at, creation_annotations};
 use crate::crd::{Trigger, TriggerType, Workflow, WorkflowSpec, WorkflowState};
+use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
     Router::new()
@@ -64,7 +66,7 @@ async fn list(
         })
         .map(|wf| {
             (
-                SortKey::new(views::created_at(&wf.metadata), &wf.name_any()),
+                SortKey::new(created_at(&wf.metadata), &wf.name_any()),
                 WorkflowListItem::from(&*wf),
             )
         })
@@ -116,7 +118,7 @@ async fn create(
             history: Default::default(),
         },
     );
-    wf.metadata.annotations = Some(views::creation_annotations(views::now_ms()));
+    wf.metadata.annotations = Some(creation_annotations(now_ms()));
     let api: Api<Workflow> = Api::namespaced(state.client.clone(), &who.namespace);
     let created = api
         .create(&ApiState::post_params(), &wf)
@@ -169,7 +171,7 @@ async fn update(
         spec.insert("steps".into(), json!(steps));
     }
     let body = json!({
-        "metadata": {"annotations": {views::UPDATED_AT_ANNOTATION: views::format_ts(views::now_ms())}},
+        "metadata": {"annotations": {UPDATED_AT_ANNOTATION: format_ts(now_ms())}},
         "spec": spec,
     });
     let api: Api<Workflow> = Api::namespaced(state.client.clone(), &who.namespace);

@@ -234,9 +234,7 @@ async fn end_without_executing(
         Some(wf) => runner::initial_status(run, wf),
         None => run.status.clone().unwrap_or_default(),
     };
-    status
-        .started_at
-        .get_or_insert_with(|| crate::api::views::run_started_at(run));
+    status.started_at.get_or_insert_with(|| run.started_at());
     let unfinished = if phase == RunPhase::Cancelled {
         StepPhase::Cancelled
     } else {

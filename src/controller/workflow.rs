@@ -45,10 +45,6 @@ pub struct Plan {
     pub wake_at: Option<Timestamp>,
 }
 
-fn run_started(run: &Run) -> Timestamp {
-    crate::api::views::run_started_at(run)
-}
-
 /// Decides status, retention and schedule from the workflow, its runs and the time.
 /// `new_event_id` names events that this plan records. Pure.
 pub fn plan(
@@ -94,7 +90,7 @@ pub fn plan(
     let mut counts = crate::crd::RunCounts::default();
     let mut finished: Vec<(&Arc<Run>, RunPhase)> = Vec::new();
     for run in runs {
-        let phase = crate::api::views::run_phase(run);
+        let phase = run.phase();
         match phase {
             RunPhase::Running => counts.running += 1,
             RunPhase::Succeeded => counts.succeeded += 1,
@@ -107,10 +103,10 @@ pub fn plan(
     }
     status.last_run_at = runs
         .iter()
-        .map(|r| run_started(r))
+        .map(|r| r.started_at())
         .max()
         .or(previous.last_run_at);
-    finished.sort_by_key(|(r, _)| std::cmp::Reverse(run_started(r)));
+    finished.sort_by_key(|(r, _)| std::cmp::Reverse(r.started_at()));
     let (mut kept_ok, mut kept_failed) = (0u32, 0u32);
     let mut delete = Vec::new();
     for (run, phase) in finished {
@@ -233,7 +229,7 @@ async fn reconcile(
         let meta = run.meta_mut();
         meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
         meta.labels = Some([(labels::WORKFLOW.to_string(), name.clone())].into());
-        meta.annotations = Some(crate::api::views::creation_annotations(now));
+        meta.annotations = Some(crate::crd::timestamps::creation_annotations(now));
         match run_api.create(&PostParams::default(), &run).await {
             Ok(_) => tracing::info!(workflow = %name, tick = %tick, "scheduled run started"),
             Err(kube::Error::Api(s)) if s.code == 409 => {} // this tick already has its run

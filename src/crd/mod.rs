@@ -6,6 +6,7 @@
 
 mod common;
 mod run;
+pub mod timestamps;
 mod webhook;
 mod workflow;
 

@@ -95,6 +95,25 @@ impl RunPhase {
     }
 }
 
+impl Run {
+    /// The phase clients see: a Run without status has been accepted and is running.
+    pub fn phase(&self) -> RunPhase {
+        self.status
+            .as_ref()
+            .map(|s| s.phase)
+            .unwrap_or(RunPhase::Running)
+    }
+
+    /// When execution started; before the controller records it, when the Run was
+    /// created.
+    pub fn started_at(&self) -> Timestamp {
+        self.status
+            .as_ref()
+            .and_then(|s| s.started_at)
+            .unwrap_or_else(|| super::timestamps::created_at(&self.metadata))
+    }
+}
+
 /// Status of one step.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, utoipa::ToSchema,

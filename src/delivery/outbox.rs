@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use serde_json::json;
 
-use crate::api::views::format_ts;
+use crate::clock::format_ts;
 use crate::crd::{EventKind, PendingEvent, Run, Webhook, Workflow};
 
 /// An event ready to be delivered: its identity and the exact bytes every attempt

@@ -100,7 +100,7 @@ pub fn rotation(current: &str, new: &str, now: Timestamp) -> BTreeMap<String, St
         (PREVIOUS_KEY.to_string(), current.to_string()),
         (
             PREVIOUS_EXPIRES_KEY.to_string(),
-            crate::api::views::format_ts(now + ROTATION_GRACE),
+            crate::clock::format_ts(now + ROTATION_GRACE),
         ),
     ])
 }

@@ -448,7 +448,7 @@ impl Worker {
         let Some(state) = self.hooks.get_mut(&key).filter(|s| s.uid == uid) else {
             return;
         };
-        let now = crate::api::views::now_ms();
+        let now = crate::clock::now_ms();
         let (status_code, error, retry_after) = match &done.result {
             Ok(r) => (Some(r.status), None, r.retry_after),
             // Kept in the Webhook's status and shown by the deliveries API: capped.
@@ -463,7 +463,7 @@ impl Worker {
         self.metrics.record(outcome, done.duration.as_secs_f64());
         let s = &mut state.status;
         state.recent.push_front(DeliveryAttempt {
-            id: crate::api::state::new_token_id("dlv"),
+            id: crate::ids::new_token_id("dlv"),
             event_id: job.event.id.clone(),
             event: job.event.kind,
             attempt: job.attempt,

@@ -3,13 +3,13 @@
 
 use serde_json::{Value, json};
 
-use crate::api::views::format_ts;
+use crate::clock::format_ts;
 use crate::crd::{EventKind, PendingEvent, Run, RunPhase, RunStatus};
 use crate::limits::cap_error;
 
 /// A fresh event id: `evt_` and 10 lowercase alphanumerics.
 pub fn new_event_id() -> String {
-    crate::api::state::new_token_id("evt")
+    crate::ids::new_token_id("evt")
 }
 
 /// The event kind a final phase fires.
@@ -56,7 +56,7 @@ pub fn record(status: &mut RunStatus, kind: EventKind, run: &Run, workflow_name:
     let event = PendingEvent {
         id: new_event_id(),
         kind,
-        timestamp: crate::api::views::now_ms(),
+        timestamp: crate::clock::now_ms(),
         data,
     };
     crate::delivery::unseen::created(&event.id, event.timestamp);

@@ -13,7 +13,7 @@ use super::output;
 use super::redact::Redactor;
 use super::status_writer::StatusWriter;
 use super::{expr, job, retry, secrets, template};
-use crate::api::views::now_ms;
+use crate::clock::now_ms;
 use crate::crd::{
     Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow,
 };
@@ -51,9 +51,7 @@ pub fn initial_status(run: &Run, wf: &Workflow) -> RunStatus {
             .collect();
     }
     status.phase = RunPhase::Running;
-    status
-        .started_at
-        .get_or_insert_with(|| crate::api::views::run_started_at(run));
+    status.started_at.get_or_insert_with(|| run.started_at());
     status.workflow_generation = wf.metadata.generation;
     status
 }
