@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::engine::job;
+use crate::telemetry::logging::LogFormat;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -71,12 +72,6 @@ pub enum ApiKeyCommand {
         namespace: String,
         id: String,
     },
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Args, Debug, Clone)]

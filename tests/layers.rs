@@ -1,5 +1,5 @@
-//! Layers never point up: `api` (the `/v1` HTTP facade) sits on top, and nothing
-//! below it may name it. A lower layer that needs a helper the API also uses takes
+//! Layers never point up: `api` (the `/v1` HTTP facade) and the wiring that assembles
+//! the binaries (`TOP`) sit on top, and nothing below may name them. A lower layer that needs a helper the API also uses takes
 //! it from a bottom module (`clock`, `ids`, `crd::timestamps`), never from `api`.
 //!
 //! The test reads the source, not the compiled crate: it finds every path that
@@ -161,7 +161,7 @@ fn upward_paths(source: &str, depth: usize) -> Vec<usize> {
         }
         j += 1;
         match t.get(j) {
-            Some((Token::Ident(name), line)) if name == "api" => hits.push(*line),
+            Some((Token::Ident(name), line)) if TOP.contains(&name.as_str()) => hits.push(*line),
             Some((Token::Open, _)) => {
                 // `crate::{engine::x, api::views}`: the first segment of each
                 // item of the outermost group.
@@ -176,7 +176,9 @@ fn upward_paths(source: &str, depth: usize) -> Vec<usize> {
                             item_start = true;
                             continue;
                         }
-                        Token::Ident(name) if item_start && nesting == 0 && name == "api" => {
+                        Token::Ident(name)
+                            if item_start && nesting == 0 && TOP.contains(&name.as_str()) =>
+                        {
                             hits.push(*line)
                         }
                         _ => {}
@@ -270,7 +272,17 @@ fn the_scanner_finds_upward_paths_and_only_those() {
     let none: [usize; 0] = [];
     assert_eq!(flagged("use kube::api::{Patch, PatchParams};", 2), none);
     assert_eq!(flagged("use k8s_openapi::api::core::v1::Secret;", 2), none);
-    assert_eq!(flagged("use crate::api_key_command;", 1), none);
+    assert_eq!(
+        flagged("use crate::api_key_command;", 1),
+        [1],
+        "the top, too"
+    );
+    assert_eq!(
+        flagged("use crate::cli::LogFormat;", 1),
+        [1],
+        "the top, too"
+    );
+    assert_eq!(flagged("use crate::api_keys_of_crd;", 1), none);
     assert_eq!(
         flagged("use crate::{crd::{api, Run}};", 1),
         none,

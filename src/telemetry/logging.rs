@@ -1,6 +1,11 @@
 use tracing_subscriber::{EnvFilter, fmt};
 
-use crate::cli::LogFormat;
+/// How log lines are written (`--log-format`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// Structured logs on stderr; `RUST_LOG` overrides the default `info` level.
 pub fn init(format: LogFormat) {
