@@ -89,7 +89,12 @@ cleanup() {
     helm status "$r" -n "$ns_rel" >/dev/null 2>&1 && helm uninstall "$r" -n "$ns_rel" --wait --timeout 60s >/dev/null 2>&1
   done
   kubectl delete namespace "$ns_rel" "$ns_a" "$ns_b" "$ns_other" "$ns_restricted" --ignore-not-found --wait=false >/dev/null 2>&1
-  kubectl delete crd "workflows.$crd_group" "runs.$crd_group" "webhooks.$crd_group" --ignore-not-found >/dev/null 2>&1
+  # Bounded: right after a CRD update the apiserver's CRD finalizer can fail once with
+  # "storage is (re)initializing" and not come back to it for minutes; a leftover copy
+  # under the test's own group harms nothing, a hung cleanup would stall the suite.
+  kubectl delete crd "workflows.$crd_group" "runs.$crd_group" "webhooks.$crd_group" \
+    --ignore-not-found --timeout 30s >/dev/null 2>&1 ||
+    log "note: the CRD copies under $crd_group are still terminating (left to the apiserver)"
   if [ -n "$servicemonitor_crd_created" ]; then
     kubectl delete crd servicemonitors.monitoring.coreos.com --ignore-not-found >/dev/null 2>&1
   fi

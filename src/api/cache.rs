@@ -95,13 +95,7 @@ fn spawn_scoped<K>(
     shutdown: &CancellationToken,
 ) -> ScopedStore<K>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: crate::kubeutil::lenient::Watched,
 {
     ScopedStore {
         parts: apis
@@ -127,13 +121,7 @@ fn spawn_reflector<K>(
     shutdown: CancellationToken,
 ) -> DecodedStore<K>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: crate::kubeutil::lenient::Watched,
 {
     let (reader, events) = lenient::reflector(api, config);
     // The API's account records no Events: undecodable objects are logged and counted.

@@ -139,13 +139,7 @@ fn watch<K>(
     shutdown: CancellationToken,
 ) -> DecodedStore<K>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: crate::kubeutil::lenient::Watched,
 {
     let (reader, events) = lenient::reflector(api, watcher::Config::default());
     undecodable::spawn_watch(

@@ -279,6 +279,18 @@ where
     }
 }
 
+/// A kind Flowline watches (its CRDs, Secrets, Namespace metadata): what a lenient
+/// reflector and its reporting need, named once.
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + fmt::Debug + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()> + Clone + fmt::Debug + DeserializeOwned + Send + Sync + 'static
+{
+}
+
 /// The watch events of a reflector over `api`, and its store. The events must be
 /// polled for the store to fill; they carry undecodable objects too, for reporting.
 pub fn reflector<K>(
