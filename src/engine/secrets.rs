@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::{Map, Value};
 
 use super::{expr, template};
-use crate::crd::{Step, Webhook};
+use crate::crd::Step;
 
 /// The label by which a Secret opts in to being read by workflows.
 pub const ACCESS_LABEL: &str = "flowline.io/workflow-access";
@@ -50,8 +50,6 @@ pub enum SecretError {
         #[source]
         source: kube::Error,
     },
-    #[error("listing webhooks (to keep their signing secrets unreadable) failed: {0}")]
-    Webhooks(#[source] kube::Error),
 }
 
 /// The names of the Secrets a step refers to, in its `with` and its `when`.
@@ -74,10 +72,10 @@ fn secret_name(path: &str) -> Option<&str> {
         .filter(|name| !name.is_empty())
 }
 
-/// Whether workflows may read `secret`. `webhook_secrets` are the Secrets the namespace's
-/// Webhooks name in `secretRef` (signing secrets the user provided, of any type).
-pub fn readable(secret: &Secret, webhook_secrets: &BTreeSet<String>) -> bool {
-    opted_in(secret) && !flowline_own(secret, webhook_secrets)
+/// Whether workflows may read `secret`. Webhook signing secrets are recognised by their
+/// type alone: Flowline signs only with Secrets of type `flowline.io/webhook-secret`.
+pub fn readable(secret: &Secret) -> bool {
+    opted_in(secret) && !flowline_own(secret)
 }
 
 fn opted_in(secret: &Secret) -> bool {
@@ -89,18 +87,13 @@ fn opted_in(secret: &Secret) -> bool {
         .is_some_and(|value| value == "true")
 }
 
-fn flowline_own(secret: &Secret, webhook_secrets: &BTreeSet<String>) -> bool {
+fn flowline_own(secret: &Secret) -> bool {
     let type_ = secret.type_.as_deref().unwrap_or_default();
     let labels = secret.metadata.labels.clone().unwrap_or_default();
     type_.starts_with(OWN_TYPE_PREFIX)
         || PLATFORM_TYPES.contains(&type_)
         || OWN_LABELS.iter().any(|label| labels.contains_key(*label))
         || labels.get(CHART_LABEL.0).map(String::as_str) == Some(CHART_LABEL.1)
-        || secret
-            .metadata
-            .name
-            .as_ref()
-            .is_some_and(|name| webhook_secrets.contains(name))
 }
 
 /// The Secrets one step read: name → key → value.
@@ -117,15 +110,6 @@ pub async fn read_for_step(
     if names.is_empty() {
         return Ok(StepSecrets::default());
     }
-    let hooks: Api<Webhook> = Api::namespaced(client.clone(), namespace);
-    let webhook_secrets: BTreeSet<String> = hooks
-        .list(&Default::default())
-        .await
-        .map_err(SecretError::Webhooks)?
-        .items
-        .into_iter()
-        .filter_map(|hook| hook.spec.secret_ref.map(|r| r.name))
-        .collect();
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mut read = BTreeMap::new();
     for name in names {
@@ -137,7 +121,7 @@ pub async fn read_for_step(
                 source,
             })?;
         match secret {
-            Some(secret) if readable(&secret, &webhook_secrets) => {
+            Some(secret) if readable(&secret) => {
                 read.insert(name, values(secret));
             }
             // Missing and refused read the same, so a name's existence is not revealed.
@@ -314,26 +298,21 @@ mod tests {
 
     #[test]
     fn only_opted_in_secrets_are_readable() {
-        let none = BTreeSet::new();
-        assert!(readable(&secret(Some("Opaque"), &[OPT_IN]), &none));
-        assert!(readable(&secret(None, &[OPT_IN]), &none));
-        assert!(!readable(&secret(Some("Opaque"), &[]), &none));
-        assert!(!readable(
-            &secret(Some("Opaque"), &[(ACCESS_LABEL, "yes")]),
-            &none
-        ));
-        assert!(!readable(
-            &secret(Some("Opaque"), &[(ACCESS_LABEL, "True")]),
-            &none
-        ));
+        assert!(readable(&secret(Some("Opaque"), &[OPT_IN])));
+        assert!(readable(&secret(None, &[OPT_IN])));
+        assert!(!readable(&secret(Some("Opaque"), &[])));
+        assert!(!readable(&secret(Some("Opaque"), &[(ACCESS_LABEL, "yes")]),));
+        assert!(!readable(&secret(
+            Some("Opaque"),
+            &[(ACCESS_LABEL, "True")]
+        ),));
         let mut no_labels = secret(Some("Opaque"), &[]);
         no_labels.metadata.labels = None;
-        assert!(!readable(&no_labels, &none));
+        assert!(!readable(&no_labels));
     }
 
     #[test]
     fn flowline_own_secrets_are_never_readable_even_when_labelled() {
-        let none = BTreeSet::new();
         for type_ in [
             "flowline.io/api-key",
             crate::delivery::secrets::SECRET_TYPE,
@@ -341,7 +320,7 @@ mod tests {
             "kubernetes.io/service-account-token",
             "bootstrap.kubernetes.io/token",
         ] {
-            assert!(!readable(&secret(Some(type_), &[OPT_IN]), &none), "{type_}");
+            assert!(!readable(&secret(Some(type_), &[OPT_IN])), "{type_}");
         }
         for label in [
             ("flowline.io/api-key", "true"),
@@ -349,16 +328,13 @@ mod tests {
             ("app.kubernetes.io/part-of", "flowline"),
         ] {
             assert!(
-                !readable(&secret(Some("Opaque"), &[OPT_IN, label]), &none),
+                !readable(&secret(Some("Opaque"), &[OPT_IN, label])),
                 "{label:?}"
             );
         }
-        // A user-provided signing secret (a Webhook's secretRef) of any type.
-        let hooks = BTreeSet::from(["s".to_string()]);
-        assert!(!readable(&secret(Some("Opaque"), &[OPT_IN]), &hooks));
         // Other Kubernetes types may opt in.
         let basic = secret(Some("kubernetes.io/basic-auth"), &[OPT_IN]);
-        assert!(readable(&basic, &none));
+        assert!(readable(&basic));
     }
 
     #[test]

@@ -133,9 +133,12 @@ impl StatusWriter {
         let flusher = tokio::spawn(async move {
             let mut progress = Progress::new(flush_target.budget);
             loop {
+                // Closing wins over a pending change: the final write carries the
+                // newest status anyway, so flushing first would only cost a write.
                 tokio::select! {
-                    changed = rx.changed() => if changed.is_err() { break },
+                    biased;
                     _ = stop.cancelled() => break,
+                    changed = rx.changed() => if changed.is_err() { break },
                 }
                 let latest = || rx.borrow_and_update().clone();
                 flush_target
