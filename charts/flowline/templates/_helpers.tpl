@@ -75,6 +75,12 @@ deliveries. */}}
 - --leader-election-lease={{ include "flowline.fullname" . }}-controller
 {{- /* Step Jobs of built-in actions run `flowline step` from this same image. */}}
 - --step-image={{ .Values.image.repository }}:{{ include "flowline.tag" . }}
+{{- with .Values.controller.stepResources }}
+- --step-cpu-request={{ .requests.cpu }}
+- --step-memory-request={{ .requests.memory }}
+- --step-cpu-limit={{ .limits.cpu }}
+- --step-memory-limit={{ .limits.memory }}
+{{- end }}
 - --delivery-concurrency={{ .Values.delivery.concurrency | int }}
 {{- range .Values.delivery.allowCidrs }}
 - --allow-cidr={{ . }}
