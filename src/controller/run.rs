@@ -123,18 +123,38 @@ impl Context {
     }
 }
 
-/// The workflow of a run, read fresh: Ok(None) when it does not exist, Err with the
-/// reason when it exists but cannot be decoded.
+/// A run's workflow as read from the API server.
+#[derive(Debug)]
+pub enum WorkflowRead {
+    Missing,
+    Found(Arc<Workflow>),
+    /// It exists but cannot be decoded: the reason.
+    Undecodable(String),
+}
+
+/// [`decide`] for a workflow read: one that cannot be decoded counts as missing, with
+/// its reason (decoding is deterministic, so this version of it can never run). Pure.
+pub fn decide_read(run: &Run, workflow: &WorkflowRead, executing: bool) -> Decision {
+    match workflow {
+        WorkflowRead::Found(wf) => decide(run, Some(wf), executing),
+        WorkflowRead::Missing => decide(run, None, executing),
+        WorkflowRead::Undecodable(reason) => match decide(run, None, executing) {
+            Decision::Fail(_) => Decision::Fail(reason.clone()),
+            other => other,
+        },
+    }
+}
+
 async fn read_workflow(
     ctx: &Context,
     namespace: &str,
     name: &str,
-) -> Result<Result<Option<Workflow>, String>, ReconcileError> {
+) -> Result<WorkflowRead, ReconcileError> {
     let workflows: Api<Lenient<Workflow>> = Api::namespaced(ctx.client.clone(), namespace);
     Ok(match workflows.get_opt(name).await? {
-        None => Ok(None),
-        Some(Lenient::Decoded(wf)) => Ok(Some(Arc::unwrap_or_clone(wf))),
-        Some(Lenient::Undecodable(failure)) => Err(format!(
+        None => WorkflowRead::Missing,
+        Some(Lenient::Decoded(wf)) => WorkflowRead::Found(wf),
+        Some(Lenient::Undecodable(failure)) => WorkflowRead::Undecodable(format!(
             "workflow {name} cannot be decoded: {}",
             failure.error
         )),
@@ -153,20 +173,11 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     // decide() needs the workflow only for a run that is neither finished nor
     // executing here: skip the round trip otherwise.
     let workflow = if phase_finished || token.is_some() {
-        Ok(None)
+        WorkflowRead::Missing
     } else {
         read_workflow(&ctx, &namespace, &run.spec.workflow_ref).await?
     };
-    let decide_now = |run: &Run, executing: bool| match &workflow {
-        Ok(wf) => decide(run, wf.as_ref(), executing),
-        // As if it did not exist, with the reason: decoding is deterministic, so this
-        // version of the workflow can never run.
-        Err(reason) => match decide(run, None, executing) {
-            Decision::Fail(_) => Decision::Fail(reason.clone()),
-            other => other,
-        },
-    };
-    let mut decision = decide_now(run, token.is_some());
+    let mut decision = decide_read(run, &workflow, token.is_some());
     let mut run = run.clone();
     if matches!(
         decision,
@@ -181,10 +192,13 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
             return Ok(Action::await_change());
         };
         let executing = ctx.token(&uid).is_some();
-        decision = decide_now(&fresh, executing);
+        decision = decide_read(&fresh, &workflow, executing);
         run = fresh;
     }
-    let workflow = workflow.ok().flatten();
+    let workflow = match workflow {
+        WorkflowRead::Found(wf) => Some(Arc::unwrap_or_clone(wf)),
+        _ => None,
+    };
     match decision {
         Decision::Nothing => {}
         Decision::StopExecution => {
@@ -348,6 +362,29 @@ mod tests {
         assert_eq!(decide(&r, Some(&job), false), Decision::Execute);
         assert_eq!(
             decide(&r, Some(&workflow("active", None)), false),
+            Decision::Execute
+        );
+    }
+
+    #[test]
+    fn an_undecodable_workflow_fails_its_runs_with_the_reason() {
+        let why = WorkflowRead::Undecodable("workflow wf cannot be decoded: too deep".into());
+        assert_eq!(
+            decide_read(&run(json!(null), false), &why, false),
+            Decision::Fail("workflow wf cannot be decoded: too deep".into())
+        );
+        // Cancelling and finished runs are decided as before.
+        assert_eq!(
+            decide_read(&run(json!(null), true), &why, false),
+            Decision::MarkCancelled
+        );
+        assert_eq!(
+            decide_read(&run(json!({"phase": "failed"}), false), &why, false),
+            Decision::Nothing
+        );
+        let found = WorkflowRead::Found(Arc::new(workflow("active", None)));
+        assert_eq!(
+            decide_read(&run(json!(null), false), &found, false),
             Decision::Execute
         );
     }
