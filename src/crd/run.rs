@@ -179,6 +179,10 @@ pub struct StepRecord {
     /// Attempts made so far.
     #[serde(default)]
     pub attempts: u32,
+    /// How often an attempt was cut short because the process executing it stopped (a
+    /// crash, a rollout, a lost lease) and was executed again; not an attempt of its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub interruptions: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,4 +202,8 @@ pub struct StepRecord {
     /// When the next attempt is due, while waiting out a retry backoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<Timestamp>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -362,6 +362,7 @@ mod tests {
             action: Some(crate::crd::Action::Transform),
             status: StepPhase::Succeeded,
             attempts: rng.random(),
+            interruptions: rng.random(),
             started_at: Some(now),
             finished_at: Some(now),
             duration_ms: Some(rng.random()),

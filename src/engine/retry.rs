@@ -1,8 +1,63 @@
-//! Step retry backoff: exponential with jitter. Pure.
+//! Step retry backoff (exponential with jitter), and which attempt comes next. Pure.
+//!
+//! An attempt cut short because the process executing it stopped (a crash, a rollout, a
+//! lost lease) is not the user's failure: it is executed again under the same number,
+//! without using the retry budget, so a step Job of that attempt is found again by name
+//! instead of a second one being started. Steps are therefore at least once. A step that
+//! brings the process down every time fails after [`MAX_INTERRUPTIONS`] re-executions.
 
 use std::time::Duration;
 
-use crate::crd::RetryPolicy;
+use crate::crd::{RetryPolicy, StepPhase, StepRecord};
+
+/// Re-executions of interrupted attempts one step may have before it fails.
+pub const MAX_INTERRUPTIONS: u32 = 3;
+
+/// What the executor does next for a step it is about to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NextAttempt {
+    /// Execute attempt `number`; `interrupted` when it re-executes one that was cut short.
+    Run { number: u32, interrupted: bool },
+    /// The retry budget is spent: the step fails with its last attempt's error.
+    Exhausted,
+    /// Interrupted more than [`MAX_INTERRUPTIONS`] times: the step fails.
+    TooManyInterruptions,
+}
+
+/// Decides from the step's record: an attempt that was started (`running`, no retry
+/// scheduled) but is being decided again was interrupted.
+pub fn next_attempt(record: &StepRecord, policy: &RetryPolicy) -> NextAttempt {
+    let in_flight = record.status == StepPhase::Running
+        && record.attempts > 0
+        && record.next_attempt_at.is_none();
+    if in_flight {
+        return if record.interruptions >= MAX_INTERRUPTIONS {
+            NextAttempt::TooManyInterruptions
+        } else {
+            NextAttempt::Run {
+                number: record.attempts,
+                interrupted: true,
+            }
+        };
+    }
+    let number = record.attempts + 1;
+    if number > policy.max_attempts {
+        NextAttempt::Exhausted
+    } else {
+        NextAttempt::Run {
+            number,
+            interrupted: false,
+        }
+    }
+}
+
+/// The error of a step failed by [`NextAttempt::TooManyInterruptions`].
+pub fn interrupted_error(times: u32) -> String {
+    format!(
+        "the step was interrupted {times} times: the process executing it stopped during \
+         each attempt (a crash, a rollout or a lost lease)"
+    )
+}
 
 /// Delay before attempt `next` (2, 3, …) of a step, or None when the policy allows
 /// no further attempt. `jitter` is a sample in [0, 1); the delay varies ±20%.
@@ -24,6 +79,65 @@ pub fn delay_before(policy: &RetryPolicy, next: u32, jitter: f64) -> Option<Dura
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(status: StepPhase, attempts: u32, interruptions: u32, retry_due: bool) -> StepRecord {
+        StepRecord {
+            status,
+            attempts,
+            interruptions,
+            next_attempt_at: retry_due.then(jiff::Timestamp::now),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_fresh_step_runs_attempt_one_and_a_failed_one_retries_within_budget() {
+        let p = policy(2);
+        let run = |number| NextAttempt::Run {
+            number,
+            interrupted: false,
+        };
+        assert_eq!(
+            next_attempt(&record(StepPhase::Pending, 0, 0, false), &p),
+            run(1)
+        );
+        // Attempt 1 failed and attempt 2 is scheduled (also after a restart).
+        assert_eq!(
+            next_attempt(&record(StepPhase::Running, 1, 0, true), &p),
+            run(2)
+        );
+        assert_eq!(
+            next_attempt(&record(StepPhase::Running, 2, 0, true), &p),
+            NextAttempt::Exhausted
+        );
+    }
+
+    #[test]
+    fn an_interrupted_attempt_runs_again_under_its_number_without_using_the_budget() {
+        let p = policy(1);
+        assert_eq!(
+            next_attempt(&record(StepPhase::Running, 1, 0, false), &p),
+            NextAttempt::Run {
+                number: 1,
+                interrupted: true
+            }
+        );
+        assert_eq!(
+            next_attempt(
+                &record(StepPhase::Running, 1, MAX_INTERRUPTIONS - 1, false),
+                &p
+            ),
+            NextAttempt::Run {
+                number: 1,
+                interrupted: true
+            }
+        );
+        assert_eq!(
+            next_attempt(&record(StepPhase::Running, 1, MAX_INTERRUPTIONS, false), &p),
+            NextAttempt::TooManyInterruptions
+        );
+        assert!(interrupted_error(MAX_INTERRUPTIONS + 1).contains("interrupted 4 times"));
+    }
 
     fn policy(max: u32) -> RetryPolicy {
         RetryPolicy {

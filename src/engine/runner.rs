@@ -235,15 +235,27 @@ async fn run_step(
     }
     let policy = step.retry.clone().unwrap_or_default();
     loop {
-        let attempt = status.steps[index].attempts + 1;
-        if attempt > policy.max_attempts {
-            // Interrupted attempts (operator restarts) count against the policy.
-            let reason = status.steps[index]
-                .error
-                .clone()
-                .unwrap_or_else(|| "attempt interrupted".into());
-            return fail_step(status, reason);
-        }
+        let attempt = match retry::next_attempt(&status.steps[index], &policy) {
+            retry::NextAttempt::Run {
+                number,
+                interrupted,
+            } => {
+                let record = &mut status.steps[index];
+                record.interruptions += u32::from(interrupted);
+                number
+            }
+            retry::NextAttempt::Exhausted => {
+                let reason = status.steps[index]
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "the retry policy allows no attempt".into());
+                return fail_step(status, reason);
+            }
+            retry::NextAttempt::TooManyInterruptions => {
+                let times = status.steps[index].interruptions + 1;
+                return fail_step(status, retry::interrupted_error(times));
+            }
+        };
         {
             let record = &mut status.steps[index];
             record.attempts = attempt;
