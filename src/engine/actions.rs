@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::crd::Action;
 use crate::egress::GuardedClient;
@@ -26,6 +27,43 @@ pub struct ActionError(pub String);
 
 fn err(msg: impl Into<String>) -> ActionError {
     ActionError(msg.into())
+}
+
+/// Header that lets a server a step calls recognise a repeated request.
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// Gives an `http.request` step's inputs an `Idempotency-Key` header unless the workflow
+/// sets one (any case). The key is derived from the run, the step and the attempt number,
+/// so it is the same when an interrupted attempt runs again (steps are at least once) and
+/// differs between retries, which are new attempts. Pure.
+pub fn add_idempotency_key(
+    action: Action,
+    inputs: &mut Value,
+    run_uid: &str,
+    step: &str,
+    attempt: u32,
+) {
+    if action != Action::HttpRequest {
+        return;
+    }
+    let Some(object) = inputs.as_object_mut() else {
+        return;
+    };
+    let headers = object
+        .entry("headers")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(headers) = headers.as_object_mut() else {
+        return; // not an object: the request fails on it with its own error
+    };
+    if headers
+        .keys()
+        .any(|name| name.eq_ignore_ascii_case(IDEMPOTENCY_KEY))
+    {
+        return;
+    }
+    let digest = Sha256::digest(format!("{run_uid}/{step}/{attempt}").as_bytes());
+    let key = format!("flowline-{}", hex::encode(&digest[..16]));
+    headers.insert(IDEMPOTENCY_KEY.to_owned(), Value::String(key));
 }
 
 /// Runs one attempt. `step_timeout` is the step's `timeoutMs` when the caller knows it:

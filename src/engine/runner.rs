@@ -358,15 +358,20 @@ fn prepare(
 ) -> Result<Prepared, String> {
     let no_inputs = json!({});
     let with = step.with.as_ref().unwrap_or(&no_inputs);
+    let run_uid = run.uid().unwrap_or_else(|| run.name_any());
+    let keyed = |mut inputs: Value| {
+        actions::add_idempotency_key(step.action, &mut inputs, &run_uid, &step.id, attempt);
+        inputs
+    };
     if !in_job {
         return template::render(with, ctx)
-            .map(Prepared::Inline)
+            .map(|inputs| Prepared::Inline(keyed(inputs)))
             .map_err(|e| e.to_string());
     }
     let placeholders = step_secrets.placeholders();
     let mut ctx = ctx.clone();
     ctx["secrets"] = placeholders.context().clone();
-    let inputs = template::render(with, &ctx).map_err(|e| e.to_string())?;
+    let inputs = keyed(template::render(with, &ctx).map_err(|e| e.to_string())?);
     let timeout = step.timeout_ms.map(Duration::from_millis);
     job::build(
         run,

@@ -107,7 +107,14 @@ async fn receiver() -> (String, Arc<AtomicU32>) {
                         axum::Json(json!({"error": "bad token"})),
                     );
                 }
-                (StatusCode::OK, axum::Json(json!({"shipped": body.0})))
+                let key = headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                (
+                    StatusCode::OK,
+                    axum::Json(json!({"shipped": body.0, "idempotency_key": key})),
+                )
             }),
         )
         .route(
@@ -180,6 +187,11 @@ async fn http_steps_pass_outputs_and_secrets_along() {
     assert_eq!(
         step(&run, "ship").output.as_ref().unwrap()["body"]["shipped"],
         json!({"order": 7, "customer": "ada", "run": "chain-1"})
+    );
+    let key = &step(&run, "ship").output.as_ref().unwrap()["body"]["idempotency_key"];
+    assert!(
+        key.as_str().is_some_and(|k| k.starts_with("flowline-")),
+        "the receiver got an Idempotency-Key: {key}"
     );
     assert_eq!(step(&run, "never").status, StepPhase::Skipped);
     assert!(status.duration_ms.is_some() && status.finished_at.is_some());
