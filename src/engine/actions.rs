@@ -278,6 +278,34 @@ mod tests {
     use super::*;
     use crate::egress::{ClientSettings, DestinationPolicy, parse_cidr};
 
+    #[test]
+    fn http_steps_get_an_idempotency_key_stable_per_attempt() {
+        let key = |attempt, inputs: Value| {
+            let mut inputs = inputs;
+            add_idempotency_key(Action::HttpRequest, &mut inputs, "uid-1", "call", attempt);
+            inputs["headers"][IDEMPOTENCY_KEY].clone()
+        };
+        let first = key(1, json!({"url": "https://x"}));
+        assert!(first.as_str().unwrap().starts_with("flowline-"), "{first}");
+        assert_eq!(
+            key(1, json!({"url": "https://x", "headers": {"A": "b"}})),
+            first
+        );
+        assert_ne!(
+            key(2, json!({"url": "https://x"})),
+            first,
+            "a retry is a new attempt"
+        );
+        // The workflow's own key wins, whatever its case.
+        let mut own = json!({"url": "https://x", "headers": {"idempotency-key": "mine"}});
+        add_idempotency_key(Action::HttpRequest, &mut own, "uid-1", "call", 1);
+        assert_eq!(own["headers"], json!({"idempotency-key": "mine"}));
+        // Other actions are left alone.
+        let mut other = json!({"value": 1});
+        add_idempotency_key(Action::Transform, &mut other, "uid-1", "call", 1);
+        assert_eq!(other, json!({"value": 1}));
+    }
+
     /// A client that may reach 127.0.0.1 (the test servers) and nothing else private.
     fn client() -> GuardedClient {
         client_allowing(&["127.0.0.1"])
