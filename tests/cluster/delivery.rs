@@ -101,19 +101,7 @@ async fn webhook(
 
 /// An active workflow with these steps; returns its id.
 async fn workflow(api: &TestApi, name: &str, steps: Value) -> String {
-    let res = api
-        .send(
-            "POST",
-            &api.admin_key,
-            "/v1/workflows",
-            Some(json!({"name": name})),
-        )
-        .await;
-    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-    let id = res.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = api.create_workflow(name).await;
     // Activate once the controller has seen the draft, so workflow.activated says
     // where it came from (a workflow first seen active has no previous state).
     let workflows = api.ns.api::<flowline::crd::Workflow>();
@@ -135,31 +123,12 @@ async fn set_state(api: &TestApi, id: &str, state: &str) {
 }
 
 async fn patch(api: &TestApi, id: &str, body: Value) {
-    let res = api
-        .send(
-            "PATCH",
-            &api.admin_key,
-            &format!("/v1/workflows/{id}"),
-            Some(body),
-        )
-        .await;
-    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    api.patch_workflow(&api.admin_key, id, body).await;
 }
 
 async fn start_run(api: &TestApi, workflow: &str) -> String {
-    let res = api
-        .send(
-            "POST",
-            &api.admin_key,
-            &format!("/v1/workflows/{workflow}/runs"),
-            Some(json!({"payload": {}})),
-        )
-        .await;
-    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-    res.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    api.start_run(&api.admin_key, workflow, Some(json!({"payload": {}})))
+        .await
 }
 
 fn transform() -> Value {

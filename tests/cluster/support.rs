@@ -303,10 +303,15 @@ impl TestApi {
 
     /// Creates a workflow through the API and returns its id.
     pub async fn create_workflow(&self, name: &str) -> String {
+        self.create_workflow_as(&self.admin_key, name).await
+    }
+
+    /// Creates a workflow through the API as `key` and returns its id.
+    pub async fn create_workflow_as(&self, key: &str, name: &str) -> String {
         let res = self
             .send(
                 "POST",
-                &self.admin_key,
+                key,
                 "/v1/workflows",
                 Some(serde_json::json!({"name": name})),
             )
@@ -316,6 +321,41 @@ impl TestApi {
             .as_str()
             .unwrap()
             .to_string()
+    }
+
+    /// Patches a workflow through the API as `key`; asserts it was accepted.
+    pub async fn patch_workflow(&self, key: &str, id: &str, body: serde_json::Value) {
+        let res = self
+            .send("PATCH", key, &format!("/v1/workflows/{id}"), Some(body))
+            .await;
+        assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    }
+
+    /// Starts a run of `workflow` through the API as `key`; returns its id.
+    pub async fn start_run(
+        &self,
+        key: &str,
+        workflow: &str,
+        body: Option<serde_json::Value>,
+    ) -> String {
+        let res = self
+            .send("POST", key, &format!("/v1/workflows/{workflow}/runs"), body)
+            .await;
+        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+        res.json::<serde_json::Value>().await.unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// The run as `key` sees it (`GET /v1/runs/{run}`), once it has finished.
+    pub async fn finished_view(&self, key: &str, run: &str, within: Duration) -> serde_json::Value {
+        eventually(&format!("run {run} to finish"), within, || async {
+            let res = self.get(key, &format!("/v1/runs/{run}")).await;
+            let view: serde_json::Value = res.json().await.ok()?;
+            (view["finished_at"] != serde_json::Value::Null).then_some(view)
+        })
+        .await
     }
 }
 

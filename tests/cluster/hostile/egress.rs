@@ -70,46 +70,28 @@ async fn fetching_workflow(api: &TestApi, name: &str, follow_redirects: bool) ->
     let id = api.create_workflow(name).await;
     let steps = json!([{"id": "call", "action": "http.request",
         "with": {"url": "{{ trigger.payload.url }}", "follow_redirects": follow_redirects}}]);
-    let res = api
-        .send(
-            "PATCH",
-            &api.admin_key,
-            &format!("/v1/workflows/{id}"),
-            Some(json!({"steps": steps, "state": "active"})),
-        )
-        .await;
-    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    api.patch_workflow(
+        &api.admin_key,
+        &id,
+        json!({"steps": steps, "state": "active"}),
+    )
+    .await;
     id
 }
 
 async fn start_run(api: &TestApi, workflow: &str, url: &str) -> String {
-    let res = api
-        .send(
-            "POST",
-            &api.admin_key,
-            &format!("/v1/workflows/{workflow}/runs"),
-            Some(json!({"payload": {"url": url}})),
-        )
-        .await;
-    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-    res.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    api.start_run(
+        &api.admin_key,
+        workflow,
+        Some(json!({"payload": {"url": url}})),
+    )
+    .await
 }
 
 /// The run as its tenant sees it (`GET /v1/runs/{id}`), once finished.
 async fn finished(api: &TestApi, run: &str) -> Value {
-    eventually(
-        &format!("run {run} to finish"),
-        Duration::from_secs(60),
-        || async {
-            let res = api.get(&api.admin_key, &format!("/v1/runs/{run}")).await;
-            let view: Value = res.json().await.ok()?;
-            (!matches!(view["status"].as_str(), Some("running" | "pending") | None)).then_some(view)
-        },
-    )
-    .await
+    api.finished_view(&api.admin_key, run, Duration::from_secs(60))
+        .await
 }
 
 #[tokio::test]
@@ -235,18 +217,10 @@ async fn flowline_step_in_a_job_refuses_loopback_too() {
         env.contains(&("FLOWLINE_ALLOW_CIDRS".into(), "127.0.0.2/32".into())),
         "the operator's allow-list reaches the pod: {env:?}"
     );
-    let log = std::env::temp_dir().join(format!("flowline-hx-egress-{}", rand::random::<u32>()));
-    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_flowline"))
-        .arg("step")
-        .env_clear()
-        .envs(env)
-        .env("FLOWLINE_TERMINATION_LOG", &log)
-        .status()
+    let (code, message) = tokio::task::spawn_blocking(move || super::step_process::run_step(&env))
         .await
         .unwrap();
-    let message = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    assert_eq!(status.code(), Some(1), "{message}");
+    assert_eq!(code, 1, "{message}");
     assert_eq!(
         message,
         "destination refused: 127.0.0.1 is loopback; allow it with --allow-cidr"

@@ -7,3 +7,6 @@ mod nesting;
 mod ratelimit;
 mod secrets;
 mod status;
+
+#[path = "../../support/step_process.rs"]
+pub(super) mod step_process;

@@ -84,15 +84,8 @@ async fn bodies_nested_past_the_limit_are_validation_errors() {
         }
     }
     // At the limit (the body counts: 1 + 31 levels of payload) a run starts.
-    let res = api
-        .send(
-            "POST",
-            &api.admin_key,
-            &format!("/v1/workflows/{wf}/runs"),
-            Some(json!({"payload": deep(31)})),
-        )
+    api.start_run(&api.admin_key, &wf, Some(json!({"payload": deep(31)})))
         .await;
-    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
     // Nothing of the refused bodies was stored.
     let res = api
         .get(&api.admin_key, &format!("/v1/workflows/{wf}"))
@@ -187,12 +180,13 @@ async fn undecodable_objects_stop_no_watcher_and_are_reported() {
         .await;
     assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
     let wf = api.create_workflow("fine").await;
-    let res = api
-        .send("PATCH", &api.admin_key, &format!("/v1/workflows/{wf}"),
-              Some(json!({"state": "active",
-                          "steps": [{"id": "t", "action": "transform", "with": {"value": {"ok": true}}}]})))
-        .await;
-    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    api.patch_workflow(
+        &api.admin_key,
+        &wf,
+        json!({"state": "active",
+               "steps": [{"id": "t", "action": "transform", "with": {"value": {"ok": true}}}]}),
+    )
+    .await;
 
     // A fresh operator over both namespaces: controllers and delivery worker start.
     let ca = receiver.pki.ca_file.display().to_string();
@@ -208,19 +202,7 @@ async fn undecodable_objects_stop_no_watcher_and_are_reported() {
         ],
     );
     ready(port).await;
-    let res = api
-        .send(
-            "POST",
-            &api.admin_key,
-            &format!("/v1/workflows/{wf}/runs"),
-            None,
-        )
-        .await;
-    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-    let run_id = res.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let run_id = api.start_run(&api.admin_key, &wf, None).await;
     let run = finished_run(&api.ns, &run_id, Duration::from_secs(60)).await;
     assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Succeeded);
     eventually(

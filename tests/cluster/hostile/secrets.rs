@@ -17,9 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::{TestApi, TestNamespace, eventually, new_key, text};
 
-#[path = "../../support/step_process.rs"]
-mod step_process;
-
 const OPT_IN: (&str, &str) = ("flowline.io/workflow-access", "true");
 const TOKEN: &str = "tok-9f8e7d6c5b4a-very-secret";
 
@@ -65,45 +62,16 @@ impl Tenant {
     /// The write key authors a workflow, the execute key starts it, and the run as the
     /// read key sees it once finished is returned with the stored Run.
     async fn run(&self, name: &str, spec: Value) -> (Value, Run) {
-        let res = self
-            .api
-            .send(
-                "POST",
-                &self.write,
-                "/v1/workflows",
-                Some(json!({"name": name})),
-            )
-            .await;
-        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-        let id = res.json::<Value>().await.unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let path = format!("/v1/workflows/{id}");
-        let res = self.api.send("PATCH", &self.write, &path, Some(spec)).await;
-        assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
-        let res = self
-            .api
-            .send("POST", &self.execute, &format!("{path}/runs"), None)
-            .await;
-        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-        let run_id = res.json::<Value>().await.unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let id = self.api.create_workflow_as(&self.write, name).await;
+        self.api.patch_workflow(&self.write, &id, spec).await;
+        let run_id = self.api.start_run(&self.execute, &id, None).await;
         let stored =
             crate::support::finished_run(self.ns(), &run_id, Duration::from_secs(60)).await;
         // The API answers from its watch cache, which may lag behind the stored Run.
-        let seen = eventually(
-            "the API to show the finished run",
-            Duration::from_secs(10),
-            || async {
-                let path = format!("/v1/runs/{run_id}");
-                let seen: Value = self.api.get(&self.read, &path).await.json().await.ok()?;
-                (seen["finished_at"] != Value::Null).then_some(seen)
-            },
-        )
-        .await;
+        let seen = self
+            .api
+            .finished_view(&self.read, &run_id, Duration::from_secs(10))
+            .await;
         (seen, stored)
     }
 
@@ -405,7 +373,7 @@ async fn step_jobs_get_secrets_by_reference_never_by_value() {
     for e in env.iter().filter(|e| e.value_from.is_some()) {
         vars.push((e.name.clone(), TOKEN.to_string()));
     }
-    let (code, message) = step_process::run_step(&vars);
+    let (code, message) = super::step_process::run_step(&vars);
     assert_eq!(code, 0, "{message}");
     let output: Value = serde_json::from_str(&message).unwrap();
     // "[redacted]" and not the placeholder: the value was substituted, then redacted.

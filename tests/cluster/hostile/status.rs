@@ -39,46 +39,28 @@ impl Tenant {
     /// A workflow with `steps`, created and filled through the API; returns its id.
     async fn workflow(&self, steps: Value) -> String {
         let id = self.api.create_workflow("Hostile").await;
-        let res = self
-            .api
-            .send(
-                "PATCH",
-                &self.api.admin_key,
-                &format!("/v1/workflows/{id}"),
-                Some(json!({"steps": steps})),
-            )
+        self.api
+            .patch_workflow(&self.api.admin_key, &id, json!({"steps": steps}))
             .await;
-        assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
         id
     }
 
     /// Starts a run through the API; returns its id.
     async fn trigger(&self, workflow: &str, payload: Value) -> String {
-        let res = self
-            .api
-            .send(
-                "POST",
+        self.api
+            .start_run(
                 &self.api.admin_key,
-                &format!("/v1/workflows/{workflow}/runs"),
+                workflow,
                 Some(json!({"payload": payload})),
             )
-            .await;
-        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-        let run: Value = res.json().await.unwrap();
-        run["id"].as_str().unwrap().to_string()
+            .await
     }
 
     /// Waits until the API shows the run finished, and returns it.
     async fn finished(&self, run: &str, within: Duration) -> Value {
-        eventually(&format!("run {run} to finish"), within, || async {
-            let res = self
-                .api
-                .get(&self.api.admin_key, &format!("/v1/runs/{run}"))
-                .await;
-            let body: Value = res.json().await.ok()?;
-            (body["status"] != "running").then_some(body)
-        })
-        .await
+        self.api
+            .finished_view(&self.api.admin_key, run, within)
+            .await
     }
 
     /// The stored Run and the bytes it takes as JSON.
