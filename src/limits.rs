@@ -34,14 +34,13 @@ pub fn json_depth(value: &Value) -> usize {
     let mut deepest = 0;
     let mut stack = vec![(value, 0usize)];
     while let Some((v, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => continue,
-        };
         let depth = depth + 1;
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|child| (child, depth))),
+            Value::Object(map) => stack.extend(map.values().map(|child| (child, depth))),
+            _ => continue,
+        }
         deepest = deepest.max(depth);
-        stack.extend(children.map(|child| (child, depth)));
     }
     deepest
 }

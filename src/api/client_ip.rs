@@ -34,12 +34,11 @@ impl TrustedProxies {
             return client;
         }
         // Several X-Forwarded-For headers form one list, in order.
-        let entries: Vec<&str> = headers
+        let entries = headers
             .get_all("x-forwarded-for")
             .iter()
-            .flat_map(|v| v.to_str().unwrap_or("").split(','))
-            .collect();
-        for entry in entries.iter().rev() {
+            .flat_map(|v| v.to_str().unwrap_or("").split(','));
+        for entry in entries.rev() {
             let Some(hop) = parse_hop(entry) else {
                 break;
             };

@@ -36,6 +36,7 @@ pub fn created_at(meta: &ObjectMeta) -> Timestamp {
 /// When the spec last changed, whoever changed it: the API's annotation, or the
 /// newest non-status managedFields entry (kubectl, GitOps), whichever is later.
 pub fn updated_at(meta: &ObjectMeta) -> Timestamp {
+    let created = created_at(meta);
     let annotated: Option<Timestamp> = meta
         .annotations
         .as_ref()
@@ -54,9 +55,9 @@ pub fn updated_at(meta: &ObjectMeta) -> Timestamp {
         (Some(a), Some(m)) if m.as_second() > a.as_second() => m,
         (Some(a), _) => a,
         (None, Some(m)) => m,
-        (None, None) => created_at(meta),
+        (None, None) => created,
     };
-    newest.max(created_at(meta))
+    newest.max(created)
 }
 
 /// Annotations every object Flowline creates carries.

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use super::schedule::{ATTEMPT_TIMEOUT, parse_retry_after};
 use super::signing::{self, SigningError};
 use crate::crd::EventKind;
-use crate::egress::exchange::read_capped;
+use crate::egress::exchange::drain_capped;
 use crate::egress::{ClientSettings, DestinationPolicy, GuardedClient, Refusal, RequestError};
 
 /// The response body is read (so the connection can be reused) up to this size.
@@ -157,7 +157,7 @@ impl Sender {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, Timestamp::now()));
         // Read (a bounded amount) so the connection returns to the pool; unused.
-        let _ = read_capped(response, MAX_RESPONSE_BODY).await;
+        drain_capped(response, MAX_RESPONSE_BODY).await;
         Ok(Response {
             status,
             retry_after,

@@ -153,6 +153,24 @@ pub enum BodyError {
 
 /// Reads the body, failing as soon as it grows past `limit` bytes: the rest is never
 /// read. A declared Content-Length above the limit fails before reading anything.
+/// Reads and discards at most `limit` bytes of the body, so the connection can return to
+/// the pool; a longer body is left unread (the connection is then dropped).
+pub async fn drain_capped(mut response: reqwest::Response, limit: usize) {
+    if response
+        .content_length()
+        .is_some_and(|len| len > limit as u64)
+    {
+        return;
+    }
+    let mut read = 0;
+    while let Ok(Some(chunk)) = response.chunk().await {
+        read += chunk.len();
+        if read > limit {
+            return;
+        }
+    }
+}
+
 pub async fn read_capped(
     mut response: reqwest::Response,
     limit: usize,

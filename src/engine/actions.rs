@@ -105,7 +105,8 @@ fn expected(with: &Value, status: u16) -> bool {
 }
 
 /// A string as is, anything else as its JSON text (header and query values).
-fn text_of(v: &Value) -> String {
+/// A JSON value as header, query or env text: strings as they are, anything else as JSON.
+pub(super) fn text_of(v: &Value) -> String {
     v.as_str()
         .map(str::to_string)
         .unwrap_or_else(|| v.to_string())

@@ -189,10 +189,7 @@ fn container_env(inputs: &Value, secrets: &Placeholders) -> Result<Vec<EnvVar>, 
     };
     env.iter()
         .map(|(name, value)| {
-            let text = value
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| value.to_string());
+            let text = super::actions::text_of(value);
             match secrets.get(&text) {
                 Some(key) => Ok(env_secret(name, key)),
                 None if secrets.found_in(&text).next().is_some() => {

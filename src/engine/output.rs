@@ -160,8 +160,8 @@ pub fn status_size(status: &RunStatus) -> usize {
 /// previews, outputs dropped, step errors shortened, each oldest first — until it
 /// serializes to at most `budget` bytes or nothing more can go. Phase, times, step
 /// states and events are never touched, so the final phase always gets written.
-pub fn bound(status: &RunStatus, budget: usize) -> RunStatus {
-    let mut bounded = status.clone();
+pub fn bound(status: RunStatus, budget: usize) -> RunStatus {
+    let mut bounded = status;
     bounded.error = bounded.error.map(cap_error);
     for step in bounded.steps.iter_mut() {
         step.error = step.error.take().map(cap_error);
@@ -245,7 +245,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let bounded = bound(&status, RUN_OBJECT_BUDGET);
+        let bounded = bound(status.clone(), RUN_OBJECT_BUDGET);
         for error in [&bounded.error, &bounded.steps[0].error] {
             let error = error.as_deref().unwrap();
             assert!(error.len() <= MAX_ERROR_BYTES, "{}", error.len());
@@ -270,7 +270,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        assert_eq!(bound(&status, RUN_OBJECT_BUDGET), status);
+        assert_eq!(bound(status.clone(), RUN_OBJECT_BUDGET), status);
     }
 
     #[test]
@@ -289,7 +289,7 @@ mod tests {
         };
         let full = size(&status);
         // Room for all but one output: the oldest becomes a preview, the rest stay.
-        let one_preview = bound(&status, full - 5_000);
+        let one_preview = bound(status.clone(), full - 5_000);
         assert!(one_preview.steps[0].output_truncated);
         assert!(one_preview.steps[1..].iter().all(|s| !s.output_truncated));
         // Room for no output at all: previews go too, errors stay whole.
@@ -297,11 +297,11 @@ mod tests {
         for step in without_outputs.steps.iter_mut() {
             (step.output, step.output_truncated) = (None, true);
         }
-        let no_outputs = bound(&status, size(&without_outputs) + 100);
+        let no_outputs = bound(status.clone(), size(&without_outputs) + 100);
         assert!(no_outputs.steps.iter().all(|s| s.output.is_none()));
         assert!(no_outputs.steps[3].error.as_ref().unwrap().len() == MAX_ERROR_BYTES);
         // No room: the least status, with short errors that still say they were cut.
-        let least = bound(&status, 0);
+        let least = bound(status.clone(), 0);
         for step in &least.steps {
             let error = step.error.as_deref().unwrap();
             assert!(error.len() <= ERROR_PREVIEW && error.ends_with(TRUNCATED_MARKER));
@@ -412,7 +412,7 @@ mod tests {
                 });
             }
             let budget = status_budget(&run);
-            let bounded = bound(&status, budget);
+            let bounded = bound(status.clone(), budget);
             let status_size = size(&bounded);
             run.status = Some(bounded.clone());
             let object = size(&run);

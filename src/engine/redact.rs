@@ -81,7 +81,14 @@ impl Redactor {
             return text.to_owned();
         }
         match &self.matcher {
-            Some(matcher) => matcher.replace_all(text, &vec![REDACTED; self.needles.len()]),
+            Some(matcher) => {
+                let mut out = String::with_capacity(text.len());
+                matcher.replace_all_with(text, &mut out, |_, _, dst| {
+                    dst.push_str(REDACTED);
+                    true
+                });
+                out
+            }
             None if self.needles.iter().any(|n| text.contains(n.as_str())) => REDACTED.to_owned(),
             None => text.to_owned(),
         }

@@ -194,14 +194,8 @@ async fn run_step(
     cancel: &CancellationToken,
     redactor: &mut Redactor,
 ) -> StepOutcome {
-    // The one path that reads Secrets, for `with` and `when` alike.
-    let step_secrets = secrets::read_for_step(&engine.client, namespace, step).await;
-    if let Ok(read) = &step_secrets {
-        redactor.extend(read.values());
-    }
-    let redactor = &*redactor;
-    let fail_step = |status: &mut RunStatus, reason: String| {
-        let reason = redactor.text(&reason);
+    // Records the failure; `reason` holds no secret value (already redacted, or none read).
+    let fail_redacted = |status: &mut RunStatus, reason: String| {
         let record = &mut status.steps[index];
         let at = now_ms();
         record.status = StepPhase::Failed;
@@ -214,14 +208,23 @@ async fn run_step(
             step.action.as_str()
         ))
     };
+    // Before any I/O: no Secret can make a payload that is too deep runnable.
     if let Err(reason) = super::nesting::check_payload(run) {
-        return fail_step(status, reason);
+        return fail_redacted(status, reason);
     }
+    // The one path that reads Secrets, for `with` and `when` alike.
+    let step_secrets = secrets::read_for_step(&engine.client, namespace, step).await;
+    if let Ok(read) = &step_secrets {
+        redactor.extend(read.values());
+    }
+    let redactor = &*redactor;
+    let fail_step =
+        |status: &mut RunStatus, reason: String| fail_redacted(status, redactor.text(&reason));
     let step_secrets = match step_secrets {
         Ok(read) => read,
         Err(e) => return fail_step(status, e.to_string()),
     };
-    let ctx = context(run, wf, status, step_secrets.context());
+    let mut ctx = context(run, wf, status, step_secrets.context());
     if let Some(when) = &step.when {
         match expr::evaluate(when, &ctx) {
             Ok(true) => {}
@@ -234,6 +237,9 @@ async fn run_step(
         }
     }
     let policy = step.retry.clone().unwrap_or_default();
+    let in_job = step.action == Action::Container
+        || wf.spec.executor.unwrap_or(engine.default_executor) == Executor::Job;
+    let step_timeout = step.timeout_ms.map(Duration::from_millis);
     loop {
         let attempt = match retry::next_attempt(&status.steps[index], &policy) {
             retry::NextAttempt::Run {
@@ -249,7 +255,8 @@ async fn run_step(
                     .error
                     .clone()
                     .unwrap_or_else(|| "the retry policy allows no attempt".into());
-                return fail_step(status, reason);
+                // Redacted when it was recorded.
+                return fail_redacted(status, reason);
             }
             retry::NextAttempt::TooManyInterruptions => {
                 let times = status.steps[index].interruptions + 1;
@@ -264,17 +271,12 @@ async fn run_step(
             record.next_attempt_at = None;
         }
         writer.update(status);
-        let in_job = step.action == Action::Container
-            || wf.spec.executor.unwrap_or(engine.default_executor) == Executor::Job;
-        let prepared = match prepare(engine, run, step, attempt, in_job, &ctx, &step_secrets) {
+        let prepared = match prepare(engine, run, step, attempt, in_job, &mut ctx, &step_secrets) {
             Ok(prepared) => prepared,
             // Rendering and building are deterministic: retrying cannot help.
             Err(e) => return fail_step(status, e),
         };
-        let timeout = step
-            .timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(Duration::from_secs(24 * 3600));
+        let timeout = step_timeout.unwrap_or(Duration::from_secs(24 * 3600));
         let attempt_started = std::time::Instant::now();
         let work = async {
             match prepared {
@@ -282,7 +284,6 @@ async fn run_step(
                     .await
                     .map_err(actions::ActionError),
                 Prepared::Inline(inputs) => {
-                    let step_timeout = step.timeout_ms.map(Duration::from_millis);
                     actions::execute(step.action, &inputs, &engine.http, step_timeout).await
                 }
             }
@@ -323,10 +324,10 @@ async fn run_step(
             Err(_) => format!("attempt timed out after {} ms", timeout.as_millis()),
         };
         let error = redactor.text(&error);
-        status.steps[index].error = Some(error.clone());
         let Some(delay) = retry::delay_before(&policy, attempt + 1, rand::random()) else {
-            return fail_step(status, error);
+            return fail_redacted(status, error);
         };
+        status.steps[index].error = Some(error);
         let due = Timestamp::now().checked_add(delay).ok();
         status.steps[index].next_attempt_at = due;
         writer.update(status);
@@ -353,7 +354,7 @@ fn prepare(
     step: &Step,
     attempt: u32,
     in_job: bool,
-    ctx: &Value,
+    ctx: &mut Value,
     step_secrets: &secrets::StepSecrets,
 ) -> Result<Prepared, String> {
     let no_inputs = json!({});
@@ -369,9 +370,10 @@ fn prepare(
             .map_err(|e| e.to_string());
     }
     let placeholders = step_secrets.placeholders();
-    let mut ctx = ctx.clone();
+    // This attempt's placeholders replace the values (`when`, which needs the values, has
+    // been evaluated already).
     ctx["secrets"] = placeholders.context().clone();
-    let inputs = keyed(template::render(with, &ctx).map_err(|e| e.to_string())?);
+    let inputs = keyed(template::render(with, ctx).map_err(|e| e.to_string())?);
     let timeout = step.timeout_ms.map(Duration::from_millis);
     job::build(
         run,

@@ -92,7 +92,7 @@ impl Target {
     ) {
         let mut waited = 0;
         while !progress.gone {
-            let status = output::bound(&latest(), progress.budget);
+            let status = output::bound(latest(), progress.budget);
             let Err(err) = self.patch(&status).await else {
                 return;
             };

@@ -301,8 +301,7 @@ pub fn reflector<K>(
     impl Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
 )
 where
-    K: Resource + Clone + fmt::Debug + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    K: Watched,
 {
     let (reader, writer) = reflector::store();
     let events = reflector::reflector(writer, watcher(api, config)).default_backoff();

@@ -190,11 +190,15 @@ impl WatchReport {
     }
 
     fn apply<K: Resource<DynamicType = ()> + Clone>(&mut self, object: &Lenient<K>) {
-        let key = key_of(object);
         let Some(failure) = object.undecodable() else {
-            self.forget(key);
+            // Nearly every event: touch the shared registry only when this watcher has
+            // reported something that may now be fixed.
+            if !self.held.is_empty() {
+                self.forget(key_of(object));
+            }
             return;
         };
+        let key = key_of(object);
         if let Some(seen) = &mut self.relisted {
             seen.insert(key.clone());
         }
