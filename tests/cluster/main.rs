@@ -3,6 +3,7 @@
 
 mod api;
 mod delivery;
+mod durable;
 mod engine;
 mod foundation;
 mod hostile;
