@@ -391,6 +391,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delivery::settled::tests::hook;
 
     fn wf(state: &str, status: serde_json::Value, history: (u32, u32)) -> Workflow {
         serde_json::from_value(json!({
@@ -509,20 +510,6 @@ mod tests {
             p.status.last_run_at,
             Some("2026-01-01T00:00:05Z".parse().unwrap())
         );
-    }
-
-    /// A webhook of namespace `n` created at 2026-01-01T00:00:00Z.
-    fn hook(events: &[&str], status: serde_json::Value) -> Arc<Webhook> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "flowline.io/v1", "kind": "Webhook",
-                "metadata": {"name": "wh", "namespace": "n",
-                             "creationTimestamp": "2026-01-01T00:00:00Z"},
-                "spec": {"url": "https://example.com", "events": events},
-                "status": status,
-            }))
-            .unwrap(),
-        )
     }
 
     fn succeeded_with_event(name: &str, started: &str) -> Arc<Run> {

@@ -118,7 +118,7 @@ impl Outstanding {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::crd::EventKind;
     use serde_json::json;
@@ -136,12 +136,13 @@ mod tests {
         }
     }
 
-    fn hook(events: &[&str], status: serde_json::Value) -> Arc<Webhook> {
+    /// A webhook of namespace `n` created at 2026-01-01T00:00:00Z.
+    pub(crate) fn hook(events: &[&str], status: serde_json::Value) -> Arc<Webhook> {
         Arc::new(
             serde_json::from_value(json!({
                 "apiVersion": "flowline.io/v1", "kind": "Webhook",
                 "metadata": {"name": "wh", "namespace": "n",
-                             "creationTimestamp": "2027-01-15T08:00:00Z"},
+                             "creationTimestamp": "2026-01-01T00:00:00Z"},
                 "spec": {"url": "https://example.com", "events": events},
                 "status": status,
             }))
@@ -184,11 +185,11 @@ mod tests {
 
     #[test]
     fn an_event_is_settled_when_every_enabled_subscriber_has_it_settled() {
-        let created: Timestamp = "2027-01-15T08:00:00Z".parse().unwrap();
+        let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let at = |s: i64| created + jiff::SignedDuration::from_secs(s);
         let done = hook(
             &["run.succeeded"],
-            json!({"deliveredThrough": "2027-01-15T08:01:00Z"}),
+            json!({"deliveredThrough": "2026-01-01T00:01:00Z"}),
         );
         let behind = hook(&["run.succeeded"], json!({"acknowledged": ["evt_b"]}));
         let disabled = hook(&["run.succeeded"], json!({"enabled": false}));

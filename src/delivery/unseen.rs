@@ -333,12 +333,22 @@ mod tests {
         }
     }
 
+    /// A registry holding events `(namespace, run, id, seconds)`.
+    fn registry(events: &[(&str, &str, &str, i64)]) -> Registry {
+        let mut r = Registry::default();
+        for (ns, holder, id, secs) in events {
+            r.created(ns, &run(holder), id, t(*secs));
+        }
+        r
+    }
+
     #[test]
     fn an_event_holds_its_namespace_only_until_seen() {
-        let mut r = Registry::default();
-        r.created("a", &run("r1"), "e1", t(10));
-        r.created("a", &run("r2"), "e2", t(20));
-        r.created("b", &run("r3"), "e3", t(5));
+        let mut r = registry(&[
+            ("a", "r1", "e1", 10),
+            ("a", "r2", "e2", 20),
+            ("b", "r3", "e3", 5),
+        ]);
         assert_eq!(r.cut("a", t(100)).floor, Some(t(10)));
         assert_eq!(r.cut("b", t(100)).floor, Some(t(5)), "namespaces are apart");
         r.seen("a", "e1");
@@ -360,10 +370,11 @@ mod tests {
 
     #[test]
     fn a_gone_object_releases_its_events() {
-        let mut r = Registry::default();
-        r.created("a", &run("r1"), "e1", t(10));
-        r.created("a", &run("r1"), "e2", t(11));
-        r.created("a", &run("r2"), "e3", t(12));
+        let mut r = registry(&[
+            ("a", "r1", "e1", 10),
+            ("a", "r1", "e2", 11),
+            ("a", "r2", "e3", 12),
+        ]);
         let workflow = Holder {
             kind: HolderKind::Workflow,
             ..run("r1")
@@ -399,10 +410,11 @@ mod tests {
 
     #[test]
     fn a_relist_releases_events_of_objects_deleted_before_it() {
-        let mut r = Registry::default();
-        r.created("a", &run("deleted"), "e1", t(10));
-        r.created("a", &run("kept"), "e2", t(11));
-        r.created("b", &run("other-scope"), "e3", t(11));
+        let mut r = registry(&[
+            ("a", "deleted", "e1", 10),
+            ("a", "kept", "e2", 11),
+            ("b", "other-scope", "e3", 11),
+        ]);
         let mark = r.mark();
         // Registered after the list began: its object may be newer than the list.
         r.created("a", &run("new"), "e4", t(12));

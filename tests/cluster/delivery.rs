@@ -894,6 +894,18 @@ async fn await_acknowledged(api: &TestApi, hook: &str, events: &[flowline::crd::
     .await;
 }
 
+/// Waits until the receiver has had each of `events` at least once.
+async fn await_delivered(receiver: &Receiver, what: &str, events: &[flowline::crd::PendingEvent]) {
+    eventually(what, Duration::from_secs(60), || async {
+        let counts = deliveries_per_event(receiver);
+        events
+            .iter()
+            .all(|e| counts.contains_key(&e.id))
+            .then_some(())
+    })
+    .await;
+}
+
 /// How many requests carried each event id.
 fn deliveries_per_event(receiver: &Receiver) -> std::collections::HashMap<String, usize> {
     let mut counts = std::collections::HashMap::new();
@@ -924,14 +936,7 @@ async fn a_killed_operator_does_not_send_acknowledged_events_again() {
     }
     let events = events_of(api, &before).await;
     assert_eq!(events.len(), 20, "run.started and run.succeeded of each");
-    eventually("every event delivered", Duration::from_secs(30), || async {
-        let counts = deliveries_per_event(&s.receiver);
-        events
-            .iter()
-            .all(|e| counts.contains_key(&e.id))
-            .then_some(())
-    })
-    .await;
+    await_delivered(&s.receiver, "every event delivered", &events).await;
     // Still inside the new leader's first 2 minutes, when the watermark stays behind
     // the clock: what acknowledges them is the list of ids.
     await_acknowledged(api, &hook, &events).await;
@@ -945,16 +950,10 @@ async fn a_killed_operator_does_not_send_acknowledged_events_again() {
     // The restarted worker offered the earlier events at start, before these existed:
     // once these have arrived, any earlier one sent again would have too.
     let later = events_of(api, &after).await;
-    eventually(
+    await_delivered(
+        &s.receiver,
         "the events after the restart delivered",
-        Duration::from_secs(60),
-        || async {
-            let counts = deliveries_per_event(&s.receiver);
-            later
-                .iter()
-                .all(|e| counts.contains_key(&e.id))
-                .then_some(())
-        },
+        &later,
     )
     .await;
     let counts = deliveries_per_event(&s.receiver);
