@@ -642,8 +642,8 @@ impl Worker {
     }
 
     /// Writes the status of every webhook with something new, at most once per
-    /// interval each; the watermark moves only within such writes (or once the
-    /// settle window has passed the events remembered in memory).
+    /// interval each; the watermark moves only within such writes (one is also made
+    /// when moving it would shrink `acknowledged`).
     fn flush(&mut self) {
         let mut cuts = Cuts::default();
         let in_grace = Timestamp::now() < self.grace_until;
