@@ -35,7 +35,8 @@ async fn counter() -> (String, Arc<AtomicU32>) {
     (url, hits)
 }
 
-async fn create(ns: &TestNamespace, wf: serde_json::Value, runs: usize) -> Vec<String> {
+/// Creates the workflow and `runs` Runs of it (`r-0`, `r-1`…); returns their names.
+pub(crate) async fn create(ns: &TestNamespace, wf: serde_json::Value, runs: usize) -> Vec<String> {
     let wf: Workflow = serde_json::from_value(wf).unwrap();
     let wf = ns
         .api::<Workflow>()
