@@ -79,7 +79,7 @@ async fn try_acquire(
     cfg: &LeaseConfig,
     seen: &mut Option<Observation>,
 ) -> Result<bool, kube::Error> {
-    let Some(mut lease) = api.get_opt(&cfg.name).await? else {
+    let Some(lease) = api.get_opt(&cfg.name).await? else {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(cfg.name.clone()),
@@ -106,14 +106,23 @@ async fn try_acquire(
     if !may {
         return Ok(false);
     }
+    write_ours(api, cfg, lease).await
+}
+
+/// Writes this replica as the holder of `lease` (as read); false on a conflict. The
+/// resourceVersion in `lease` makes this a compare-and-swap: if the lease changed
+/// after our read (the holder renewed, another follower took it first), it fails.
+async fn write_ours(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    mut lease: Lease,
+) -> Result<bool, kube::Error> {
     lease.spec = Some(decide::spec_for(
         &cfg.identity,
         &cfg.timing,
         lease.spec.as_ref(),
         Timestamp::now(),
     ));
-    // The resourceVersion in `lease` makes this a compare-and-swap: if the holder
-    // renewed after our read, or another follower took it first, we get a conflict.
     match api
         .replace(&lease.name_any(), &PostParams::default(), &lease)
         .await
@@ -127,26 +136,17 @@ async fn try_acquire(
 /// One attempt of the leader to renew.
 async fn try_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<Renewal, kube::Error> {
     let lease = api.get_opt(&cfg.name).await?;
-    let Some(mut lease) = lease else {
+    let Some(lease) = lease else {
         return Ok(Renewal::Lost(None));
     };
     if let Holding::Lost { holder } = decide::holding(Some(&Record::of(&lease)), &cfg.identity) {
         return Ok(Renewal::Lost(holder));
     }
-    lease.spec = Some(decide::spec_for(
-        &cfg.identity,
-        &cfg.timing,
-        lease.spec.as_ref(),
-        Timestamp::now(),
-    ));
-    match api
-        .replace(&lease.name_any(), &PostParams::default(), &lease)
-        .await
-    {
-        Ok(_) => Ok(Renewal::Renewed),
-        Err(e) if is_conflict(&e) => Ok(Renewal::Conflict),
-        Err(e) => Err(e),
-    }
+    Ok(if write_ours(api, cfg, lease).await? {
+        Renewal::Renewed
+    } else {
+        Renewal::Conflict
+    })
 }
 
 /// Waits until this replica holds the lease; returns the instant the successful

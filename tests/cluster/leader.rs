@@ -13,7 +13,9 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::stall_proxy::StallProxy;
-use crate::support::{Process, TestNamespace, eventually, finished_run, ready};
+use crate::support::{
+    Process, TestNamespace, all_succeeded, eventually, finished_run, metrics_text, ready,
+};
 
 /// The proxy itself (no cluster needed): bytes pass, are held while stalled without
 /// the connection closing, and arrive after `resume()`.
@@ -126,24 +128,17 @@ async fn kubeconfig_through_proxy() -> (StallProxy, PathBuf) {
 }
 
 /// `flowline_leader` on the process's /metrics; None when it does not answer.
-async fn leader_gauge(http: &reqwest::Client, port: u16) -> Option<u8> {
-    let body = http
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .timeout(Duration::from_secs(2))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    body.lines()
+async fn leader_gauge(port: u16) -> Option<u8> {
+    metrics_text(port)
+        .await?
+        .lines()
         .find_map(|l| l.strip_prefix("flowline_leader "))
         .and_then(|v| v.trim().parse().ok())
 }
 
-async fn await_gauge(http: &reqwest::Client, port: u16, value: u8, what: &str) {
+async fn await_gauge(port: u16, value: u8, what: &str) {
     eventually(what, Duration::from_secs(30), || async {
-        (leader_gauge(http, port).await == Some(value)).then_some(())
+        (leader_gauge(port).await == Some(value)).then_some(())
     })
     .await;
 }
@@ -164,7 +159,6 @@ async fn await_gauge(http: &reqwest::Client, port: u16, value: u8, what: &str) {
 #[ignore = "needs cluster"]
 async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() {
     let ns = TestNamespace::new("lead-stall").await;
-    let http = crate::support::http_client();
     let (url, log) = step_receiver().await;
     let (proxy, kubeconfig) = kubeconfig_through_proxy().await;
     let allow_loopback = ["--allow-cidr", "127.0.0.1/32"];
@@ -174,10 +168,10 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
         &allow_loopback,
         &[("KUBECONFIG", kubeconfig.as_os_str())],
     );
-    await_gauge(&http, port_a, 1, "A to lead").await;
+    await_gauge(port_a, 1, "A to lead").await;
     let (_b, port_b) = Process::operator(&ns, &allow_loopback);
     ready(port_b).await;
-    await_gauge(&http, port_b, 0, "B to follow").await;
+    await_gauge(port_b, 0, "B to follow").await;
 
     const RUNS: usize = 8;
     const HITS_PER_RUN: usize = 6;
@@ -226,7 +220,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
             a_gone = Some(Instant::now());
         }
         let asked = Instant::now();
-        match leader_gauge(&http, port_b).await {
+        match leader_gauge(port_b).await {
             Some(1) => break,
             Some(_) => b_not_yet = asked,
             None => {}
@@ -245,18 +239,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
         b_not_yet.duration_since(a_gone)
     );
 
-    for name in &names {
-        let status = finished_run(&ns, name, Duration::from_secs(60))
-            .await
-            .status
-            .unwrap();
-        assert_eq!(
-            status.phase,
-            RunPhase::Succeeded,
-            "{name}: {:?}",
-            status.error
-        );
-    }
+    all_succeeded(&ns, &names, Duration::from_secs(60)).await;
 
     let hits = log.hits();
     let in_gap: Vec<_> = hits
@@ -301,11 +284,10 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
 #[ignore = "needs cluster"]
 async fn a_leader_stopped_with_sigterm_releases_the_lease_for_the_follower() {
     let ns = TestNamespace::new("lead-term").await;
-    let http = crate::support::http_client();
     let (mut a, port_a) = Process::operator(&ns, &[]);
-    await_gauge(&http, port_a, 1, "A to lead").await;
+    await_gauge(port_a, 1, "A to lead").await;
     let (_b, port_b) = Process::operator(&ns, &[]);
-    await_gauge(&http, port_b, 0, "B to follow").await;
+    await_gauge(port_b, 0, "B to follow").await;
     let leases = ns.api::<Lease>();
     let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity);
     let a_identity = holder(leases.get("flowline-controller").await.unwrap()).unwrap();
@@ -333,7 +315,7 @@ async fn a_leader_stopped_with_sigterm_releases_the_lease_for_the_follower() {
         "A released the lease before exiting"
     );
 
-    await_gauge(&http, port_b, 1, "B to lead").await;
+    await_gauge(port_b, 1, "B to lead").await;
     let run = finished_run(&ns, &names[0], Duration::from_secs(60)).await;
     let status = run.status.unwrap();
     assert_eq!(status.phase, RunPhase::Succeeded, "{:?}", status.error);

@@ -75,18 +75,7 @@ async fn two_replicas_execute_each_run_once() {
         12,
     )
     .await;
-    for name in &names {
-        let status = crate::support::finished_run(&ns, name, Duration::from_secs(60))
-            .await
-            .status
-            .unwrap();
-        assert_eq!(
-            status.phase,
-            RunPhase::Succeeded,
-            "{name}: {:?}",
-            status.error
-        );
-    }
+    crate::support::all_succeeded(&ns, &names, Duration::from_secs(60)).await;
     // Let any duplicate execution land before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(

@@ -420,6 +420,33 @@ pub async fn finished_run(ns: &TestNamespace, name: &str, within: Duration) -> f
     .await
 }
 
+/// Waits until every named Run has finished, and asserts each succeeded.
+pub async fn all_succeeded(ns: &TestNamespace, names: &[String], within: Duration) {
+    for name in names {
+        let status = finished_run(ns, name, within).await.status.unwrap();
+        assert_eq!(
+            status.phase,
+            flowline::crd::RunPhase::Succeeded,
+            "{name}: {:?}",
+            status.error
+        );
+    }
+}
+
+/// The text of `/metrics` of the process serving on `port`; None when it does not
+/// answer.
+pub async fn metrics_text(port: u16) -> Option<String> {
+    http_client()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
+
 /// Waits until step `step` of the Run is running.
 pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
     let runs = ns.api::<flowline::crd::Run>();
