@@ -40,7 +40,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use decide::{Holding, Observation, Record};
-pub use timing::{MIN_LEASE, STOP_BUDGET, Timing, TimingError, parse_seconds};
+pub use timing::{Timing, TimingError, parse_seconds};
 pub use watchdog::Watchdog;
 
 /// Settings of one elector.

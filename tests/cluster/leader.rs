@@ -180,7 +180,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
             [
                 json!({"id": format!("hit{i}"), "action": "http.request",
                        "with": {"method": "POST", "url": url}}),
-                json!({"id": format!("wait{i}"), "action": "delay", "with": {"ms": 400}}),
+                json!({"id": format!("wait{i}"), "action": "delay", "with": {"ms": 1000}}),
             ]
         })
         .collect();
@@ -191,11 +191,12 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
         RUNS,
     )
     .await;
-    // Every run under way at A, none finished.
+    // Every run under way at A, its first steps done, none finished: A executes more
+    // while cut off, and leaves some for B.
     eventually(
         "A to execute every run",
         Duration::from_secs(30),
-        || async { (log.hits().len() >= RUNS).then_some(()) },
+        || async { (log.hits().len() >= 2 * RUNS).then_some(()) },
     )
     .await;
     proxy.stall();
@@ -273,6 +274,16 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
         by_key.len(),
         RUNS * HITS_PER_RUN,
         "each step of each run executed"
+    );
+    let by_b = |times: &Vec<Instant>| times.iter().filter(|t| **t > b_not_yet).count();
+    eprintln!(
+        "step attempts: {} by A alone, {} by both in turn, {} by B alone",
+        by_key.values().filter(|t| by_b(t) == 0).count(),
+        by_key.values().filter(|t| t.len() == 2).count(),
+        by_key
+            .values()
+            .filter(|t| t.len() == 1 && by_b(t) == 1)
+            .count(),
     );
     let _ = std::fs::remove_file(kubeconfig);
 }

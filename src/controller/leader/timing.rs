@@ -41,15 +41,15 @@ pub enum TimingError {
     #[error("--leader-lease-seconds must be at least {MIN_LEASE:?}")]
     LeaseTooShort,
     #[error(
-        "the leader renew deadline ({renew:?}) must end at least {STOP_BUDGET:?} before the \
-         lease ({lease:?}) expires: a leader that cannot renew stops at the deadline, and \
-         another replica may take over when the lease expires"
+        "--leader-renew-deadline-seconds ({renew:?}) must end at least {STOP_BUDGET:?} before \
+         --leader-lease-seconds ({lease:?}): a leader that cannot renew stops at its renew \
+         deadline, and another replica may take over once the lease has expired"
     )]
     RenewDeadlineTooLong { renew: Duration, lease: Duration },
     #[error(
-        "the leader retry period ({retry:?}) must be positive and shorter than the renew \
-         deadline ({renew:?}) divided by {RETRY_SLACK}, so that a leader gets more than one \
-         attempt to renew"
+        "--leader-retry-period-seconds ({retry:?}, given or 2/15 of the lease) must be positive \
+         and shorter than the renew deadline ({renew:?}) divided by {RETRY_SLACK}, so that a \
+         leader gets more than one attempt to renew"
     )]
     RetryPeriodTooLong { retry: Duration, renew: Duration },
 }
@@ -121,7 +121,11 @@ mod tests {
         assert!(Timing::new(secs(15.0), Some(secs(14.5)), None).is_ok());
         let err = Timing::new(secs(15.0), Some(secs(14.6)), None).unwrap_err();
         assert!(matches!(err, TimingError::RenewDeadlineTooLong { .. }));
-        assert!(err.to_string().contains("before the lease"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("before --leader-lease-seconds (15s)"),
+            "{err}"
+        );
         assert!(Timing::new(secs(15.0), Some(secs(20.0)), None).is_err());
     }
 
