@@ -2,6 +2,7 @@
 //! `cargo test`; `make test` starts the local control plane and runs them.
 
 mod api;
+mod chaos;
 mod delivery;
 mod engine;
 mod foundation;
