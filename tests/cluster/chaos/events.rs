@@ -8,8 +8,8 @@ use flowline::crd::Run;
 
 use crate::delivery::receiver::Received;
 
-/// Kinds a run that cannot fail may announce.
 const STARTED: &str = "run.started";
+/// The only final event a run of this scenario should announce.
 const SUCCEEDED: &str = "run.succeeded";
 
 #[derive(Debug, Default)]
@@ -67,17 +67,19 @@ pub fn tally(received: &[Received], runs: &[Run]) -> Events {
     events.ids = ids.len();
     for run in runs {
         let name = run.metadata.name.clone().unwrap_or_default();
-        let recorded = run
-            .status
-            .as_ref()
-            .map(|s| &s.pending_events[..])
-            .unwrap_or_default();
-        // Both events are due whatever the outbox holds; recorded ids must arrive too.
-        let mut due: BTreeSet<String> = [STARTED, SUCCEEDED]
-            .iter()
-            .filter(|kind| !pairs.contains(&(kind.to_string(), name.clone())))
+        let status = run.status.as_ref();
+        // run.started, and the final event of a finished run (whichever it is: a failed
+        // run is reported as failed, its run.failed is due all the same); recorded ids
+        // must arrive too.
+        let last = status
+            .filter(|s| s.phase.is_finished())
+            .map(|s| format!("run.{}", s.phase.as_str()));
+        let mut due: BTreeSet<String> = std::iter::once(STARTED.to_string())
+            .chain(last)
+            .filter(|kind| !pairs.contains(&(kind.clone(), name.clone())))
             .map(|kind| format!("{kind} of {name}"))
             .collect();
+        let recorded = status.map(|s| &s.pending_events[..]).unwrap_or_default();
         due.extend(
             recorded
                 .iter()

@@ -39,9 +39,9 @@ const MOMENTS: [Moment; 4] = [
 
 /// How long a kill waits for its moment before it lands anyway.
 const MOMENT_WAIT: Duration = Duration::from_secs(15);
-/// How long a new leader may take to make progress before the next kill is armed
-/// anyway (when nothing is left to do there is no progress to see).
-const PROGRESS_WAIT: Duration = Duration::from_secs(30);
+/// How long a new leader may take to move every run the kill left in flight before the
+/// next kill is armed anyway.
+const RECOVERY_WAIT: Duration = Duration::from_secs(60);
 /// How long answers are held back while a kill waits for a delivery.
 const HOLD_ANSWERS: Duration = Duration::from_millis(300);
 
@@ -128,12 +128,14 @@ pub async fn carry_out(plan: &[Kill], scene: Scene<'_>, leading_since: Instant) 
             .operators
             .await_leader(scene.client, leader.as_deref())
             .await;
-        // Kill a generation that works, not one still catching up.
-        let progress = tokio::time::Instant::now() + PROGRESS_WAIT;
-        while scene.observer.any_change_after(leading_at).is_none()
-            && tokio::time::Instant::now() < progress
+        // Kill a generation that has taken over, not one still catching up: otherwise
+        // consecutive kills pile up on the same steps, and the figures of this restart
+        // would be cut short.
+        let recovered = tokio::time::Instant::now() + RECOVERY_WAIT;
+        while scene.observer.moved(&in_flight, leading_at).is_none()
+            && tokio::time::Instant::now() < recovered
         {
-            scene.observer.next_change(PROGRESS_WAIT).await;
+            scene.observer.next_change(RECOVERY_WAIT).await;
         }
         leading_since = leading_at;
         restarts.push(Restart {

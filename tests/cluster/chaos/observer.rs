@@ -21,7 +21,8 @@ struct Track {
     status: Option<serde_json::Value>,
     /// When the status changed.
     changes: Vec<Instant>,
-    finished: bool,
+    /// When a final status was seen.
+    finished: Option<Instant>,
     /// Steps running in the last version seen.
     running: Vec<String>,
 }
@@ -97,15 +98,25 @@ impl Observer {
         let runs = self.runs.lock().unwrap();
         names
             .iter()
-            .filter(|n| !runs.get(*n).is_some_and(|t| t.finished))
+            .filter(|n| runs.get(*n).is_none_or(|t| t.finished.is_none()))
             .cloned()
             .collect()
     }
 
-    /// When `name` first changed after `t`.
-    pub fn first_change_after(&self, name: &str, t: Instant) -> Option<Instant> {
+    /// When every one of `names` had changed after `t` (the last of them), if they all
+    /// have. A run already finished by `t` (the killed process's last write can land
+    /// after it died) needs no change.
+    pub fn moved(&self, names: &[String], t: Instant) -> Option<Instant> {
         let runs = self.runs.lock().unwrap();
-        runs.get(name)?.changes.iter().copied().find(|c| *c > t)
+        let mut last = t;
+        for name in names {
+            let track = runs.get(name)?;
+            if track.finished.is_some_and(|f| f <= t) {
+                continue;
+            }
+            last = last.max(track.changes.iter().copied().find(|c| *c > t)?);
+        }
+        Some(last)
     }
 
     /// When any Run first changed after `t`.
@@ -128,7 +139,9 @@ fn record(runs: &mut HashMap<String, Track>, run: &Run) -> bool {
     }
     track.status = json;
     track.changes.push(Instant::now());
-    track.finished = status.is_some_and(|s| s.phase.is_finished());
+    if status.is_some_and(|s| s.phase.is_finished()) {
+        track.finished.get_or_insert_with(Instant::now);
+    }
     track.running = status
         .map(|s| &s.steps[..])
         .unwrap_or_default()

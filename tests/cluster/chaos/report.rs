@@ -29,13 +29,10 @@ pub struct Recovery {
 fn recovery(restart: &Restart, next_kill: Option<Instant>, observer: &Observer) -> Recovery {
     let before_next = |t: &Instant| next_kill.is_none_or(|k| *t < k);
     let since = |t: Instant| t.duration_since(restart.restarted_at);
-    let moving: Option<Vec<Instant>> = restart
-        .in_flight
-        .iter()
-        .map(|run| observer.first_change_after(run, restart.leading_at))
-        .map(|t| t.filter(before_next))
-        .collect();
-    let all_moving = moving.map(|m| m.into_iter().max().map_or(Duration::ZERO, since));
+    let all_moving = observer
+        .moved(&restart.in_flight, restart.leading_at)
+        .filter(before_next)
+        .map(since);
     Recovery {
         leading: since(restart.leading_at),
         first_progress: observer
