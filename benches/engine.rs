@@ -54,18 +54,24 @@ fn controller(
     stop
 }
 
-async fn workflow(client: &Client, ns: &str, name: &str, spec: Value) {
+async fn workflow(client: &Client, ns: &str, name: &str, spec: Value) -> Workflow {
     let wf: Workflow =
         serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
     Api::<Workflow>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &wf)
         .await
-        .unwrap();
+        .unwrap()
 }
 
-fn run_object(name: &str, workflow: &str) -> Run {
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"workflowRef": workflow}}))
-        .unwrap()
+/// A run as the API creates it: pinned to the workflow's version.
+fn run_object(name: &str, workflow: &Workflow) -> Run {
+    Run::of_workflow(
+        workflow,
+        name,
+        Default::default(),
+        None,
+        jiff::Timestamp::now(),
+    )
 }
 
 async fn until_finished(runs: &Api<Run>, name: &str) {
@@ -113,7 +119,7 @@ async fn main() {
     let steps: Vec<Value> = (0..40)
         .map(|i| json!({"id": format!("s{i}"), "action": "delay", "with": {"ms": 10}}))
         .collect();
-    workflow(
+    let forty = workflow(
         &client,
         &ns,
         "forty",
@@ -121,7 +127,7 @@ async fn main() {
     )
     .await;
     let t = Instant::now();
-    runs.create(&PostParams::default(), &run_object("forty-1", "forty"))
+    runs.create(&PostParams::default(), &run_object("forty-1", &forty))
         .await
         .unwrap();
     until_finished(&runs, "forty-1").await;
@@ -141,7 +147,7 @@ async fn main() {
 
     // (b) 1,000 runs of 3 no-op steps.
     let n = 1000;
-    workflow(
+    let noop = workflow(
         &client,
         &ns,
         "noop",
@@ -156,13 +162,9 @@ async fn main() {
     let runs_ref = Arc::new(runs.clone());
     in_parallel(n, |i| {
         let runs = runs_ref.clone();
+        let run = run_object(&format!("noop-{i}"), &noop);
         async move {
-            runs.create(
-                &PostParams::default(),
-                &run_object(&format!("noop-{i}"), "noop"),
-            )
-            .await
-            .unwrap();
+            runs.create(&PostParams::default(), &run).await.unwrap();
         }
     })
     .await;
@@ -181,11 +183,10 @@ async fn main() {
     let t = Instant::now();
     in_parallel(n, |i| {
         let runs = runs_ref.clone();
+        let name = format!("raw-{i}");
+        let run = run_object(&name, &noop);
         async move {
-            let name = format!("raw-{i}");
-            runs.create(&PostParams::default(), &run_object(&name, "noop"))
-                .await
-                .unwrap();
+            runs.create(&PostParams::default(), &run).await.unwrap();
             let status = json!({"status": {"phase": "succeeded", "steps": [
                 {"stepId": "a", "name": "a", "status": "succeeded", "attempts": 1, "output": 1},
                 {"stepId": "b", "name": "b", "status": "succeeded", "attempts": 1, "output": 2},
@@ -225,7 +226,7 @@ async fn main() {
             ..Default::default()
         },
     );
-    workflow(
+    let jobbed = workflow(
         &client,
         &ns,
         "jobbed",
@@ -252,7 +253,7 @@ async fn main() {
         let t = Instant::now();
         runs.create(
             &PostParams::default(),
-            &run_object(&format!("jobbed-{i}"), "jobbed"),
+            &run_object(&format!("jobbed-{i}"), &jobbed),
         )
         .await
         .unwrap();

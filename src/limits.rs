@@ -99,6 +99,11 @@ pub fn cap_error(message: impl Into<String>) -> String {
 /// Longest note Kubernetes accepts on an Event (events.k8s.io/v1 refuses longer ones).
 pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
 
+/// Most bytes a Run's spec may take: its payload plus its copy of the workflow version
+/// it executes. Beyond it the object could not be stored (the API server's store
+/// refuses objects over 1.5 MiB) and its status would have no room.
+pub const MAX_RUN_SPEC_BYTES: usize = 1024 * 1024;
+
 /// Like [`cap_error`], for a smaller limit such as [`MAX_EVENT_NOTE_BYTES`].
 pub fn cap_to(message: impl Into<String>, max_bytes: usize) -> String {
     let mut message = message.into();

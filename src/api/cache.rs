@@ -92,6 +92,7 @@ where
 
 fn spawn_scoped<K>(
     apis: Vec<(Api<Lenient<K>>, watcher::Config)>,
+    compact: fn(&mut K),
     shutdown: &CancellationToken,
 ) -> ScopedStore<K>
 where
@@ -100,8 +101,25 @@ where
     ScopedStore {
         parts: apis
             .into_iter()
-            .map(|(api, config)| spawn_reflector(api, config, shutdown.clone()))
+            .map(|(api, config)| spawn_reflector(api, config, compact, shutdown.clone()))
             .collect(),
+    }
+}
+
+/// Keeps nothing out.
+fn whole<K>(_: &mut K) {}
+
+/// The API shows a run's pinned workflow version only as its generation and the steps'
+/// ids, names and actions: the step definitions (`with`, `when`, retry, timeout) stay
+/// in the API server, out of the cache.
+fn outline_pinned_steps(run: &mut Run) {
+    if let Some(pinned) = run.spec.workflow.as_mut() {
+        for step in &mut pinned.steps {
+            step.with = None;
+            step.when = None;
+            step.retry = None;
+            step.timeout_ms = None;
+        }
     }
 }
 
@@ -118,12 +136,13 @@ pub struct Caches {
 fn spawn_reflector<K>(
     api: Api<Lenient<K>>,
     config: watcher::Config,
+    compact: fn(&mut K),
     shutdown: CancellationToken,
 ) -> DecodedStore<K>
 where
     K: crate::kubeutil::lenient::Watched,
 {
-    let (reader, events) = lenient::reflector(api, config);
+    let (reader, events) = lenient::compact_reflector(api, config, compact);
     // The API's account records no Events: undecodable objects are logged and counted.
     undecodable::spawn_watch(events, None, shutdown, |event| {
         if let Err(err) = event {
@@ -167,12 +186,20 @@ impl Caches {
             })
             .collect();
         let caches = Caches {
-            workflows: spawn_scoped(per_namespace(&client, &each, &plain), &shutdown),
-            runs: spawn_scoped(per_namespace(&client, &each, &plain), &shutdown),
-            webhooks: spawn_scoped(per_namespace(&client, &each, &plain), &shutdown),
-            api_keys: spawn_scoped(per_namespace(&client, &each, &keys_config), &shutdown),
+            workflows: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
+            runs: spawn_scoped(
+                per_namespace(&client, &each, &plain),
+                outline_pinned_steps,
+                &shutdown,
+            ),
+            webhooks: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
+            api_keys: spawn_scoped(
+                per_namespace(&client, &each, &keys_config),
+                whole,
+                &shutdown,
+            ),
             // Metadata only: the rate limiter needs just the plan annotations.
-            namespaces: spawn_scoped(namespace_watches, &shutdown),
+            namespaces: spawn_scoped(namespace_watches, whole, &shutdown),
             synced: Arc::new(AtomicBool::new(false)),
         };
         let waiting = caches.clone();

@@ -6,7 +6,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use kube::api::Patch;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use super::pagination::Page;
@@ -22,8 +22,8 @@ use super::state::ApiState;
 use super::views;
 use super::workflows::{find as find_workflow, location};
 use crate::clock::now_ms;
-use crate::crd::timestamps::{created_at, creation_annotations};
-use crate::crd::{Run, RunPhase, RunSpec, RunTrigger, WorkflowState, labels};
+use crate::crd::timestamps::created_at;
+use crate::crd::{Run, RunPhase, RunTrigger, WorkflowState};
 use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
@@ -106,19 +106,17 @@ async fn start(
     if wf.spec.state == WorkflowState::Paused {
         return Err(ApiError::WorkflowPaused);
     }
-    let mut run = Run::new(
-        &new_id("run"),
-        RunSpec {
-            workflow_ref: workflow_id.clone(),
-            trigger: RunTrigger::Manual,
-            payload,
-            cancel: false,
-        },
-    );
-    let meta = run.meta_mut();
-    meta.annotations = Some(creation_annotations(now_ms()));
-    meta.labels = Some([(labels::WORKFLOW.to_string(), workflow_id.clone())].into());
-    meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
+    let run = Run::of_workflow(&wf, &new_id("run"), RunTrigger::Manual, payload, now_ms());
+    let spec_bytes = serde_json::to_vec(&run.spec).map_or(usize::MAX, |b| b.len());
+    if spec_bytes > crate::limits::MAX_RUN_SPEC_BYTES {
+        return Err(ApiError::field(
+            "payload",
+            format!(
+                "the payload and the workflow's steps together take {spec_bytes} bytes; a run \
+                 holds at most 1 MiB of them (make the payload or the steps' inputs smaller)"
+            ),
+        ));
+    }
     let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
     let created = api
         .create(&ApiState::post_params(), &run)

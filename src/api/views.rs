@@ -225,38 +225,43 @@ pub struct RunView {
     pub payload: Value,
     /// Whether cancellation was requested (`spec.cancel`).
     pub cancel_requested: bool,
+    /// The workflow version (its `metadata.generation`) this run executes: the steps
+    /// and settings it had when the run was created; later edits do not change it.
+    pub workflow_generation: Option<i64>,
     pub error: Option<String>,
     pub steps: Vec<StepRecordView>,
 }
 
-/// The full run. Before the engine has recorded steps, they are listed from the
-/// workflow as `pending`: nothing has happened to them yet.
+/// The full run. Before the engine has recorded steps, they are listed as `pending`
+/// from the workflow version the run executes (for a Run created without one, the
+/// workflow as it is now): nothing has happened to them yet.
 pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
     let status = run.status.as_ref();
+    let declared = match &run.spec.workflow {
+        Some(pinned) => Some(&pinned.steps),
+        None => workflow.map(|wf| &wf.spec.steps),
+    };
     let steps = match status.filter(|s| !s.steps.is_empty()) {
         Some(s) => s.steps.iter().map(StepRecordView::from).collect(),
-        None => workflow
-            .map(|wf| {
-                wf.spec
-                    .steps
-                    .iter()
-                    .map(|s| {
-                        StepRecordView::from(&StepRecord {
-                            step_id: s.id.clone(),
-                            name: s.display_name().to_string(),
-                            action: Some(s.action),
-                            ..Default::default()
-                        })
-                    })
-                    .collect()
+        None => declared
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                StepRecordView::from(&StepRecord {
+                    step_id: s.id.clone(),
+                    name: s.display_name().to_string(),
+                    action: Some(s.action),
+                    ..Default::default()
+                })
             })
-            .unwrap_or_default(),
+            .collect(),
     };
     RunView {
         item: RunListItem::from(run),
         trigger: run.spec.trigger,
         payload: run.spec.payload.clone().unwrap_or_else(|| json!({})),
         cancel_requested: run.spec.cancel,
+        workflow_generation: run.workflow_generation(),
         error: status.and_then(|s| s.error.clone()),
         steps,
     }

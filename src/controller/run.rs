@@ -1,6 +1,8 @@
-//! The Run controller: decides what a Run needs (start, cancel, fail at once) and
-//! hands execution to the engine. Execution state lives in the Run's status, so a
-//! restarted operator picks up where the last one stopped.
+//! The Run controller: decides what a Run needs (pin it to its workflow version,
+//! start, cancel, fail at once) and hands execution to the engine. Execution state
+//! lives in the Run's status, so a restarted operator picks up where the last one
+//! stopped; a periodic resync of unfinished runs is the backstop when no watch event
+//! arrives. A Run or Workflow deleted while a run executes stops that execution.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,15 +10,19 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::crd::{Executor, Run, RunPhase, StepPhase, Workflow, WorkflowState};
+use crate::crd::{Executor, Run, RunPhase, StepPhase, Workflow, WorkflowSnapshot, WorkflowState};
 use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
 use crate::kubeutil::lenient::Lenient;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
+
+/// How often an unfinished run is reconciled without a watch event: the backstop that
+/// picks up a run no process is executing (say, one whose only watch event was lost).
+pub const RESYNC_UNFINISHED: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -36,6 +42,9 @@ pub enum Decision {
     MarkCancelled,
     /// It cannot run; fail it with this error.
     Fail(String),
+    /// Record the workflow version it will execute: a Run created (with kubectl, say)
+    /// without `spec.workflow`.
+    Pin,
     /// Start (or resume) executing it.
     Execute,
 }
@@ -68,7 +77,22 @@ pub fn decide(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Decisi
             wf.name_any()
         ));
     }
-    Decision::Execute
+    if run.spec.workflow.is_some() {
+        return Decision::Execute;
+    }
+    // Unpinned: a Run created without its workflow version, or one that started
+    // before runs were pinned (it recorded the generation it started with).
+    let started_with = run.status.as_ref().and_then(|s| s.workflow_generation);
+    if never_started || started_with == wf.metadata.generation {
+        return Decision::Pin;
+    }
+    Decision::Fail(format!(
+        "workflow {} changed (generation {} to {}) while this run was in flight; it \
+         started before runs recorded their workflow version and cannot resume safely",
+        wf.name_any(),
+        started_with.unwrap_or_default(),
+        wf.metadata.generation.unwrap_or_default()
+    ))
 }
 
 pub struct Context {
@@ -77,7 +101,29 @@ pub struct Context {
     /// Watch only this namespace (tests, namespaced installs); None = all.
     pub namespace: Option<String>,
     /// Runs this process is executing, by uid.
-    executing: Mutex<HashMap<String, CancellationToken>>,
+    executing: Mutex<HashMap<String, Execution>>,
+}
+
+/// One run this process is executing.
+struct Execution {
+    namespace: String,
+    workflow: String,
+    cancel: CancellationToken,
+}
+
+/// Keeps a run registered as executing while its task lives: dropped when the task
+/// ends, however it ends, so a run is never "executing" in a process that is not.
+struct Registration {
+    ctx: Arc<Context>,
+    uid: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if self.ctx.lock().remove(&self.uid).is_some() {
+            self.ctx.engine.telemetry.runs_in_progress.dec();
+        }
+    }
 }
 
 impl Context {
@@ -114,12 +160,62 @@ impl Context {
         })
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Execution>> {
+        self.executing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn token(&self, uid: &str) -> Option<CancellationToken> {
-        self.executing
+        self.lock().get(uid).map(|e| e.cancel.clone())
+    }
+
+    fn register(self: &Arc<Self>, run: &Run, uid: &str) -> (Registration, CancellationToken) {
+        let cancel = CancellationToken::new();
+        let previous = self.lock().insert(
+            uid.to_string(),
+            Execution {
+                namespace: run.namespace().unwrap_or_default(),
+                workflow: run.spec.workflow_ref.clone(),
+                cancel: cancel.clone(),
+            },
+        );
+        if previous.is_none() {
+            self.engine.telemetry.runs_in_progress.inc();
+        }
+        let registration = Registration {
+            ctx: self.clone(),
+            uid: uid.to_string(),
+        };
+        (registration, cancel)
+    }
+
+    /// Stops the executions [`stops_for`] picks for a deletion.
+    fn stop_for(&self, deleted: &Deleted) {
+        for execution in self
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(uid)
-            .cloned()
+            .iter()
+            .filter_map(|(uid, e)| stops_for(deleted, uid, &e.namespace, &e.workflow).then_some(e))
+        {
+            execution.cancel.cancel();
+        }
+    }
+}
+
+/// An object whose deletion stops executions.
+#[derive(Debug)]
+pub enum Deleted {
+    Run { uid: String },
+    Workflow { namespace: String, name: String },
+}
+
+/// Whether the deletion of `deleted` stops the execution of the run `uid` (of
+/// `workflow` in `namespace`): its own Run, or its Workflow. Pure.
+pub fn stops_for(deleted: &Deleted, uid: &str, namespace: &str, workflow: &str) -> bool {
+    match deleted {
+        Deleted::Run { uid: gone } => gone == uid,
+        Deleted::Workflow {
+            namespace: ns,
+            name,
+        } => ns == namespace && name == workflow,
     }
 }
 
@@ -161,18 +257,27 @@ async fn read_workflow(
     })
 }
 
+/// When to look at a run again without a watch event.
+fn requeue_for(run: &Run) -> Action {
+    if run.phase().is_finished() {
+        Action::await_change()
+    } else {
+        Action::requeue(RESYNC_UNFINISHED)
+    }
+}
+
 async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     // An undecodable run is reported by the watchers and left alone until it changes.
     let Some(run) = object.decoded() else {
         return Ok(Action::await_change());
     };
+    let next = requeue_for(run);
     let namespace = run.namespace().unwrap_or_default();
     let uid = run.uid().unwrap_or_default();
     let token = ctx.token(&uid);
-    let phase_finished = run.status.as_ref().is_some_and(|s| s.phase.is_finished());
     // decide() needs the workflow only for a run that is neither finished nor
     // executing here: skip the round trip otherwise.
-    let workflow = if phase_finished || token.is_some() {
+    let workflow = if run.phase().is_finished() || token.is_some() {
         WorkflowRead::Missing
     } else {
         read_workflow(&ctx, &namespace, &run.spec.workflow_ref).await?
@@ -181,7 +286,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     let mut run = run.clone();
     if matches!(
         decision,
-        Decision::Execute | Decision::MarkCancelled | Decision::Fail(_)
+        Decision::Execute | Decision::Pin | Decision::MarkCancelled | Decision::Fail(_)
     ) {
         // The watch cache may still show a status this process has since replaced
         // (a run that just finished here looks "running, not executing"): decide
@@ -196,7 +301,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         run = fresh;
     }
     let workflow = match workflow {
-        WorkflowRead::Found(wf) => Some(Arc::unwrap_or_clone(wf)),
+        WorkflowRead::Found(wf) => Some(wf),
         _ => None,
     };
     match decision {
@@ -207,33 +312,58 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
             }
         }
         Decision::MarkCancelled => {
-            end_without_executing(&ctx, &run, workflow.as_ref(), RunPhase::Cancelled, None).await;
+            end_without_executing(&ctx, &run, workflow.as_deref(), RunPhase::Cancelled, None).await;
         }
         Decision::Fail(error) => {
             tracing::info!(run = %run.name_any(), %error, "run cannot execute");
-            end_without_executing(&ctx, &run, workflow.as_ref(), RunPhase::Failed, Some(error))
-                .await;
+            end_without_executing(
+                &ctx,
+                &run,
+                workflow.as_deref(),
+                RunPhase::Failed,
+                Some(error),
+            )
+            .await;
+        }
+        Decision::Pin => {
+            if let Some(wf) = workflow {
+                pin(&ctx, &run, &wf).await?;
+            }
+            // Its own watch event brings the pinned run back here to execute.
         }
         Decision::Execute => {
-            let Some(wf) = workflow else {
-                return Ok(Action::await_change());
-            };
-            let cancel = CancellationToken::new();
-            ctx.executing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(uid.clone(), cancel.clone());
-            let (engine, run, ctx2) = (ctx.engine.clone(), (*run).clone(), ctx.clone());
+            let (registration, cancel) = ctx.register(&run, &uid);
+            let engine = ctx.engine.clone();
             tokio::spawn(async move {
-                runner::execute(engine, run, wf, cancel).await;
-                ctx2.executing
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&uid);
+                runner::execute(engine, Arc::unwrap_or_clone(run), cancel).await;
+                drop(registration);
             });
         }
     }
-    Ok(Action::await_change())
+    Ok(next)
+}
+
+/// Records the workflow version a Run created without one executes. The write is
+/// conditional on the Run's resourceVersion: a run that changed meanwhile is decided
+/// again from its watch event.
+async fn pin(ctx: &Context, run: &Run, wf: &Workflow) -> Result<(), ReconcileError> {
+    let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": run.resource_version()},
+        "spec": {"workflow": WorkflowSnapshot::of(wf)},
+    });
+    let params = kube::api::PatchParams {
+        field_manager: Some(crate::engine::status_writer::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api
+        .patch(&run.name_any(), &params, &kube::api::Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Records a final status for a run that is not (or no longer) executing here.
@@ -244,7 +374,13 @@ async fn end_without_executing(
     phase: RunPhase,
     error: Option<String>,
 ) {
-    let mut status = match workflow {
+    // The step records of the version it runs (or would have run).
+    let version = run
+        .spec
+        .workflow
+        .clone()
+        .or_else(|| workflow.map(WorkflowSnapshot::of));
+    let mut status = match &version {
         Some(wf) => runner::initial_status(run, wf),
         None => run.status.clone().unwrap_or_default(),
     };
@@ -256,8 +392,9 @@ async fn end_without_executing(
     };
     runner::finish(&mut status, phase, error, unfinished);
     if let Some(kind) = crate::engine::events::final_kind(phase) {
-        let workflow_name = workflow
-            .map(|wf| wf.spec.name.as_str())
+        let workflow_name = version
+            .as_ref()
+            .map(|wf| wf.name.as_str())
             .unwrap_or(&run.spec.workflow_ref);
         crate::engine::events::record(&mut status, kind, run, workflow_name);
     }
@@ -277,12 +414,62 @@ fn error_policy(_run: Arc<Lenient<Run>>, err: &ReconcileError, ctx: Arc<Context>
     Action::requeue(Duration::from_secs(5))
 }
 
+/// Stops executions whose Run or Workflow is deleted, from metadata-only watches (the
+/// controller's own watch does not reconcile deleted objects).
+async fn stop_deleted(ctx: Arc<Context>, shutdown: CancellationToken) {
+    use kube::core::PartialObjectMeta;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::Event;
+    let runs: Api<PartialObjectMeta<Run>> =
+        crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
+    let workflows: Api<PartialObjectMeta<Workflow>> =
+        crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
+    let config = watcher::Config::default;
+    let run_deletions = watcher(runs, config())
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(Event::Delete(meta)) => Some(Deleted::Run {
+                    uid: meta.uid().unwrap_or_default(),
+                }),
+                _ => None,
+            }
+        })
+        .boxed();
+    let workflow_deletions = watcher(workflows, config())
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(Event::Delete(meta)) => Some(Deleted::Workflow {
+                    namespace: meta.namespace().unwrap_or_default(),
+                    name: meta.name_any(),
+                }),
+                _ => None,
+            }
+        })
+        .boxed();
+    let mut deletions = futures::stream::select(run_deletions, workflow_deletions);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            next = deletions.next() => match next {
+                Some(deleted) => {
+                    tracing::info!(?deleted, "deleted: stopping the executions it owns");
+                    ctx.stop_for(&deleted);
+                }
+                None => return,
+            },
+        }
+    }
+}
+
 /// Runs the controller until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let runs: Api<Lenient<Run>> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
+    tokio::spawn(stop_deleted(ctx.clone(), shutdown.clone()));
     // Step Jobs are owned by their Run: a Job's progress wakes the Run at once (after a
     // restart, that is what resumes a run whose step was running in a Job).
     let step_jobs = watcher::Config::default().labels(crate::crd::labels::RUN);
@@ -314,10 +501,16 @@ mod tests {
         .unwrap()
     }
 
+    /// `r` pinned to `wf`'s version, as the API creates runs.
+    fn pinned(mut r: Run, wf: &Workflow) -> Run {
+        r.spec.workflow = Some(WorkflowSnapshot::of(wf));
+        r
+    }
+
     fn workflow(state: &str, executor: Option<&str>) -> Workflow {
         serde_json::from_value(json!({
             "apiVersion": "flowline.io/v1", "kind": "Workflow",
-            "metadata": {"name": "wf", "namespace": "n"},
+            "metadata": {"name": "wf", "namespace": "n", "generation": 4},
             "spec": {"name": "W", "state": state, "executor": executor, "steps": [{"id": "a", "action": "delay", "with": {"ms": 1}}]},
         }))
         .unwrap()
@@ -357,13 +550,79 @@ mod tests {
 
     #[test]
     fn both_executors_execute() {
-        let r = run(json!(null), false);
         let job = workflow("active", Some("job"));
+        let r = pinned(run(json!(null), false), &job);
         assert_eq!(decide(&r, Some(&job), false), Decision::Execute);
+        let inline = workflow("active", None);
+        let r = pinned(run(json!(null), false), &inline);
+        assert_eq!(decide(&r, Some(&inline), false), Decision::Execute);
+    }
+
+    #[test]
+    fn unpinned_runs_are_pinned_before_they_execute() {
+        let wf = workflow("active", None);
+        // Created with kubectl, nothing executed yet: pin to the current version.
         assert_eq!(
-            decide(&r, Some(&workflow("active", None)), false),
-            Decision::Execute
+            decide(&run(json!(null), false), Some(&wf), false),
+            Decision::Pin
         );
+        // Started before runs were pinned, under the version that is still current.
+        let started = json!({"phase": "running", "workflowGeneration": 4,
+            "steps": [{"stepId": "a", "name": "a", "status": "running", "attempts": 1}]});
+        assert_eq!(
+            decide(&run(started.clone(), false), Some(&wf), false),
+            Decision::Pin
+        );
+        // ... under a version since edited: its steps are gone, it cannot resume.
+        let mut edited = wf.clone();
+        edited.metadata.generation = Some(5);
+        match decide(&run(started, false), Some(&edited), false) {
+            Decision::Fail(e) => assert!(e.contains("generation 4 to 5"), "{e}"),
+            other => panic!("expected Fail, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pinned_run_executes_its_own_version_whatever_the_workflow_is_now() {
+        let wf = workflow("active", None);
+        let r = pinned(
+            run(
+                json!({"phase": "running", "workflowGeneration": 4,
+            "steps": [{"stepId": "a", "name": "a", "status": "running", "attempts": 1}]}),
+                false,
+            ),
+            &wf,
+        );
+        let mut edited = wf.clone();
+        edited.metadata.generation = Some(9);
+        edited.spec.steps.clear();
+        assert_eq!(decide(&r, Some(&edited), false), Decision::Execute);
+        // Pausing stops only runs that have not started.
+        let mut paused = edited.clone();
+        paused.spec.state = WorkflowState::Paused;
+        assert_eq!(decide(&r, Some(&paused), false), Decision::Execute);
+        let fresh = pinned(run(json!(null), false), &wf);
+        assert!(matches!(
+            decide(&fresh, Some(&paused), false),
+            Decision::Fail(_)
+        ));
+    }
+
+    #[test]
+    fn deletions_stop_the_runs_they_own() {
+        let run_gone = Deleted::Run { uid: "u1".into() };
+        assert!(stops_for(&run_gone, "u1", "n", "wf"));
+        assert!(!stops_for(&run_gone, "u2", "n", "wf"));
+        let wf_gone = Deleted::Workflow {
+            namespace: "n".into(),
+            name: "wf".into(),
+        };
+        assert!(stops_for(&wf_gone, "u1", "n", "wf"));
+        assert!(
+            !stops_for(&wf_gone, "u1", "other", "wf"),
+            "same name, other namespace"
+        );
+        assert!(!stops_for(&wf_gone, "u1", "n", "wf2"));
     }
 
     #[test]
@@ -382,23 +641,19 @@ mod tests {
             decide_read(&run(json!({"phase": "failed"}), false), &why, false),
             Decision::Nothing
         );
-        let found = WorkflowRead::Found(Arc::new(workflow("active", None)));
+        let wf = workflow("active", None);
+        let found = WorkflowRead::Found(Arc::new(wf.clone()));
         assert_eq!(
-            decide_read(&run(json!(null), false), &found, false),
+            decide_read(&pinned(run(json!(null), false), &wf), &found, false),
             Decision::Execute
         );
     }
 
     #[test]
     fn runnable_runs_execute_once() {
-        let r = run(json!(null), false);
-        assert_eq!(
-            decide(&r, Some(&workflow("draft", None)), false),
-            Decision::Execute
-        );
-        assert_eq!(
-            decide(&r, Some(&workflow("draft", None)), true),
-            Decision::Nothing
-        );
+        let draft = workflow("draft", None);
+        let r = pinned(run(json!(null), false), &draft);
+        assert_eq!(decide(&r, Some(&draft), false), Decision::Execute);
+        assert_eq!(decide(&r, Some(&draft), true), Decision::Nothing);
     }
 }

@@ -10,14 +10,14 @@ use jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::schedule::{self, Schedule};
 use crate::crd::{
-    Condition, ConditionStatus, EventKind, PendingEvent, Run, RunPhase, RunSpec, RunTrigger,
-    TriggerType, Workflow, WorkflowState, WorkflowStatus, labels,
+    Condition, ConditionStatus, EventKind, PendingEvent, Run, RunPhase, RunTrigger, TriggerType,
+    Workflow, WorkflowState, WorkflowStatus,
 };
 use crate::engine::status_writer::FIELD_MANAGER;
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
@@ -31,6 +31,8 @@ const MAX_PENDING_EVENTS: usize = 50;
 pub enum ReconcileError {
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
+    #[error("the scheduled run name {0} is taken by a Run of another workflow")]
+    RunNameTaken(String),
 }
 
 /// What a workflow needs now.
@@ -180,11 +182,59 @@ pub struct Context {
     pub telemetry: EngineTelemetry,
 }
 
-/// The scheduled run of one tick has a name derived from the tick, so a second
-/// replica or a restarted operator cannot start it twice.
-pub fn scheduled_run_name(workflow: &str, tick: Timestamp) -> String {
-    let base: String = workflow.chars().take(40).collect();
-    format!("{}-{}", base.trim_end_matches('-'), tick.as_second())
+/// The scheduled run of one tick has a name derived from the workflow's uid and the
+/// tick, so a second replica or a restarted operator cannot start it twice, and two
+/// workflows (however alike their names) never share one. The name's prefix is only
+/// for people reading `kubectl get runs`.
+pub fn scheduled_run_name(workflow: &str, workflow_uid: &str, tick: Timestamp) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(workflow_uid.as_bytes())
+        .chain_update(b"/")
+        .chain_update(tick.as_second().to_be_bytes())
+        .finalize();
+    let prefix: String = workflow.chars().take(40).collect();
+    format!(
+        "{}-{}",
+        prefix.trim_end_matches(['-', '.']),
+        hex::encode(&digest[..8])
+    )
+}
+
+/// Creates the run of a schedule tick. A name conflict is swallowed only when the
+/// existing Run is this workflow's (the tick already has its run); any other Run
+/// holding the name is an error, never a silently lost tick.
+async fn start_scheduled(
+    api: &Api<Run>,
+    wf: &Workflow,
+    tick: Timestamp,
+) -> Result<(), ReconcileError> {
+    let name = wf.name_any();
+    let uid = wf.uid().unwrap_or_default();
+    let run_name = scheduled_run_name(&name, &uid, tick);
+    let mut run = Run::of_workflow(wf, &run_name, RunTrigger::Schedule, None, Timestamp::now());
+    run.annotations_mut().insert(
+        crate::crd::timestamps::SCHEDULED_FOR_ANNOTATION.into(),
+        crate::clock::format_ts(tick),
+    );
+    match api.create(&PostParams::default(), &run).await {
+        Ok(_) => {
+            tracing::info!(workflow = %name, tick = %tick, run = %run_name, "scheduled run started");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let existing = api.get_metadata_opt(&run_name).await?;
+            let ours = existing
+                .as_ref()
+                .is_some_and(|r| r.owner_references().iter().any(|o| o.uid == uid));
+            if ours {
+                Ok(())
+            } else {
+                Err(ReconcileError::RunNameTaken(run_name))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn reconcile(
@@ -217,24 +267,7 @@ async fn reconcile(
         }
     }
     if let Some(tick) = plan.start_for_tick {
-        let mut run = Run::new(
-            &scheduled_run_name(&name, tick),
-            RunSpec {
-                workflow_ref: name.clone(),
-                trigger: RunTrigger::Schedule,
-                payload: None,
-                cancel: false,
-            },
-        );
-        let meta = run.meta_mut();
-        meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
-        meta.labels = Some([(labels::WORKFLOW.to_string(), name.clone())].into());
-        meta.annotations = Some(crate::crd::timestamps::creation_annotations(now));
-        match run_api.create(&PostParams::default(), &run).await {
-            Ok(_) => tracing::info!(workflow = %name, tick = %tick, "scheduled run started"),
-            Err(kube::Error::Api(s)) if s.code == 409 => {} // this tick already has its run
-            Err(e) => return Err(e.into()),
-        }
+        start_scheduled(&run_api, wf, tick).await?;
     }
     let before = wf
         .status
@@ -450,7 +483,28 @@ mod tests {
     #[test]
     fn scheduled_run_names_are_valid_and_per_tick() {
         let tick: Timestamp = "2026-01-01T00:05:00Z".parse().unwrap();
-        assert_eq!(scheduled_run_name("nightly", tick), "nightly-1767225900");
-        assert!(scheduled_run_name(&"x".repeat(250), tick).len() < 63);
+        let name = scheduled_run_name("nightly", "uid-1", tick);
+        assert!(name.starts_with("nightly-"), "{name}");
+        assert_eq!(name, scheduled_run_name("nightly", "uid-1", tick), "stable");
+        let next = tick + jiff::SignedDuration::from_mins(5);
+        assert_ne!(
+            name,
+            scheduled_run_name("nightly", "uid-1", next),
+            "per tick"
+        );
+        // Long names that differ only past the prefix, or a workflow recreated under
+        // the same name, never share a tick's run.
+        let long_a = format!("{}-a", "x".repeat(60));
+        let long_b = format!("{}-b", "x".repeat(60));
+        assert_ne!(
+            scheduled_run_name(&long_a, "uid-a", tick),
+            scheduled_run_name(&long_b, "uid-b", tick)
+        );
+        assert_ne!(
+            scheduled_run_name("nightly", "uid-1", tick),
+            scheduled_run_name("nightly", "uid-2", tick)
+        );
+        let long = scheduled_run_name(&"x".repeat(250), "u", tick);
+        assert!(long.len() <= 63 && long.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
     }
 }

@@ -11,7 +11,9 @@ mod webhook;
 mod workflow;
 
 pub use common::{Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object};
-pub use run::{Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord};
+pub use run::{
+    Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord, WorkflowSnapshot,
+};
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,
 };

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{Condition, PendingEvent, any_value, schemaless_object};
-use super::workflow::Action;
+use super::workflow::{Action, Executor, Step, Workflow};
 
 /// One execution of a workflow. Created by the API, by a schedule tick, or with kubectl;
 /// owned by its Workflow, so deleting the workflow deletes its history.
@@ -27,6 +27,7 @@ use super::workflow::Action;
     printcolumn(name = "Duration(ms)", type_ = "integer", json_path = ".status.durationMs"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.spec.workflowRef == oldSelf.spec.workflowRef").message("spec.workflowRef is immutable"),
+    validation = Rule::new("!has(oldSelf.spec.workflow) || (has(self.spec.workflow) && self.spec.workflow == oldSelf.spec.workflow)").message("spec.workflow is immutable once set: a run executes the workflow version it was created with"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RunSpec {
@@ -43,6 +44,43 @@ pub struct RunSpec {
     /// Set to true to cancel the run: in-flight work stops, completed steps stay.
     #[serde(default)]
     pub cancel: bool,
+    /// The workflow version this run executes: its steps and settings as they were
+    /// when the run was created, so later edits of the Workflow never change a run in
+    /// flight. Filled in by Flowline (the API and schedules at creation; the run
+    /// controller before the first step of a Run created without it); immutable once
+    /// set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<WorkflowSnapshot>,
+}
+
+/// What a run executes of its workflow, copied when the run is created.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowSnapshot {
+    /// `metadata.generation` of the Workflow the copy was taken from.
+    pub generation: i64,
+    /// The workflow's display name at that generation.
+    #[schemars(length(max = 200))]
+    pub name: String,
+    /// The workflow's executor setting (unset = the operator's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<Executor>,
+    /// The steps, in order.
+    #[serde(default)]
+    #[schemars(length(max = 100))]
+    pub steps: Vec<Step>,
+}
+
+impl WorkflowSnapshot {
+    /// The parts of `wf` a run executes.
+    pub fn of(wf: &Workflow) -> Self {
+        WorkflowSnapshot {
+            generation: wf.metadata.generation.unwrap_or_default(),
+            name: wf.spec.name.clone(),
+            executor: wf.spec.executor,
+            steps: wf.spec.steps.clone(),
+        }
+    }
 }
 
 /// What started a run.
@@ -96,6 +134,44 @@ impl RunPhase {
 }
 
 impl Run {
+    /// A new run of `wf` named `name`, pinned to the workflow's current version, owned
+    /// by it (deleting the workflow deletes its runs) and labelled with it.
+    pub fn of_workflow(
+        wf: &Workflow,
+        name: &str,
+        trigger: RunTrigger,
+        payload: Option<serde_json::Value>,
+        created: Timestamp,
+    ) -> Run {
+        use kube::{Resource, ResourceExt};
+        let workflow_ref = wf.name_any();
+        let mut run = Run::new(
+            name,
+            RunSpec {
+                workflow_ref: workflow_ref.clone(),
+                trigger,
+                payload,
+                cancel: false,
+                workflow: Some(WorkflowSnapshot::of(wf)),
+            },
+        );
+        let meta = run.meta_mut();
+        meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
+        meta.labels = Some([(super::labels::WORKFLOW.to_string(), workflow_ref)].into());
+        meta.annotations = Some(super::timestamps::creation_annotations(created));
+        run
+    }
+
+    /// The workflow generation this run executes: the pinned copy's, or for a run
+    /// created before runs were pinned, the one recorded when it started.
+    pub fn workflow_generation(&self) -> Option<i64> {
+        self.spec
+            .workflow
+            .as_ref()
+            .map(|w| w.generation)
+            .or_else(|| self.status.as_ref()?.workflow_generation)
+    }
+
     /// The phase clients see: a Run without status has been accepted and is running.
     pub fn phase(&self) -> RunPhase {
         self.status

@@ -18,6 +18,8 @@ use crate::clock::format_ts;
 pub const CREATED_AT_ANNOTATION: &str = "flowline.io/created-at";
 /// Annotation with the time of the API's last spec write.
 pub const UPDATED_AT_ANNOTATION: &str = "flowline.io/updated-at";
+/// On a scheduled run: the cron tick it was started for (RFC 3339).
+pub const SCHEDULED_FOR_ANNOTATION: &str = "flowline.io/scheduled-for";
 
 fn k8s_time(t: &Time) -> Timestamp {
     t.0

@@ -15,7 +15,8 @@ use super::status_writer::StatusWriter;
 use super::{expr, job, retry, secrets, template};
 use crate::clock::now_ms;
 use crate::crd::{
-    Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, Workflow,
+    Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord,
+    WorkflowSnapshot,
 };
 use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
 
@@ -34,12 +35,12 @@ fn millis_between(a: Timestamp, b: Timestamp) -> u64 {
     (b.as_millisecond() - a.as_millisecond()).max(0) as u64
 }
 
-/// The status a run starts from: what is recorded, or fresh pending records.
-pub fn initial_status(run: &Run, wf: &Workflow) -> RunStatus {
+/// The status a run starts from: what is recorded, or fresh pending records of the
+/// workflow version it executes.
+pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
     let mut status = run.status.clone().unwrap_or_default();
     if status.steps.is_empty() {
         status.steps = wf
-            .spec
             .steps
             .iter()
             .map(|s| StepRecord {
@@ -52,7 +53,7 @@ pub fn initial_status(run: &Run, wf: &Workflow) -> RunStatus {
     }
     status.phase = RunPhase::Running;
     status.started_at.get_or_insert_with(|| run.started_at());
-    status.workflow_generation = wf.metadata.generation;
+    status.workflow_generation = Some(wf.generation);
     status
 }
 
@@ -75,7 +76,7 @@ pub fn finish(status: &mut RunStatus, phase: RunPhase, error: Option<String>, as
 }
 
 /// The `{{ … }}` context: trigger payload, run, workflow, finished steps, secrets.
-fn context(run: &Run, wf: &Workflow, status: &RunStatus, secrets: Value) -> Value {
+fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, secrets: Value) -> Value {
     let mut steps = Map::new();
     for r in &status.steps {
         if matches!(r.status, StepPhase::Succeeded | StepPhase::Skipped) {
@@ -88,7 +89,7 @@ fn context(run: &Run, wf: &Workflow, status: &RunStatus, secrets: Value) -> Valu
     json!({
         "trigger": {"payload": run.spec.payload.clone().unwrap_or_else(|| json!({}))},
         "run": {"id": run.name_any()},
-        "workflow": {"id": wf.name_any(), "name": wf.spec.name},
+        "workflow": {"id": run.spec.workflow_ref, "name": wf.name},
         "steps": steps,
         "secrets": secrets,
     })
@@ -100,12 +101,18 @@ enum StepOutcome {
     Cancelled,
 }
 
-/// Executes the remaining steps of `run`, then writes its final status.
-pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: CancellationToken) {
+/// Executes the remaining steps of `run` as its pinned workflow version
+/// (`spec.workflow`) defines them, then writes its final status. The run controller
+/// executes only pinned runs.
+pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
+    let Some(wf) = run.spec.workflow.as_ref() else {
+        tracing::error!(run = %run.name_any(), "not executed: the run is not pinned to a workflow version");
+        return;
+    };
     let namespace = run.namespace().unwrap_or_default();
     let api: Api<Run> = Api::namespaced(engine.client.clone(), &namespace);
-    let mut status = initial_status(&run, &wf);
-    super::events::record(&mut status, EventKind::RunStarted, &run, &wf.spec.name);
+    let mut status = initial_status(&run, wf);
+    super::events::record(&mut status, EventKind::RunStarted, &run, &wf.name);
     let writer = StatusWriter::start(api, &run, RunStatus::default());
     writer.update(&status);
 
@@ -114,7 +121,7 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
     // Every secret value read for this run, replaced by `[redacted]` wherever a step's
     // output or error enters the status (and so Events and webhook payloads).
     let mut redactor = Redactor::default();
-    for (index, step) in wf.spec.steps.iter().enumerate() {
+    for (index, step) in wf.steps.iter().enumerate() {
         let Some(record) = status.steps.get(index) else {
             break;
         };
@@ -124,7 +131,7 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
         match run_step(
             &engine,
             &run,
-            &wf,
+            wf,
             &namespace,
             step,
             index,
@@ -157,7 +164,7 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
         (false, None) => finish(&mut status, RunPhase::Succeeded, None, StepPhase::Pending),
     }
     if let Some(kind) = super::events::final_kind(status.phase) {
-        super::events::record(&mut status, kind, &run, &wf.spec.name);
+        super::events::record(&mut status, kind, &run, &wf.name);
     }
     writer.finish(&status).await;
     let phase = status.phase.as_str();
@@ -185,7 +192,7 @@ pub async fn execute(engine: Engine, run: Run, wf: Workflow, cancel: Cancellatio
 async fn run_step(
     engine: &Engine,
     run: &Run,
-    wf: &Workflow,
+    wf: &WorkflowSnapshot,
     namespace: &str,
     step: &Step,
     index: usize,
@@ -238,7 +245,7 @@ async fn run_step(
     }
     let policy = step.retry.clone().unwrap_or_default();
     let in_job = step.action == Action::Container
-        || wf.spec.executor.unwrap_or(engine.default_executor) == Executor::Job;
+        || wf.executor.unwrap_or(engine.default_executor) == Executor::Job;
     let step_timeout = step.timeout_ms.map(Duration::from_millis);
     loop {
         let attempt = match retry::next_attempt(&status.steps[index], &policy) {

@@ -303,8 +303,30 @@ pub fn reflector<K>(
 where
     K: Watched,
 {
+    compact_reflector(api, config, |_| {})
+}
+
+/// [`reflector`] whose store keeps each decoded object as `compact` leaves it: a cache
+/// drops what its reader never serves, so memory follows what is served.
+pub fn compact_reflector<K>(
+    api: Api<Lenient<K>>,
+    config: watcher::Config,
+    compact: fn(&mut K),
+) -> (
+    DecodedStore<K>,
+    impl Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Watched,
+{
     let (reader, writer) = reflector::store();
-    let events = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let watch = watcher(api, config).modify(move |object| {
+        if let Lenient::Decoded(decoded) = object {
+            // Freshly decoded, so not shared: no copy is made.
+            compact(Arc::make_mut(decoded));
+        }
+    });
+    let events = reflector::reflector(writer, watch).default_backoff();
     (DecodedStore { inner: reader }, events)
 }
 

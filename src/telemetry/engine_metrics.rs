@@ -7,6 +7,7 @@ use kube::{Client, Resource};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::metrics::Metrics;
@@ -48,6 +49,8 @@ pub struct EngineTelemetry {
     pub runs_finished: Family<StatusLabel, Counter>,
     pub step_duration: Family<ActionLabel, Histogram, fn() -> Histogram>,
     pub reconcile_errors: Family<ControllerLabel, Counter>,
+    /// Runs this process is executing now.
+    pub runs_in_progress: Gauge,
     recorder: Option<Recorder>,
 }
 
@@ -59,6 +62,7 @@ impl EngineTelemetry {
             runs_finished: Family::default(),
             step_duration: Family::new_with_constructor(step_histogram),
             reconcile_errors: Family::default(),
+            runs_in_progress: Gauge::default(),
             recorder: client.map(recorder),
         };
         metrics.with_registry(|r| {
@@ -76,6 +80,11 @@ impl EngineTelemetry {
                 "reconcile_errors",
                 "Failed reconciles, by controller",
                 telemetry.reconcile_errors.clone(),
+            );
+            r.register(
+                "runs_in_progress",
+                "Runs this process is executing",
+                telemetry.runs_in_progress.clone(),
             );
         });
         telemetry

@@ -7,7 +7,7 @@ use flowline::crd::{Run, Workflow};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
 use crate::support::{TestNamespace, client, eventually, text};
 
@@ -197,18 +197,14 @@ async fn deleting_a_workflow_deletes_its_runs() {
     let workflows = ns.api::<Workflow>();
     let runs = ns.api::<Run>();
     let wf = workflows.get("order-sync").await.unwrap();
-    let owner = wf.controller_owner_ref(&()).unwrap();
     for i in 0..3 {
-        let mut run = Run::new(
+        let run = Run::of_workflow(
+            &wf,
             &format!("order-sync-{i}"),
-            flowline::crd::RunSpec {
-                workflow_ref: wf.name_any(),
-                trigger: Default::default(),
-                payload: None,
-                cancel: false,
-            },
+            Default::default(),
+            None,
+            jiff::Timestamp::now(),
         );
-        run.meta_mut().owner_references = Some(vec![owner.clone()]);
         runs.create(&PostParams::default(), &run).await.unwrap();
     }
     assert_eq!(runs.list(&Default::default()).await.unwrap().items.len(), 3);

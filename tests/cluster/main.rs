@@ -4,6 +4,7 @@
 mod api;
 mod chaos;
 mod delivery;
+mod durable;
 mod engine;
 mod foundation;
 mod hostile;

@@ -235,8 +235,9 @@ async fn a_schedule_fires_on_time_without_duplicates_across_a_restart() {
     }
 }
 
-/// The cron tick a scheduled run is for: the Unix seconds its name ends with.
+/// The cron tick a scheduled run is for, in Unix seconds (its annotation).
 fn tick_of(run: &Run) -> i64 {
-    let name = run.metadata.name.as_deref().unwrap();
-    name.rsplit('-').next().unwrap().parse().unwrap()
+    let tick = &run.metadata.annotations.as_ref().unwrap()
+        [flowline::crd::timestamps::SCHEDULED_FOR_ANNOTATION];
+    tick.parse::<jiff::Timestamp>().unwrap().as_second()
 }

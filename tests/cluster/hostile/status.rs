@@ -158,8 +158,14 @@ async fn huge_values_next_to_huge_errors_and_big_payloads_stay_bounded() {
     assert_eq!(done["steps"][0]["output_truncated"], true);
     assert_capped(done["error"].as_str().unwrap());
     assert_capped(done["steps"][1]["error"].as_str().unwrap());
-    let (_, size) = tenant.stored(&run).await;
-    assert!(size < 300 * 1024, "Run object is {size} bytes");
+    // The spec holds the payload and the run's copy of the workflow (800 kB of
+    // inputs): what the engine bounds is the status.
+    let (stored, _) = tenant.stored(&run).await;
+    let status_size = serde_json::to_vec(&stored.status).unwrap().len();
+    assert!(
+        status_size < 300 * 1024,
+        "Run status is {status_size} bytes"
+    );
 
     // Forty steps each producing a near-cap output (a 60 kB string read from the
     // payload), next to 500 kB of payload: the run succeeds, the newest outputs are

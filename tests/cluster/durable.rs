@@ -1,0 +1,158 @@
+//! Runs are pinned to the workflow version they were created with, and deleting a
+//! workflow stops its runs.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Process, TestApi, eventually, ready, step_running};
+
+/// Edited while a run is in flight, then the operator is killed and replaced: the run
+/// still executes the steps it was created with, and says which version that was.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_run_executes_the_workflow_version_it_was_created_with() {
+    let api = TestApi::start("pin").await;
+    let key = api.admin_key.clone();
+    let wf = api.create_workflow("Pinned").await;
+    api.patch_workflow(
+        &key,
+        &wf,
+        json!({"steps": [
+            {"id": "wait", "action": "delay", "with": {"ms": 2000}},
+            {"id": "after", "action": "transform", "with": {"value": "v1"}}]}),
+    )
+    .await;
+    let created_with = api.get(&key, &format!("/v1/workflows/{wf}")).await;
+    assert_eq!(created_with.status(), 200);
+    let (mut first, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let run = api.start_run(&key, &wf, None).await;
+    step_running(&api.ns, &run, "wait").await;
+
+    // The edit renames nothing but changes what `after` produces and adds a step.
+    api.patch_workflow(
+        &key,
+        &wf,
+        json!({"steps": [
+            {"id": "wait", "action": "delay", "with": {"ms": 10}},
+            {"id": "after", "action": "transform", "with": {"value": "v2"}},
+            {"id": "extra", "action": "fail", "with": {"message": "not in this run"}}]}),
+    )
+    .await;
+    first.kill();
+    let (_second, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+
+    let view = api.finished_view(&key, &run, Duration::from_secs(60)).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+    let steps = view["steps"].as_array().unwrap();
+    let ids: Vec<&str> = steps
+        .iter()
+        .map(|s| s["step_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["wait", "after"],
+        "the steps of the version it started with"
+    );
+    assert_eq!(steps[1]["output"], "v1");
+    let pinned = view["workflow_generation"].as_i64().expect("shown");
+    let now = ns_workflow_generation(&api, &wf).await;
+    assert!(
+        pinned < now,
+        "pinned generation {pinned}, workflow now at {now}"
+    );
+    // A run started now gets the edited version.
+    let later = api.start_run(&key, &wf, None).await;
+    let view = api
+        .finished_view(&key, &later, Duration::from_secs(60))
+        .await;
+    assert_eq!(view["workflow_generation"].as_i64(), Some(now));
+    assert_eq!(
+        view["status"], "failed",
+        "the edited version fails at `extra`"
+    );
+}
+
+async fn ns_workflow_generation(api: &TestApi, wf: &str) -> i64 {
+    let wf = api
+        .ns
+        .api::<flowline::crd::Workflow>()
+        .get(wf)
+        .await
+        .unwrap();
+    wf.metadata.generation.unwrap()
+}
+
+/// A run in the middle of a long step stops executing within seconds of its workflow
+/// being deleted (and its history goes with the workflow).
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn deleting_a_workflow_stops_its_runs() {
+    let api = TestApi::start("wf-del").await;
+    let key = api.admin_key.clone();
+    let (stop, telemetry) = crate::support::spawn_run_controller(
+        &api.ns,
+        crate::support::guarded_client(),
+        Default::default(),
+    );
+    let _stop = stop.drop_guard();
+    let wf = api.create_workflow("Doomed").await;
+    api.patch_workflow(
+        &key,
+        &wf,
+        json!({"steps": [{"id": "long", "action": "delay", "with": {"ms": 600_000}}]}),
+    )
+    .await;
+    let run = api.start_run(&key, &wf, None).await;
+    step_running(&api.ns, &run, "long").await;
+    assert_eq!(telemetry.runs_in_progress.get(), 1, "executing here");
+
+    let res = api
+        .send("DELETE", &key, &format!("/v1/workflows/{wf}"), None)
+        .await;
+    assert_eq!(res.status(), 204);
+    eventually(
+        "the execution of the run to stop",
+        Duration::from_secs(10),
+        || async { (telemetry.runs_in_progress.get() == 0).then_some(()) },
+    )
+    .await;
+    let runs = api.ns.api::<flowline::crd::Run>();
+    eventually(
+        "the run to be deleted with its workflow",
+        Duration::from_secs(60),
+        || async { runs.get_opt(&run).await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+}
+
+/// A run holds its payload and its copy of the workflow: together they may not exceed
+/// 1 MiB, and the API says so instead of failing to store the Run.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_run_too_large_to_store_with_its_workflow_is_refused_clearly() {
+    let api = TestApi::start("pin-size").await;
+    let key = api.admin_key.clone();
+    let wf = api.create_workflow("Big inputs").await;
+    api.patch_workflow(
+        &key,
+        &wf,
+        json!({"steps": [{"id": "big", "action": "transform", "with": {"value": "v".repeat(600_000)}}]}),
+    )
+    .await;
+    let res = api
+        .send(
+            "POST",
+            &key,
+            &format!("/v1/workflows/{wf}/runs"),
+            Some(json!({"payload": {"blob": "p".repeat(600_000)}})),
+        )
+        .await;
+    let body = crate::support::assert_error(res, 400, "validation_error").await;
+    assert_eq!(body["error"]["details"][0]["field"], "payload", "{body}");
+    // A smaller payload fits next to the same workflow.
+    api.start_run(&key, &wf, Some(json!({"payload": {"blob": "small"}})))
+        .await;
+}
