@@ -113,10 +113,11 @@ pub async fn carry_out(plan: &[Kill], scene: Scene<'_>, leading_since: Instant) 
         )
         .await;
         tokio::time::sleep(kill.lead_in).await;
+        // Read before the moment: nothing may come between the moment and the kill.
+        let leader = scene.operators.leader(scene.client).await;
         let on_moment = tokio::time::timeout(MOMENT_WAIT, moment(kill, &scene, leading_since))
             .await
             .is_ok();
-        let leader = scene.operators.leader(scene.client).await;
         let killed_at = scene.operators.kill();
         scene.receiver.set_delay(Duration::ZERO);
         let in_flight = scene
@@ -131,11 +132,10 @@ pub async fn carry_out(plan: &[Kill], scene: Scene<'_>, leading_since: Instant) 
         // Kill a generation that has taken over, not one still catching up: otherwise
         // consecutive kills pile up on the same steps, and the figures of this restart
         // would be cut short.
-        let recovered = tokio::time::Instant::now() + RECOVERY_WAIT;
-        while scene.observer.moved(&in_flight, leading_at).is_none()
-            && tokio::time::Instant::now() < recovered
-        {
-            scene.observer.next_change(RECOVERY_WAIT).await;
+        let recovered = Instant::now() + RECOVERY_WAIT;
+        while scene.observer.moved(&in_flight, leading_at).is_none() && Instant::now() < recovered {
+            scene.operators.supervise();
+            scene.observer.next_change(Duration::from_secs(1)).await;
         }
         leading_since = leading_at;
         restarts.push(Restart {
