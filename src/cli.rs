@@ -156,9 +156,19 @@ pub struct OperatorArgs {
     /// Name of the leader-election Lease (distinct per installation in one namespace).
     #[arg(long, default_value = "flowline-controller")]
     pub leader_election_lease: String,
-    /// Seconds a leader's Lease stays valid without renewal.
-    #[arg(long, default_value = "15")]
+    /// Seconds a leader's Lease stays valid without renewal: a follower takes over
+    /// once it has seen the Lease unchanged for this long, on its own clock.
+    #[arg(long, value_name = "SECONDS", default_value = "15")]
     pub leader_lease_seconds: u64,
+    /// Seconds the leader may go without a successful renewal before it exits (and
+    /// another replica may take over once the lease expires); default 2/3 of the
+    /// lease. Must end at least 0.5 s before the lease does.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
+    pub leader_renew_deadline_seconds: Option<std::time::Duration>,
+    /// Seconds between two attempts to renew or take the lease; default 2/15 of the
+    /// lease. Fractions allowed.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
+    pub leader_retry_period_seconds: Option<std::time::Duration>,
     /// Run the controllers without serving `/v1` (and without the API's watch caches):
     /// for a controller Deployment next to separate API replicas.
     #[arg(long)]
@@ -231,6 +241,17 @@ impl OperatorArgs {
     /// The destination guard of deliveries and steps alike.
     pub fn destination_policy(&self) -> crate::egress::DestinationPolicy {
         crate::egress::DestinationPolicy::allowing(self.allow_cidrs.clone())
+    }
+
+    /// The leader-election durations, checked against each other.
+    pub fn leader_timing(
+        &self,
+    ) -> Result<crate::controller::leader::Timing, crate::controller::leader::TimingError> {
+        crate::controller::leader::Timing::new(
+            std::time::Duration::from_secs(self.leader_lease_seconds),
+            self.leader_renew_deadline_seconds,
+            self.leader_retry_period_seconds,
+        )
     }
 
     pub fn scope(&self) -> crate::kubeutil::WatchScope {

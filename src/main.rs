@@ -1,34 +1,66 @@
 #![forbid(unsafe_code)]
 
+use std::process::ExitCode;
+
 use clap::Parser;
 use flowline::cli::{Cli, Command};
+use flowline::operator::{Role, Stopped};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// What is left to do once the runtime has stopped.
+enum Ended {
+    Exit(ExitCode),
+    Operator(Stopped),
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
     // One TLS crypto provider for every client (kube, webhook delivery, http.request).
     let _ = rustls::crypto::ring::default_provider().install_default();
     flowline::telemetry::logging::init(cli.log_format);
-    let result = match cli.command {
-        Command::Crdgen => {
-            print!("{}", flowline::crd::render_yaml());
-            Ok(())
-        }
-        Command::Operator(args) => {
-            flowline::operator::run(args, flowline::operator::Role::Operator).await
-        }
-        Command::Api(args) => flowline::operator::run(args, flowline::operator::Role::Api).await,
-        Command::ApiKey { command } => flowline::api_key_command::run(command).await,
-        Command::Step => {
-            let code = flowline::step_command::run().await;
-            return std::process::ExitCode::from(u8::try_from(code).unwrap_or(1));
+    // What #[tokio::main] builds, kept by hand so that it can be dropped before a
+    // leader's lease is handed over.
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
         }
     };
+    let result = runtime.block_on(dispatch(cli.command));
+    // Dropping the runtime drops every task still running — a leader's run
+    // executions, delivery attempts, status writers — so that none of them is alive
+    // when the lease is released below and another replica takes over.
+    drop(runtime);
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(Ended::Exit(code)) => code,
+        Ok(Ended::Operator(stopped)) => {
+            stopped.finish();
+            ExitCode::SUCCESS
+        }
         Err(err) => {
             eprintln!("error: {err:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<Ended> {
+    Ok(match command {
+        Command::Crdgen => {
+            print!("{}", flowline::crd::render_yaml());
+            Ended::Exit(ExitCode::SUCCESS)
+        }
+        Command::Operator(args) => {
+            Ended::Operator(flowline::operator::run(args, Role::Operator).await?)
+        }
+        Command::Api(args) => Ended::Operator(flowline::operator::run(args, Role::Api).await?),
+        Command::ApiKey { command } => {
+            flowline::api_key_command::run(command).await?;
+            Ended::Exit(ExitCode::SUCCESS)
+        }
+        Command::Step => {
+            let code = flowline::step_command::run().await;
+            Ended::Exit(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+    })
 }

@@ -1,11 +1,11 @@
 //! Wiring of `flowline operator` and `flowline api`: connect, wait for the CRDs,
 //! start the watch caches, serve the API and the operational endpoints, run until
-//! SIGTERM.
+//! SIGTERM. `leading` is the leader's life (lease, watchdog, hand-over).
+
+mod leading;
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,7 +16,9 @@ use crate::api::state::ApiState;
 use crate::cli::OperatorArgs;
 use crate::controller::leader;
 use crate::telemetry::engine_metrics::EngineTelemetry;
+use crate::telemetry::leader_metrics::LeaderGauge;
 use crate::telemetry::{health, metrics::Metrics};
+pub use leading::{EXIT_LOST_LEADERSHIP, Leadership};
 
 /// Which parts of Flowline this process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +29,21 @@ pub enum Role {
     Api,
 }
 
-pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
+/// What is left once [`run`] has returned.
+#[must_use = "a leader releases its lease only through Stopped::finish"]
+pub struct Stopped(Option<Leadership>);
+
+impl Stopped {
+    /// Hands a leader's lease over. Call only after the runtime that ran [`run`] has
+    /// been dropped (see [`Leadership::hand_over`]).
+    pub fn finish(self) {
+        if let Some(leadership) = self.0 {
+            leadership.hand_over();
+        }
+    }
+}
+
+pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
@@ -37,6 +53,13 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     let readiness = health::Readiness::default();
     let crds_gate = readiness.gate("crds");
     let metrics = Metrics::default();
+    // Checked before connecting: a timing that could let two leaders overlap is a
+    // configuration error, not something to find out under load. The gauge is there
+    // (at 0) from the first scrape on.
+    let candidate = match role {
+        Role::Operator => Some((args.leader_timing()?, LeaderGauge::new(&metrics))),
+        Role::Api => None,
+    };
 
     let client = crate::kubeutil::client().await?;
     let scope = args.scope();
@@ -59,7 +82,6 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     }
     // Serve /healthz (and /readyz, not ready yet) while the CRDs are awaited, so a
     // slow CRD installation does not look like a dead process.
-    let client_for_release = client.clone();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -86,9 +108,8 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
     crds_gate.open();
     tracing::info!(?role, "CRDs established");
 
-    let lost_leadership = Arc::new(AtomicBool::new(false));
-    let mut lease = None;
-    if role == Role::Operator {
+    let mut leadership = None;
+    if let Some((timing, gauge)) = candidate {
         let telemetry = EngineTelemetry::new(&metrics, Some(client.clone()));
         let http = crate::egress::GuardedClient::new(crate::egress::ClientSettings {
             policy: args.destination_policy(),
@@ -117,25 +138,23 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
                 destinations: args.destination_policy(),
             },
         );
-        let cfg = leader::LeaseConfig {
-            namespace: args.leader_election_namespace.clone(),
-            name: args.leader_election_lease.clone(),
-            identity: format!("{}-{}", hostname(), crate::ids::new_id("op")),
-            duration: Duration::from_secs(args.leader_lease_seconds.max(3)),
-        };
-        lease = Some(cfg.clone());
-        let (client, shutdown, lost) = (client.clone(), shutdown.clone(), lost_leadership.clone());
+        let candidacy = Leadership::new(
+            leader::LeaseConfig {
+                namespace: args.leader_election_namespace.clone(),
+                name: args.leader_election_lease.clone(),
+                identity: format!("{}-{}", hostname(), crate::ids::new_id("op")),
+                timing,
+            },
+            gauge,
+        );
+        leadership = Some(candidacy.clone());
         let delivery_settings: Vec<_> = scope
             .each()
             .into_iter()
             .map(|ns| args.delivery_settings(ns))
             .collect();
-        let workflow_telemetry = telemetry.clone();
-        tokio::spawn(async move {
-            if !leader::acquire(client.clone(), &cfg, &shutdown).await {
-                return;
-            }
-            let controllers = shutdown.child_token();
+        let workers = client.clone();
+        let start = move |controllers: CancellationToken| {
             // One set of watches per listed namespace (or one for the cluster).
             for settings in delivery_settings {
                 let namespace = settings.namespace.clone();
@@ -144,40 +163,29 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<()> {
                     controllers.clone(),
                 ));
                 tokio::spawn(crate::controller::workflow::run(
-                    client.clone(),
+                    workers.clone(),
                     namespace,
-                    workflow_telemetry.clone(),
+                    telemetry.clone(),
                     controllers.clone(),
                 ));
                 tokio::spawn(crate::delivery::worker::run(
-                    client.clone(),
+                    workers.clone(),
                     sender.clone(),
                     settings,
                     delivery_metrics.clone(),
                     controllers.clone(),
                 ));
             }
-            if !leader::keep(client, cfg, shutdown.clone()).await {
-                // Another replica may lead now: stop everything and let Kubernetes
-                // restart this one as a follower.
-                lost.store(true, Ordering::Release);
-                shutdown.cancel();
-            }
-        });
+        };
+        tokio::spawn(candidacy.lead(client.clone(), shutdown.clone(), start));
     }
     server
         .await
         .context("HTTP server task failed")?
         .context("HTTP server failed")?;
     shutdown.cancel();
-    if lost_leadership.load(Ordering::Acquire) {
-        anyhow::bail!("lost the leader-election lease");
-    }
-    if let Some(cfg) = lease {
-        leader::release(client_for_release, &cfg).await;
-    }
     tracing::info!("shut down cleanly");
-    Ok(())
+    Ok(Stopped(leadership))
 }
 
 fn hostname() -> String {

@@ -292,3 +292,30 @@ async fn wait_until(mut done: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_run_cache_keeps_an_outline_of_the_pinned_steps() {
+        let mut run: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n"},
+            "spec": {"workflowRef": "wf", "workflow": {"generation": 3, "name": "W", "steps": [
+                {"id": "a", "name": "Fetch", "action": "http.request", "when": "true",
+                 "timeoutMs": 5, "retry": {"maxAttempts": 2},
+                 "with": {"url": "https://example.com", "body": "x".repeat(1000)}}]}},
+        }))
+        .unwrap();
+        outline_pinned_steps(&mut run);
+        let pinned = run.spec.workflow.as_ref().unwrap();
+        assert_eq!(pinned.generation, 3);
+        let step = &pinned.steps[0];
+        assert_eq!((step.id.as_str(), step.display_name()), ("a", "Fetch"));
+        assert_eq!(step.action, crate::crd::Action::HttpRequest);
+        assert!(step.with.is_none() && step.when.is_none());
+        assert!(step.retry.is_none() && step.timeout_ms.is_none());
+    }
+}

@@ -1,15 +1,47 @@
 //! Leader election with a coordination.k8s.io Lease, so that of several operator
-//! replicas exactly one runs the controllers (and executes runs). The API is not
-//! gated: every replica serves it.
+//! replicas at most one runs the controllers (executes runs, delivers webhooks) at
+//! any moment. The API is not gated: every replica serves it.
+//!
+//! The scheme is client-go's. A follower never compares the holder's `renewTime` with
+//! its own wall clock (clocks of two machines may disagree by any amount): it
+//! remembers the last Lease record it read and the monotonic instant it first saw
+//! it, and takes the lease only once that record has stayed unchanged for a whole
+//! lease duration. The leader renews every retry period; every request runs under a
+//! deadline, so a stalled connection to the API server cannot hang the loop.
+//!
+//! Why two leaders cannot overlap: let `s` be the instant the leader started its
+//! last successful renewal. Its write reached the API server after `s`, so a follower
+//! saw that record after `s` and may take over only a lease duration `D` later — not
+//! before `s + D`. The leader gives up at `s + R` (the renew deadline) and its
+//! watchdog thread ends the process then, within `STOP_BUDGET`; `R + STOP_BUDGET ≤ D`
+//! is checked at start-up. This holds as long as the two machines' clocks run at
+//! about the same rate (with the defaults, one may run up to `D / (R + STOP_BUDGET)`,
+//! about 1.4 times, faster than the other). A follower that replaces a record it saw
+//! expire while the leader did renew meanwhile gets a conflict: the replace carries
+//! the resourceVersion it saw.
+//!
+//! Not covered (Kubernetes has no fencing tokens): a request the old leader sent
+//! before it stopped can reach the API server later, and a process frozen past its
+//! deadline (SIGSTOP, a paused VM) runs a moment longer when it thaws.
+//!
+//! `decide` holds the pure decisions, `timing` the durations, `watchdog` the thread;
+//! this file does the reads and writes.
 
-use std::time::Duration;
+mod decide;
+mod timing;
+mod watchdog;
+
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
+
+use decide::{Holding, Observation, Record};
+pub use timing::{Timing, TimingError, parse_seconds};
+pub use watchdog::Watchdog;
 
 /// Settings of one elector.
 #[derive(Debug, Clone)]
@@ -17,200 +49,201 @@ pub struct LeaseConfig {
     pub namespace: String,
     pub name: String,
     pub identity: String,
-    /// How long a lease stays valid without renewal.
-    pub duration: Duration,
+    pub timing: Timing,
 }
 
-impl LeaseConfig {
-    fn renew_every(&self) -> Duration {
-        self.duration / 3
-    }
+/// Why a leader stopped leading.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Lost {
+    #[error("the lease is no longer ours (holder now: {holder:?})")]
+    Taken { holder: Option<String> },
+    #[error("the lease was not renewed within the renew deadline ({0:?})")]
+    Deadline(Duration),
 }
 
-/// Whether `holder` may take the lease now. Pure.
-pub fn may_acquire(spec: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> bool {
-    let Some(spec) = spec else { return true };
-    let holder = spec.holder_identity.as_deref().unwrap_or_default();
-    if holder.is_empty() || holder == identity {
-        return true;
-    }
-    let Some(renewed) = spec.renew_time.as_ref().map(|t| t.0) else {
-        return true;
+/// What one renewal attempt found.
+enum Renewal {
+    Renewed,
+    Lost(Option<String>),
+    /// The Lease changed between our read and our write: read again.
+    Conflict,
+}
+
+fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 409)
+}
+
+/// One attempt to take the lease; true when this replica holds it now.
+async fn try_acquire(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    seen: &mut Option<Observation>,
+) -> Result<bool, kube::Error> {
+    let Some(lease) = api.get_opt(&cfg.name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(cfg.name.clone()),
+                ..Default::default()
+            },
+            spec: Some(decide::spec_for(
+                &cfg.identity,
+                &cfg.timing,
+                None,
+                Timestamp::now(),
+            )),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_conflict(&e) => Ok(false), // another replica created it first
+            Err(e) => Err(e),
+        };
     };
-    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-    renewed.as_second() + duration < now.as_second()
+    // The instant is taken after the read came back: see `decide::observe`.
+    let now = Instant::now();
+    let observed = decide::observe(seen.take(), Record::of(&lease), now);
+    let may = decide::may_acquire(&observed, &cfg.identity, cfg.timing.lease, now);
+    *seen = Some(observed);
+    if !may {
+        return Ok(false);
+    }
+    write_ours(api, cfg, lease).await
 }
 
-fn spec_for(cfg: &LeaseConfig, previous: Option<&LeaseSpec>, now: Timestamp) -> LeaseSpec {
-    let same_holder =
-        previous.and_then(|p| p.holder_identity.as_deref()) == Some(cfg.identity.as_str());
-    let transitions = previous.and_then(|p| p.lease_transitions).unwrap_or(0);
-    LeaseSpec {
-        holder_identity: Some(cfg.identity.clone()),
-        lease_duration_seconds: Some(i32::try_from(cfg.duration.as_secs()).unwrap_or(15).max(1)),
-        acquire_time: if same_holder {
-            previous.and_then(|p| p.acquire_time.clone())
-        } else {
-            Some(MicroTime(now))
-        },
-        renew_time: Some(MicroTime(now)),
-        lease_transitions: Some(if same_holder {
-            transitions
-        } else {
-            transitions + 1
-        }),
-        ..Default::default()
+/// Writes this replica as the holder of `lease` (as read); false on a conflict. The
+/// resourceVersion in `lease` makes this a compare-and-swap: if the lease changed
+/// after our read (the holder renewed, another follower took it first), it fails.
+async fn write_ours(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    mut lease: Lease,
+) -> Result<bool, kube::Error> {
+    lease.spec = Some(decide::spec_for(
+        &cfg.identity,
+        &cfg.timing,
+        lease.spec.as_ref(),
+        Timestamp::now(),
+    ));
+    match api
+        .replace(&lease.name_any(), &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if is_conflict(&e) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
-/// One attempt to take or renew the lease; true when this replica holds it now.
-async fn try_hold(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, kube::Error> {
-    let now = Timestamp::now();
-    match api.get_opt(&cfg.name).await? {
-        None => {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(cfg.name.clone()),
-                    ..Default::default()
-                },
-                spec: Some(spec_for(cfg, None, now)),
-            };
-            match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
-        }
-        Some(mut lease) => {
-            if !may_acquire(lease.spec.as_ref(), &cfg.identity, now) {
-                return Ok(false);
-            }
-            lease.spec = Some(spec_for(cfg, lease.spec.as_ref(), now));
-            // The resourceVersion in `lease` makes this a compare-and-swap: of two
-            // replicas replacing an expired lease at once, one gets a conflict.
-            match api
-                .replace(&lease.name_any(), &PostParams::default(), &lease)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
-        }
+/// One attempt of the leader to renew.
+async fn try_renew(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<Renewal, kube::Error> {
+    let lease = api.get_opt(&cfg.name).await?;
+    let Some(lease) = lease else {
+        return Ok(Renewal::Lost(None));
+    };
+    if let Holding::Lost { holder } = decide::holding(Some(&Record::of(&lease)), &cfg.identity) {
+        return Ok(Renewal::Lost(holder));
     }
+    Ok(if write_ours(api, cfg, lease).await? {
+        Renewal::Renewed
+    } else {
+        Renewal::Conflict
+    })
 }
 
-/// Waits until this replica holds the lease.
-pub async fn acquire(client: Client, cfg: &LeaseConfig, shutdown: &CancellationToken) -> bool {
+/// Waits until this replica holds the lease; returns the instant the successful
+/// attempt started (the renew deadline counts from there), or None on shutdown.
+pub async fn acquire(
+    client: Client,
+    cfg: &LeaseConfig,
+    shutdown: &CancellationToken,
+) -> Option<Instant> {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let mut seen = None;
     loop {
-        match try_hold(&api, cfg).await {
-            Ok(true) => {
+        let started = Instant::now();
+        // A follower holds nothing, so any bound works; the renew deadline keeps a
+        // stalled connection from stopping the attempts for long.
+        let attempt =
+            tokio::time::timeout(cfg.timing.renew_deadline, try_acquire(&api, cfg, &mut seen));
+        match attempt.await {
+            Ok(Ok(true)) => {
                 tracing::info!(identity = %cfg.identity, lease = %cfg.name, "became leader");
-                return true;
+                return Some(started);
             }
-            Ok(false) => {}
-            Err(err) => tracing::warn!(error = %err, "lease acquisition failed; retrying"),
+            Ok(Ok(false)) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "lease acquisition failed; retrying"),
+            Err(_) => tracing::warn!("lease acquisition timed out; retrying"),
         }
         tokio::select! {
-            _ = shutdown.cancelled() => return false,
-            _ = tokio::time::sleep(cfg.renew_every()) => {}
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(cfg.timing.retry_period) => {}
         }
     }
 }
 
-/// Renews the lease until shutdown; returns when leadership is lost (a renewal did
-/// not succeed within the lease duration), so the caller stops its controllers.
-pub async fn keep(client: Client, cfg: LeaseConfig, shutdown: CancellationToken) -> bool {
+/// Renews the lease every retry period, moving the watchdog's deadline on with every
+/// success; returns when leadership is lost — taken by someone else, or not renewed
+/// within the renew deadline counted from `acquired` or the last renewal. Each attempt
+/// is bounded by the time left until that deadline, so it returns at the deadline
+/// even when the API server never answers.
+pub async fn keep(
+    client: Client,
+    cfg: &LeaseConfig,
+    acquired: Instant,
+    watchdog: &Watchdog,
+) -> Lost {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-    let mut last_success = tokio::time::Instant::now();
+    let timing = &cfg.timing;
+    let mut last = acquired;
+    let expired = Lost::Deadline(timing.renew_deadline);
     loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return true,
-            _ = tokio::time::sleep(cfg.renew_every()) => {}
-        }
-        match try_hold(&api, &cfg).await {
-            Ok(true) => last_success = tokio::time::Instant::now(),
-            Ok(false) => {
-                tracing::error!(identity = %cfg.identity, "another replica took the lease");
-                return false;
+        let Some(left) = decide::renew_budget(last, timing, Instant::now()) else {
+            return expired;
+        };
+        tokio::time::sleep(timing.retry_period.min(left)).await;
+        // Taken before the request is sent: the write it makes lands after this.
+        let started = Instant::now();
+        let Some(budget) = decide::renew_budget(last, timing, started) else {
+            return expired;
+        };
+        match tokio::time::timeout(budget, try_renew(&api, cfg)).await {
+            Ok(Ok(Renewal::Renewed)) => {
+                last = started;
+                watchdog.extend(started + timing.renew_deadline);
             }
-            Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
-        }
-        // Stop before the lease can expire, so two leaders never overlap.
-        if last_success.elapsed() > cfg.duration - cfg.renew_every() {
-            tracing::error!("could not renew the lease in time");
-            return false;
+            Ok(Ok(Renewal::Lost(holder))) => return Lost::Taken { holder },
+            Ok(Ok(Renewal::Conflict)) => {
+                tracing::warn!("the lease changed while renewing; reading it again");
+            }
+            Ok(Err(err)) => tracing::warn!(error = %err, "lease renewal failed"),
+            Err(_) => tracing::warn!(?budget, "lease renewal got no answer in time"),
         }
     }
 }
 
-/// Gives the lease up on a clean shutdown, so another replica takes over at once
-/// instead of waiting for it to expire.
+/// Gives the lease up, so another replica takes over at once instead of waiting for
+/// it to expire. Only for a process that has stopped all its leader work: a free
+/// lease may be taken immediately.
 pub async fn release(client: Client, cfg: &LeaseConfig) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
-        && lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.as_deref())
-            == Some(cfg.identity.as_str())
-    {
+    let give_up = async {
+        let mut lease = api.get_opt(&cfg.name).await?;
+        let Some(lease) = lease
+            .as_mut()
+            .filter(|l| decide::holding(Some(&Record::of(l)), &cfg.identity) == Holding::Mine)
+        else {
+            return Ok(());
+        };
         if let Some(spec) = lease.spec.as_mut() {
             spec.holder_identity = None;
             spec.renew_time = None;
         }
-        let _ = api.replace(&cfg.name, &PostParams::default(), &lease).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(holder: &str, renewed: &str, secs: i32) -> LeaseSpec {
-        LeaseSpec {
-            holder_identity: Some(holder.into()),
-            renew_time: Some(MicroTime(renewed.parse().unwrap())),
-            lease_duration_seconds: Some(secs),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_held_lease_is_taken_only_after_it_expires() {
-        let now: Timestamp = "2026-01-01T00:00:20Z".parse().unwrap();
-        assert!(may_acquire(None, "a", now));
-        assert!(
-            may_acquire(Some(&spec("a", "2026-01-01T00:00:19Z", 15)), "a", now),
-            "own lease"
-        );
-        assert!(
-            !may_acquire(Some(&spec("b", "2026-01-01T00:00:10Z", 15)), "a", now),
-            "b still holds it"
-        );
-        assert!(
-            may_acquire(Some(&spec("b", "2026-01-01T00:00:04Z", 15)), "a", now),
-            "b's lease expired"
-        );
-    }
-
-    #[test]
-    fn transitions_count_changes_of_holder() {
-        let cfg = LeaseConfig {
-            namespace: "n".into(),
-            name: "l".into(),
-            identity: "a".into(),
-            duration: Duration::from_secs(15),
-        };
-        let now = Timestamp::now();
-        let mut previous = spec("b", "2026-01-01T00:00:00Z", 15);
-        previous.lease_transitions = Some(3);
-        assert_eq!(
-            spec_for(&cfg, Some(&previous), now).lease_transitions,
-            Some(4)
-        );
-        let mine = spec_for(&cfg, Some(&previous), now);
-        assert_eq!(spec_for(&cfg, Some(&mine), now).lease_transitions, Some(4));
+        api.replace(&cfg.name, &PostParams::default(), lease)
+            .await
+            .map(|_| ())
+    };
+    match tokio::time::timeout(cfg.timing.renew_deadline, give_up).await {
+        Ok(Ok(())) => tracing::info!("released the leader-election lease"),
+        Ok(Err(err)) => tracing::warn!(error = %err, "could not release the lease; it expires"),
+        Err(_) => tracing::warn!("releasing the lease got no answer in time; it expires"),
     }
 }

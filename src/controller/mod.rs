@@ -4,4 +4,5 @@
 pub mod leader;
 pub mod run;
 pub mod schedule;
+pub mod undelivered;
 pub mod workflow;

@@ -414,41 +414,45 @@ fn error_policy(_run: Arc<Lenient<Run>>, err: &ReconcileError, ctx: Arc<Context>
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Stops executions whose Run or Workflow is deleted, from metadata-only watches (the
-/// controller's own watch does not reconcile deleted objects).
-async fn stop_deleted(ctx: Arc<Context>, shutdown: CancellationToken) {
-    use kube::core::PartialObjectMeta;
+/// The deletions of `K` objects in the controller's scope, as [`Deleted`], from a
+/// metadata-only watch.
+fn deletions<K>(
+    ctx: &Context,
+    describe: fn(kube::core::PartialObjectMeta<K>) -> Deleted,
+) -> futures::stream::BoxStream<'static, Deleted>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     use kube::runtime::WatchStreamExt;
-    use kube::runtime::watcher::Event;
-    let runs: Api<PartialObjectMeta<Run>> =
+    let api: Api<kube::core::PartialObjectMeta<K>> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
-    let workflows: Api<PartialObjectMeta<Workflow>> =
-        crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
-    let config = watcher::Config::default;
-    let run_deletions = watcher(runs, config())
+    watcher(api, watcher::Config::default())
         .default_backoff()
-        .filter_map(|event| async move {
+        .filter_map(move |event| async move {
             match event {
-                Ok(Event::Delete(meta)) => Some(Deleted::Run {
-                    uid: meta.uid().unwrap_or_default(),
-                }),
+                Ok(watcher::Event::Delete(meta)) => Some(describe(meta)),
                 _ => None,
             }
         })
-        .boxed();
-    let workflow_deletions = watcher(workflows, config())
-        .default_backoff()
-        .filter_map(|event| async move {
-            match event {
-                Ok(Event::Delete(meta)) => Some(Deleted::Workflow {
-                    namespace: meta.namespace().unwrap_or_default(),
-                    name: meta.name_any(),
-                }),
-                _ => None,
-            }
-        })
-        .boxed();
-    let mut deletions = futures::stream::select(run_deletions, workflow_deletions);
+        .boxed()
+}
+
+/// Stops executions whose Run or Workflow is deleted (the controller's own watch does
+/// not reconcile deleted objects).
+async fn stop_deleted(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let runs = deletions::<Run>(&ctx, |meta| Deleted::Run {
+        uid: meta.uid().unwrap_or_default(),
+    });
+    let workflows = deletions::<Workflow>(&ctx, |meta| Deleted::Workflow {
+        namespace: meta.namespace().unwrap_or_default(),
+        name: meta.name_any(),
+    });
+    let mut deletions = futures::stream::select(runs, workflows);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,

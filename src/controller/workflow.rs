@@ -1,7 +1,9 @@
 //! The Workflow controller: status (observed generation and state, run counts, last
 //! run), state-transition events for delivery, the schedule trigger, and retention
-//! of finished runs. `plan()` decides; `reconcile` applies.
+//! of finished runs. `plan()` decides; `reconcile` applies. Both the event cap and
+//! retention wait for deliveries to settle (`super::undelivered`).
 
+use std::cell::LazyCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,17 +17,17 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::schedule::{self, Schedule};
+use super::undelivered;
 use crate::crd::{
     Condition, ConditionStatus, EventKind, PendingEvent, Run, RunPhase, RunTrigger, TriggerType,
-    Workflow, WorkflowState, WorkflowStatus,
+    Webhook, Workflow, WorkflowState, WorkflowStatus,
 };
+use crate::delivery::settled::Outstanding;
+use crate::delivery::{outbox, unseen};
 use crate::engine::status_writer::FIELD_MANAGER;
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 use crate::telemetry::undecodable;
-
-/// Most undelivered events a workflow keeps; the oldest go first beyond that.
-const MAX_PENDING_EVENTS: usize = 50;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -39,53 +41,71 @@ pub enum ReconcileError {
 #[derive(Debug, PartialEq)]
 pub struct Plan {
     pub status: WorkflowStatus,
-    /// Finished runs beyond the retention limits, oldest first.
+    /// Finished runs beyond the retention limits whose events are settled, oldest
+    /// first.
     pub delete: Vec<String>,
+    /// The id of the event this plan records, if any.
+    pub new_event: Option<String>,
+    /// Settled events the cap evicted.
+    pub evicted: Vec<String>,
     /// Start a scheduled run for this tick.
     pub start_for_tick: Option<Timestamp>,
     /// When to look again without a change (the next cron tick).
     pub wake_at: Option<Timestamp>,
 }
 
-/// Decides status, retention and schedule from the workflow, its runs and the time.
-/// `new_event_id` names events that this plan records. Pure.
+/// Decides status, retention and schedule from the workflow, its runs, the webhooks
+/// of its namespace and the time. `new_event_id` names events that this plan records.
+/// Pure.
 pub fn plan(
     wf: &Workflow,
     runs: &[Arc<Run>],
+    hooks: &[Arc<Webhook>],
     now: Timestamp,
     new_event_id: &mut dyn FnMut() -> String,
 ) -> Plan {
     let previous = wf.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     status.observed_generation = wf.metadata.generation;
+    // Read only when needed: most reconciles neither cap events nor delete runs.
+    let delivery = LazyCell::new(|| Outstanding::new(hooks.iter().cloned()));
+    // Something waits for deliveries to settle: look again later.
+    let mut waiting = false;
 
     // State transitions, whoever made them.
     let state = wf.spec.state;
-    if previous.observed_state != Some(state) {
-        let kind = match (previous.observed_state, state) {
-            (_, WorkflowState::Active) => Some(EventKind::WorkflowActivated),
-            (Some(_), WorkflowState::Paused) => Some(EventKind::WorkflowPaused),
-            _ => None,
-        };
-        if let Some(kind) = kind {
+    let kind = match (previous.observed_state, state) {
+        (observed, _) if observed == Some(state) => None,
+        (_, WorkflowState::Active) => Some(EventKind::WorkflowActivated),
+        (Some(_), WorkflowState::Paused) => Some(EventKind::WorkflowPaused),
+        _ => None,
+    };
+    let workflow = wf.name_any();
+    let evicted = undelivered::evict_settled(
+        &mut status.pending_events,
+        usize::from(kind.is_some()),
+        |e| delivery.settled(&workflow, e),
+    );
+    let mut new_event = None;
+    match kind {
+        Some(_) if !undelivered::room_for_one(&status.pending_events) => waiting = true,
+        Some(kind) => {
+            let id = new_event_id();
             status.pending_events.push(PendingEvent {
-                id: new_event_id(),
+                id: id.clone(),
                 kind,
                 timestamp: now,
                 data: json!({
-                    "workflow_id": wf.name_any(),
+                    "workflow_id": workflow,
                     "workflow_name": wf.spec.name,
                     "previous_state": previous.observed_state.map(|s| s.as_str()),
                     "state": state.as_str(),
                 }),
             });
-            let excess = status
-                .pending_events
-                .len()
-                .saturating_sub(MAX_PENDING_EVENTS);
-            status.pending_events.drain(..excess);
+            new_event = Some(id);
+            status.observed_state = Some(state);
         }
-        status.observed_state = Some(state);
+        None => status.observed_state = Some(state),
     }
 
     // Counts, last run, retention.
@@ -119,6 +139,8 @@ pub fn plan(
         };
         if *kept < limit {
             *kept += 1;
+        } else if !settled_events(&delivery, run) {
+            waiting = true;
         } else {
             delete.push(run.name_any());
             match phase {
@@ -168,17 +190,32 @@ pub fn plan(
         last_transition_time: keep_time.unwrap_or(now),
         observed_generation: wf.metadata.generation,
     }];
+    if waiting {
+        let recheck =
+            now + jiff::SignedDuration::try_from(undelivered::RECHECK).unwrap_or_default();
+        wake_at = Some(wake_at.map_or(recheck, |at| at.min(recheck)));
+    }
     Plan {
         status,
         delete,
+        new_event,
+        evicted,
         start_for_tick,
         wake_at,
     }
 }
 
+/// Whether every event of the run is settled for the webhooks that subscribe to it.
+fn settled_events(delivery: &Outstanding, run: &Run) -> bool {
+    let (workflow, events) = outbox::of_run(run);
+    delivery.all_settled(workflow, events)
+}
+
 pub struct Context {
     pub client: Client,
     pub runs: DecodedStore<Run>,
+    /// For whether events are settled (retention, the event cap).
+    pub webhooks: DecodedStore<Webhook>,
     pub telemetry: EngineTelemetry,
 }
 
@@ -254,8 +291,14 @@ async fn reconcile(
         .into_iter()
         .filter(|r| r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workflow_ref == name)
         .collect();
+    let hooks: Vec<Arc<Webhook>> = ctx
+        .webhooks
+        .state()
+        .into_iter()
+        .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
+        .collect();
     let now = Timestamp::now();
-    let plan = plan(wf, &runs, now, &mut || {
+    let mut plan = plan(wf, &runs, &hooks, now, &mut || {
         crate::engine::events::new_event_id()
     });
     let run_api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
@@ -269,18 +312,14 @@ async fn reconcile(
     if let Some(tick) = plan.start_for_tick {
         start_scheduled(&run_api, wf, tick).await?;
     }
-    let before = wf
-        .status
+    let recorded = plan
+        .new_event
         .as_ref()
-        .map(|s| s.pending_events.len())
-        .unwrap_or(0);
-    if let Some(new) = plan
-        .status
-        .pending_events
-        .last()
-        .filter(|_| plan.status.pending_events.len() > before)
-    {
-        crate::delivery::unseen::created(&new.id, new.timestamp);
+        .and_then(|id| plan.status.pending_events.iter_mut().find(|e| &e.id == id));
+    if let Some(new) = recorded {
+        // Registered before the write that records it; the registry stamps it.
+        let holder = unseen::Holder::new(unseen::HolderKind::Workflow, &wf.metadata);
+        new.timestamp = unseen::created(&ns, &holder, &new.id);
         let reason = if new.kind == EventKind::WorkflowActivated {
             "Activated"
         } else {
@@ -301,12 +340,23 @@ async fn reconcile(
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        api.patch_status(
-            &name,
-            &params,
-            &Patch::Merge(json!({"status": plan.status})),
-        )
-        .await?;
+        let written = api
+            .patch_status(
+                &name,
+                &params,
+                &Patch::Merge(json!({"status": plan.status})),
+            )
+            .await;
+        if let Err(err) = written {
+            // The next reconcile records the transition afresh, under a new id.
+            if let Some(id) = &plan.new_event {
+                unseen::write_failed(&ns, id);
+            }
+            return Err(err.into());
+        }
+        for id in &plan.evicted {
+            unseen::forget(&ns, id);
+        }
     }
     Ok(match plan.wake_at {
         Some(at) => {
@@ -342,16 +392,22 @@ pub async fn run(
     // The runs of every workflow, for counts and retention.
     let (reader, run_events) = lenient::reflector(runs.clone(), watcher::Config::default());
     undecodable::spawn_watch(run_events, Some(client.clone()), shutdown.clone(), |_| {});
+    // The webhooks, for what their deliveries have settled.
+    let hooks: Api<Lenient<Webhook>> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
+    let (webhooks, hook_events) = lenient::reflector(hooks, watcher::Config::default());
+    undecodable::spawn_watch(hook_events, None, shutdown.clone(), |_| {});
     let ctx = Arc::new(Context {
         client,
         runs: reader.clone(),
+        webhooks: webhooks.clone(),
         telemetry,
     });
     let controller = Controller::new(workflows, watcher::Config::default())
         .owns(runs, watcher::Config::default())
         .graceful_shutdown_on(shutdown.cancelled_owned());
-    // Retention counts need every run: start reconciling once the run cache is full.
-    if reader.wait_until_ready().await.is_err() {
+    // Retention counts need every run, and what every webhook settled: start
+    // reconciling once both caches are full.
+    if reader.wait_until_ready().await.is_err() || webhooks.wait_until_ready().await.is_err() {
         return;
     }
     controller
@@ -368,6 +424,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delivery::settled::tests::hook;
 
     fn wf(state: &str, status: serde_json::Value, history: (u32, u32)) -> Workflow {
         serde_json::from_value(json!({
@@ -405,6 +462,7 @@ mod tests {
         let p = plan(
             &wf("active", json!({"observedState": "draft"}), (100, 100)),
             &[],
+            &[],
             now,
             &mut ids(),
         );
@@ -423,7 +481,7 @@ mod tests {
             (100, 100),
         );
         assert_eq!(
-            plan(&again, &[], now, &mut ids())
+            plan(&again, &[], &[], now, &mut ids())
                 .status
                 .pending_events
                 .len(),
@@ -436,12 +494,18 @@ mod tests {
             serde_json::to_value(&p.status).unwrap(),
             (100, 100),
         );
-        let p2 = plan(&paused, &[], now, &mut ids());
+        let p2 = plan(&paused, &[], &[], now, &mut ids());
         assert_eq!(
             p2.status.pending_events.last().unwrap().kind,
             EventKind::WorkflowPaused
         );
-        let fresh_draft = plan(&wf("draft", json!(null), (100, 100)), &[], now, &mut ids());
+        let fresh_draft = plan(
+            &wf("draft", json!(null), (100, 100)),
+            &[],
+            &[],
+            now,
+            &mut ids(),
+        );
         assert!(
             fresh_draft.status.pending_events.is_empty(),
             "a new draft is not an event"
@@ -461,6 +525,7 @@ mod tests {
         let p = plan(
             &wf("draft", json!(null), (2, 1)),
             &runs,
+            &[],
             Timestamp::now(),
             &mut ids(),
         );
@@ -478,6 +543,124 @@ mod tests {
             p.status.last_run_at,
             Some("2026-01-01T00:00:05Z".parse().unwrap())
         );
+    }
+
+    fn succeeded_with_event(name: &str, started: &str) -> Arc<Run> {
+        let mut run = (*run(name, "succeeded", started)).clone();
+        run.status.as_mut().unwrap().pending_events = vec![PendingEvent {
+            id: format!("evt_{name}"),
+            kind: EventKind::RunSucceeded,
+            timestamp: started.parse().unwrap(),
+            data: json!({}),
+        }];
+        Arc::new(run)
+    }
+
+    #[test]
+    fn retention_waits_until_a_runs_events_are_settled() {
+        let runs = vec![
+            succeeded_with_event("s1", "2026-01-01T00:00:01Z"),
+            succeeded_with_event("s2", "2026-01-01T00:00:02Z"),
+        ];
+        let now = Timestamp::now();
+        let behind = hook(&["run.succeeded"], json!({"acknowledged": ["evt_s1"]}));
+        let p = plan(
+            &wf("draft", json!(null), (0, 0)),
+            &runs,
+            &[behind],
+            now,
+            &mut ids(),
+        );
+        assert_eq!(p.delete, ["s1"], "s2's run.succeeded is not delivered yet");
+        assert_eq!(p.status.run_counts.succeeded, 1);
+        let recheck = p.wake_at.expect("looks again while a run waits");
+        assert!(recheck <= now + jiff::SignedDuration::try_from(undelivered::RECHECK).unwrap());
+
+        let done = hook(
+            &["run.succeeded"],
+            json!({"deliveredThrough": "2026-01-01T00:00:02Z"}),
+        );
+        let unsubscribed = hook(&["run.failed"], json!(null));
+        let p = plan(
+            &wf("draft", json!(null), (0, 0)),
+            &runs,
+            &[done, unsubscribed],
+            now,
+            &mut ids(),
+        );
+        assert_eq!(p.delete, ["s1", "s2"]);
+        assert_eq!(p.wake_at, None);
+    }
+
+    /// A workflow paused with `n` earlier events in its status, now active.
+    fn reactivated_with(n: usize) -> Workflow {
+        let events: Vec<PendingEvent> = (0..n)
+            .map(|i| PendingEvent {
+                id: format!("old_{i}"),
+                kind: EventKind::WorkflowPaused,
+                timestamp: Timestamp::from_second(1_767_225_600 + 1 + i as i64).unwrap(),
+                data: json!({}),
+            })
+            .collect();
+        wf(
+            "active",
+            json!({"observedState": "paused", "pendingEvents": events}),
+            (100, 100),
+        )
+    }
+
+    #[test]
+    fn the_event_cap_evicts_settled_events_only() {
+        let now = Timestamp::now();
+        let settled_all = hook(
+            &["workflow.paused", "workflow.activated"],
+            json!({"deliveredThrough": "2026-01-02T00:00:00Z"}),
+        );
+        let p = plan(
+            &reactivated_with(undelivered::MAX_PENDING_EVENTS),
+            &[],
+            &[settled_all],
+            now,
+            &mut ids(),
+        );
+        assert_eq!(p.evicted, ["old_0"]);
+        assert_eq!(p.new_event.as_deref(), Some("evt_1"));
+        assert_eq!(
+            p.status.pending_events.len(),
+            undelivered::MAX_PENDING_EVENTS
+        );
+        assert_eq!(p.status.observed_state, Some(WorkflowState::Active));
+
+        let owed = hook(&["workflow.paused"], json!(null));
+        let p = plan(
+            &reactivated_with(undelivered::MAX_PENDING_EVENTS + 10),
+            &[],
+            &[owed],
+            now,
+            &mut ids(),
+        );
+        assert!(p.evicted.is_empty(), "nothing is settled");
+        assert_eq!(
+            p.status.pending_events.len(),
+            undelivered::MAX_PENDING_EVENTS + 11,
+            "kept beyond the cap"
+        );
+    }
+
+    #[test]
+    fn a_state_change_waits_while_the_held_events_are_all_unsettled() {
+        let now = Timestamp::now();
+        let owed = hook(&["workflow.paused"], json!(null));
+        let full = reactivated_with(undelivered::MAX_HELD_EVENTS);
+        let p = plan(&full, &[], &[owed], now, &mut ids());
+        assert_eq!(p.new_event, None);
+        assert_eq!(
+            p.status.observed_state,
+            Some(WorkflowState::Paused),
+            "recorded later, not dropped"
+        );
+        assert_eq!(p.status.pending_events, full.status.unwrap().pending_events);
+        assert!(p.wake_at.is_some());
     }
 
     #[test]

@@ -97,6 +97,10 @@ pub struct WebhookStatus {
     /// Events at or before `deliveredThrough` still in their retry series (bounded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retrying: Vec<RetryingEvent>,
+    /// Ids of events after `deliveredThrough` that are settled too, oldest first
+    /// (bounded; an id left out is delivered again after a restart).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acknowledged: Vec<String>,
     /// Redelivery requests (annotation `flowline.io/redeliver`) already carried out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handled_redeliveries: Vec<String>,
@@ -132,6 +136,7 @@ impl Default for WebhookStatus {
             recent_attempts: Vec::new(),
             delivered_through: None,
             retrying: Vec::new(),
+            acknowledged: Vec::new(),
             handled_redeliveries: Vec::new(),
         }
     }

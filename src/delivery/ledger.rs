@@ -1,27 +1,36 @@
-//! What a webhook still owes, kept as a watermark plus bounded exceptions, so that
+//! What a webhook still owes, kept as a watermark plus bounded lists, so that
 //! acknowledging thousands of deliveries costs one status write instead of one write
 //! per event (docs/delivery.md has the failure analysis). Pure: no I/O, no clock.
 //!
 //! An event is *settled* for a webhook when it was delivered or its retries ran out.
-//! The persisted form is `deliveredThrough` (W) and `retrying`: every matching event
-//! with a timestamp at or before W is settled, except those in `retrying`. Events
-//! after W are tracked in memory only; after a restart they are delivered again
-//! (at least once, never lost), which is what keeps the persisted part small.
+//! The persisted form, read by [`super::settled`], is the watermark W (`deliveredThrough`),
+//! `retrying` (unsettled events at or before W, with their series) and `acknowledged`
+//! (settled events after W). Every other event after W is owed: after a restart it is
+//! delivered (again). So what a restart re-sends is what settled since the last status
+//! write, plus what was in flight, plus what `acknowledged` had no room for.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::settled::{Acknowledgements, Recorded};
+use super::unseen::Cut;
 use crate::crd::{RetryingEvent, WebhookStatus};
 
 /// At most this many unsettled events are persisted below the watermark; beyond it the
-/// watermark waits, which only widens the window re-sent after a restart.
+/// watermark waits.
 pub const MAX_RETRYING: usize = 1000;
 
-/// How far behind the clock the watermark stays. An event can become visible to the
-/// worker after events stamped later than it (a write from another replica still in
-/// flight at a leader change); the API server gives up on a request after 60 s, so an
-/// event older than this is either visible already or was never written.
+/// At most this many settled events are persisted above the watermark (about 17 bytes
+/// each in the status); beyond it the oldest are left out of the list and would be
+/// delivered again after a restart: duplicates, never losses.
+pub const MAX_ACKNOWLEDGED: usize = 2000;
+
+/// How long after a worker starts its watermark stays this far behind the clock. A
+/// previous leader's write carrying an event may still land late (the API server gives
+/// up on a request after 60 s), and this process does not know those events; its own
+/// it knows exactly ([`super::unseen`]). After the grace period the watermark trails
+/// only what this process knows to be unsettled or unseen.
 pub const SETTLE: SignedDuration = SignedDuration::from_mins(2);
 
 const TICK: SignedDuration = SignedDuration::from_millis(1);
@@ -46,9 +55,10 @@ struct Open {
 
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    through: Timestamp,
-    /// Persisted exceptions below the watermark not yet picked up again.
-    parked: BTreeMap<String, RetryingEvent>,
+    /// The status as read at start, its watermark moved since; its `retrying` and
+    /// `acknowledged` entries leave as the first scan of the events matches them, and
+    /// what that scan does not match is orphaned ([`Ledger::synced`]).
+    persisted: Acknowledgements,
     /// Events being worked on.
     open: HashMap<String, Open>,
     /// Settled events after the watermark.
@@ -56,28 +66,17 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// The ledger a webhook's status describes; a webhook that never acknowledged
-    /// anything owes the events after its creation (`created`), not older ones.
+    /// The ledger a webhook's status describes (see [`Acknowledgements::from_status`]).
     pub fn from_status(status: Option<&WebhookStatus>, created: Timestamp) -> Self {
-        let through = status.and_then(|s| s.delivered_through).unwrap_or(created);
-        let parked = status
-            .map(|s| {
-                s.retrying
-                    .iter()
-                    .map(|r| (r.event_id.clone(), r.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
         Ledger {
-            through,
-            parked,
+            persisted: Acknowledgements::from_status(status, created),
             open: HashMap::new(),
             settled: HashMap::new(),
         }
     }
 
     pub fn through(&self) -> Timestamp {
-        self.through
+        self.persisted.through
     }
 
     /// Starts tracking the event if this webhook still owes it and nobody is working
@@ -86,49 +85,60 @@ impl Ledger {
         if self.open.contains_key(id) || self.settled.contains_key(id) {
             return None;
         }
-        if let Some(parked) = self.parked.remove(id) {
-            self.open.insert(
-                id.to_string(),
-                Open {
-                    timestamp: parked.timestamp,
-                    failures: parked.attempts,
-                    next_attempt_at: Some(parked.next_attempt_at),
-                },
-            );
-            return Some(Admission {
-                attempt: parked.attempts + 1,
-                not_before: Some(parked.next_attempt_at),
-            });
-        }
-        if timestamp <= self.through {
-            return None;
-        }
+        let (failures, next_attempt_at) = match self.persisted.recorded(id, timestamp) {
+            Recorded::Settled => {
+                // A restored acknowledgement learns its event's time here.
+                if self.persisted.acknowledged.remove(id) && timestamp > self.through() {
+                    self.settled.insert(id.to_string(), timestamp);
+                }
+                return None;
+            }
+            Recorded::Retrying {
+                attempts,
+                next_attempt_at,
+            } => {
+                self.persisted.retrying.remove(id);
+                (attempts, Some(next_attempt_at))
+            }
+            Recorded::Owed => (0, None),
+        };
         self.open.insert(
             id.to_string(),
             Open {
                 timestamp,
-                failures: 0,
-                next_attempt_at: None,
+                failures,
+                next_attempt_at,
             },
         );
         Some(Admission {
-            attempt: 1,
-            not_before: None,
+            attempt: failures + 1,
+            not_before: next_attempt_at,
         })
     }
 
-    /// Records a failed attempt of an open event; the next one is due at `next_at`.
-    pub fn failed(&mut self, id: &str, next_at: Timestamp) {
+    /// The worker has offered every event it holds (its stores are synced): restored
+    /// entries nothing matched belong to events that no longer exist (their Run or
+    /// Workflow was deleted) or that this webhook no longer subscribes to. Dropped, so
+    /// they never pin anything. Returns whether any were.
+    pub fn synced(&mut self) -> bool {
+        let orphans = self.persisted.retrying.len() + self.persisted.acknowledged.len();
+        self.persisted.retrying.clear();
+        self.persisted.acknowledged.clear();
+        orphans > 0
+    }
+
+    /// An attempt failed; the next is due at `next_attempt_at`.
+    pub fn failed(&mut self, id: &str, next_attempt_at: Timestamp) {
         if let Some(open) = self.open.get_mut(id) {
             open.failures += 1;
-            open.next_attempt_at = Some(next_at);
+            open.next_attempt_at = Some(next_attempt_at);
         }
     }
 
     /// The event was delivered or its retries ran out.
     pub fn settle(&mut self, id: &str) {
         if let Some(open) = self.open.remove(id)
-            && open.timestamp > self.through
+            && open.timestamp > self.through()
         {
             self.settled.insert(id.to_string(), open.timestamp);
         }
@@ -140,23 +150,21 @@ impl Ledger {
         self.open.remove(id);
     }
 
-    /// The newest event settled after the watermark (remembered in memory only).
-    pub fn newest_settled(&self) -> Option<Timestamp> {
-        self.settled.values().max().copied()
-    }
-
-    /// Moves the watermark as far as it safely goes: behind `now - SETTLE`, before any
-    /// event written by this process but not yet seen (`unseen_floor`), before any
-    /// event not yet attempted, and far enough back that at most [`MAX_RETRYING`]
-    /// unsettled events lie below it. Returns whether it moved.
-    pub fn advance(&mut self, now: Timestamp, unseen_floor: Option<Timestamp>) -> bool {
-        let mut candidate = now - SETTLE;
-        if let Some(floor) = unseen_floor {
-            candidate = candidate.min(floor - TICK);
+    /// How far the watermark may go now: before any event of this process not yet
+    /// seen (`cut.floor`), before any event not yet attempted, below anything stamped
+    /// after the cut, during the grace period `SETTLE` behind the clock, and far
+    /// enough back that at most [`MAX_RETRYING`] unsettled events lie below it.
+    pub fn ceiling(&self, cut: Cut, in_grace: bool) -> Timestamp {
+        let mut ceiling = cut.now - TICK;
+        if in_grace {
+            ceiling = ceiling.min(cut.now - SETTLE);
+        }
+        if let Some(floor) = cut.floor {
+            ceiling = ceiling.min(floor - TICK);
         }
         for open in self.open.values() {
             if open.failures == 0 {
-                candidate = candidate.min(open.timestamp - TICK);
+                ceiling = ceiling.min(open.timestamp - TICK);
             }
         }
         let mut failing: Vec<Timestamp> = self
@@ -164,18 +172,32 @@ impl Ledger {
             .values()
             .filter(|o| o.failures > 0)
             .map(|o| o.timestamp)
-            .chain(self.parked.values().map(|p| p.timestamp))
-            .filter(|ts| *ts <= candidate)
+            .chain(self.persisted.retrying.values().map(|p| p.timestamp))
+            .filter(|ts| *ts <= ceiling)
             .collect();
         if failing.len() > MAX_RETRYING {
             failing.sort_unstable();
-            candidate = candidate.min(failing[MAX_RETRYING] - TICK);
+            ceiling = ceiling.min(failing[MAX_RETRYING] - TICK);
         }
-        if candidate <= self.through {
+        ceiling
+    }
+
+    /// Whether moving the watermark now would drop remembered acknowledgements (a
+    /// status write then shrinks `acknowledged`).
+    pub fn can_compact(&self, cut: Cut, in_grace: bool) -> bool {
+        let ceiling = self.ceiling(cut, in_grace);
+        ceiling > self.through() && self.settled.values().any(|ts| *ts <= ceiling)
+    }
+
+    /// Moves the watermark to [`Ledger::ceiling`] if that is further. Returns whether
+    /// it moved.
+    pub fn advance(&mut self, cut: Cut, in_grace: bool) -> bool {
+        let ceiling = self.ceiling(cut, in_grace);
+        if ceiling <= self.through() {
             return false;
         }
-        self.through = candidate;
-        self.settled.retain(|_, ts| *ts > candidate);
+        self.persisted.through = ceiling;
+        self.settled.retain(|_, ts| *ts > ceiling);
         true
     }
 
@@ -183,13 +205,14 @@ impl Ledger {
     /// first.
     pub fn retrying(&self) -> Vec<RetryingEvent> {
         let mut out: Vec<RetryingEvent> = self
-            .parked
+            .persisted
+            .retrying
             .values()
             .cloned()
             .chain(
                 self.open
                     .iter()
-                    .filter(|(_, o)| o.timestamp <= self.through)
+                    .filter(|(_, o)| o.timestamp <= self.through())
                     .map(|(id, o)| RetryingEvent {
                         event_id: id.clone(),
                         timestamp: o.timestamp,
@@ -202,11 +225,28 @@ impl Ledger {
         out
     }
 
-    /// Whether the event is settled as far as the persisted form goes (what a restarted
-    /// worker would conclude).
-    #[cfg(test)]
-    pub fn persisted_settled(&self, id: &str, timestamp: Timestamp) -> bool {
-        timestamp <= self.through && !self.retrying().iter().any(|r| r.event_id == id)
+    /// The persisted acknowledgements: settled events after the watermark, oldest
+    /// first, the newest [`MAX_ACKNOWLEDGED`] of them. (Restored ids not yet matched
+    /// by a scan, whose time is unknown, count as the oldest.)
+    pub fn acknowledged(&self) -> Vec<String> {
+        let mut settled: Vec<(&Timestamp, &String)> =
+            self.settled.iter().map(|(id, ts)| (ts, id)).collect();
+        settled.sort_unstable();
+        let mut restored: Vec<&String> = self.persisted.acknowledged.iter().collect();
+        restored.sort_unstable();
+        let all: Vec<&String> = restored
+            .into_iter()
+            .chain(settled.into_iter().map(|(_, id)| id))
+            .collect();
+        let skip = all.len().saturating_sub(MAX_ACKNOWLEDGED);
+        all[skip..].iter().map(|id| id.to_string()).collect()
+    }
+
+    /// The acknowledgement fields as a status records them.
+    pub fn write_into(&self, status: &mut WebhookStatus) {
+        status.delivered_through = Some(self.through());
+        status.retrying = self.retrying();
+        status.acknowledged = self.acknowledged();
     }
 }
 
@@ -220,6 +260,23 @@ mod tests {
 
     fn ledger() -> Ledger {
         Ledger::from_status(None, t(0))
+    }
+
+    /// A cut at `now` with nothing unseen.
+    fn at(now: Timestamp) -> Cut {
+        Cut { now, floor: None }
+    }
+
+    fn status(l: &Ledger) -> WebhookStatus {
+        let mut status = WebhookStatus::default();
+        l.write_into(&mut status);
+        status
+    }
+
+    /// Whether a worker restarted from the ledger's status would skip the event.
+    fn persisted_settled(l: &Ledger, id: &str, timestamp: Timestamp) -> bool {
+        Acknowledgements::from_status(Some(&status(l)), t(0)).recorded(id, timestamp)
+            == Recorded::Settled
     }
 
     #[test]
@@ -237,18 +294,23 @@ mod tests {
     }
 
     #[test]
-    fn the_watermark_stays_behind_unattempted_events_and_the_settle_window() {
+    fn after_the_grace_period_the_watermark_trails_only_unattempted_events() {
         let mut l = ledger();
         l.admit("a", t(10));
         l.admit("b", t(20));
         l.settle("a");
-        assert!(l.advance(t(1000), None));
+        assert!(l.advance(at(t(1000)), false));
         assert_eq!(l.through(), t(20) - TICK, "b was never attempted");
-        assert!(!l.persisted_settled("b", t(20)));
-        assert!(l.persisted_settled("a", t(10)));
+        assert!(!persisted_settled(&l, "b", t(20)));
+        assert!(persisted_settled(&l, "a", t(10)));
         l.settle("b");
-        assert!(l.advance(t(1000), None));
-        assert_eq!(l.through(), t(1000) - SETTLE);
+        assert!(l.advance(at(t(1000)), false));
+        assert_eq!(
+            l.through(),
+            t(1000) - TICK,
+            "no settle window: right behind the cut"
+        );
+        assert!(l.acknowledged().is_empty(), "the watermark covers them all");
         assert_eq!(
             l.admit("b", t(20)),
             None,
@@ -257,22 +319,42 @@ mod tests {
     }
 
     #[test]
-    fn recent_settled_events_are_remembered_in_memory_until_the_watermark_passes() {
+    fn during_the_grace_period_settled_events_are_acknowledged_by_id() {
         let mut l = ledger();
-        l.admit("a", t(10));
+        l.admit("a", t(990));
         l.settle("a");
-        assert!(!l.advance(t(30), None), "inside the settle window");
-        assert_eq!(l.admit("a", t(10)), None);
-        assert!(
-            !l.persisted_settled("a", t(10)),
-            "a restart would send it again"
+        l.admit("b", t(995));
+        assert!(l.advance(at(t(1000)), true));
+        assert_eq!(
+            l.through(),
+            t(1000) - SETTLE,
+            "a previous leader's write may still land"
         );
+        assert_eq!(l.acknowledged(), ["a"]);
+        assert!(
+            persisted_settled(&l, "a", t(990)),
+            "a restart does not send it again"
+        );
+        assert!(!persisted_settled(&l, "b", t(995)), "b is in flight");
+        assert!(!l.can_compact(at(t(1000)), true));
+        assert!(
+            l.can_compact(at(t(1000)), false),
+            "once the grace period ends, a write can drop a from the list"
+        );
+        assert!(l.advance(at(t(1000)), false));
+        assert_eq!(l.through(), t(995) - TICK);
+        assert!(l.acknowledged().is_empty());
+        assert!(persisted_settled(&l, "a", t(990)));
     }
 
     #[test]
     fn an_unseen_event_of_this_process_holds_the_watermark() {
         let mut l = ledger();
-        l.advance(t(1000), Some(t(100)));
+        let cut = Cut {
+            now: t(1000),
+            floor: Some(t(100)),
+        };
+        l.advance(cut, false);
         assert_eq!(l.through(), t(100) - TICK);
     }
 
@@ -283,8 +365,12 @@ mod tests {
         l.failed("stuck", t(5000));
         l.admit("ok", t(20));
         l.settle("ok");
-        assert!(l.advance(t(1000), None));
-        assert_eq!(l.through(), t(1000) - SETTLE);
+        assert!(l.advance(at(t(1000)), false));
+        assert_eq!(
+            l.through(),
+            t(1000) - TICK,
+            "a failing event does not hold it"
+        );
         let retrying = l.retrying();
         assert_eq!(retrying.len(), 1);
         assert_eq!(
@@ -292,12 +378,7 @@ mod tests {
             ("stuck", 1)
         );
 
-        let status = WebhookStatus {
-            delivered_through: Some(l.through()),
-            retrying,
-            ..Default::default()
-        };
-        let mut restarted = Ledger::from_status(Some(&status), t(0));
+        let mut restarted = Ledger::from_status(Some(&status(&l)), t(0));
         assert_eq!(restarted.admit("ok", t(20)), None);
         assert_eq!(
             restarted.admit("stuck", t(10)),
@@ -308,7 +389,7 @@ mod tests {
         );
         restarted.settle("stuck");
         assert!(restarted.retrying().is_empty());
-        assert!(restarted.persisted_settled("stuck", t(10)));
+        assert!(persisted_settled(&restarted, "stuck", t(10)));
     }
 
     #[test]
@@ -319,9 +400,69 @@ mod tests {
             l.admit(&id, t(1 + i));
             l.failed(&id, t(100_000));
         }
-        l.advance(t(100_000), None);
+        l.advance(at(t(100_000)), false);
         assert_eq!(l.retrying().len(), MAX_RETRYING);
         assert_eq!(l.through(), t(1 + MAX_RETRYING as i64) - TICK);
+    }
+
+    #[test]
+    fn the_acknowledged_list_keeps_the_newest_and_a_restart_skips_them() {
+        let mut l = ledger();
+        // An old event still in its first attempt holds the watermark.
+        l.admit("slow", t(1));
+        let n = MAX_ACKNOWLEDGED as i64 + 10;
+        for i in 0..n {
+            let id = format!("e{i}");
+            l.admit(&id, t(10 + i));
+            l.settle(&id);
+        }
+        l.advance(at(t(100_000)), false);
+        assert_eq!(l.through(), t(1) - TICK);
+        let acknowledged = l.acknowledged();
+        assert_eq!(acknowledged.len(), MAX_ACKNOWLEDGED);
+        assert_eq!(acknowledged[0], "e10", "the oldest ten were left out");
+        assert_eq!(acknowledged.last().unwrap(), &format!("e{}", n - 1));
+        assert!(
+            !persisted_settled(&l, "e9", t(19)),
+            "left out: sent again after a restart (a duplicate, not a loss)"
+        );
+
+        let mut restarted = Ledger::from_status(Some(&status(&l)), t(0));
+        assert_eq!(restarted.admit("e10", t(20)), None);
+        assert!(restarted.admit("e9", t(19)).is_some());
+        assert!(restarted.admit("slow", t(1)).is_some());
+    }
+
+    #[test]
+    fn orphaned_entries_are_dropped_once_every_event_was_offered() {
+        let previous = WebhookStatus {
+            delivered_through: Some(t(100)),
+            retrying: ["gone", "alive"]
+                .iter()
+                .map(|id| RetryingEvent {
+                    event_id: id.to_string(),
+                    timestamp: t(50),
+                    attempts: 2,
+                    next_attempt_at: t(10_000),
+                })
+                .collect(),
+            acknowledged: vec!["gone-too".into(), "alive-too".into()],
+            ..Default::default()
+        };
+        let mut l = Ledger::from_status(Some(&previous), t(0));
+        // The scan offers what still exists.
+        assert!(l.admit("alive", t(50)).is_some());
+        assert_eq!(l.admit("alive-too", t(150)), None);
+        assert!(l.synced());
+        assert!(!l.synced(), "nothing left to drop");
+        let retrying: Vec<String> = l.retrying().into_iter().map(|r| r.event_id).collect();
+        assert_eq!(retrying, ["alive"]);
+        assert_eq!(l.acknowledged(), ["alive-too"]);
+        // The orphan no longer holds anything: the watermark moves past its time.
+        l.settle("alive");
+        l.advance(at(t(1000)), false);
+        assert_eq!(l.through(), t(1000) - TICK);
+        assert!(l.retrying().is_empty());
     }
 
     #[test]

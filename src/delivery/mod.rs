@@ -8,6 +8,7 @@ pub mod outbox;
 pub mod schedule;
 pub mod secrets;
 pub mod sender;
+pub mod settled;
 pub mod signing;
 pub mod unseen;
 pub mod worker;

@@ -25,7 +25,8 @@ use super::outbox::{self, Event};
 use super::schedule::{self, RetrySchedule};
 use super::secrets::{ROTATED_ANNOTATION, SecretCache};
 use super::sender::{Attempted, Outgoing, SendError, Sender};
-use super::unseen;
+use super::settled;
+use super::unseen::{self, Cut, HolderKind};
 use crate::crd::{DeliveryAttempt, Run, Webhook, WebhookStatus, Workflow};
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::telemetry::delivery_metrics::DeliveryMetrics;
@@ -80,6 +81,17 @@ enum Input {
     Hook(ObjectRef<Webhook>),
     Run(ObjectRef<Run>),
     Workflow(ObjectRef<Workflow>),
+    /// A Run or Workflow was deleted: its events not yet seen never will be.
+    Deleted {
+        namespace: String,
+        holder: unseen::Holder,
+    },
+    /// A list of `kind` completed that began at registration `mark` (see
+    /// [`unseen::relisted`]).
+    Relisted {
+        kind: HolderKind,
+        mark: u64,
+    },
     Attempted {
         hook: ObjectRef<Webhook>,
         uid: String,
@@ -129,29 +141,50 @@ struct Worker {
     stores: Stores,
     hooks: HashMap<ObjectRef<Webhook>, HookState>,
     tx: mpsc::UnboundedSender<Input>,
+    /// Until then a previous leader's writes may still land (see [`SETTLE`]).
+    grace_until: Timestamp,
 }
 
+/// Watches `api` into a store, telling the worker of every change. For the kinds
+/// that hold events (`holder`), also of deletions and of completed lists, which
+/// release events of this process that can no longer be seen.
 fn watch<K>(
     api: Api<Lenient<K>>,
     client: &Client,
     tx: mpsc::UnboundedSender<Input>,
     wrap: fn(ObjectRef<K>) -> Input,
+    holder: Option<HolderKind>,
     shutdown: CancellationToken,
 ) -> DecodedStore<K>
 where
     K: crate::kubeutil::lenient::Watched,
 {
     let (reader, events) = lenient::reflector(api, watcher::Config::default());
+    // Taken when a list begins (before its request is sent), handed over when it ends.
+    let mut mark = 0;
     undecodable::spawn_watch(
         events,
         Some(client.clone()),
         shutdown,
         move |event| match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))
-            | Ok(watcher::Event::Delete(o)) => {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                 let _ = tx.send(wrap(o.key()));
             }
-            Ok(_) => {}
+            Ok(watcher::Event::Delete(o)) => {
+                let _ = tx.send(wrap(o.key()));
+                if let Some(kind) = holder {
+                    let _ = tx.send(Input::Deleted {
+                        namespace: o.namespace().unwrap_or_default(),
+                        holder: unseen::Holder::new(kind, o.meta()),
+                    });
+                }
+            }
+            Ok(watcher::Event::Init) => mark = unseen::mark(),
+            Ok(watcher::Event::InitDone) => {
+                if let Some(kind) = holder {
+                    let _ = tx.send(Input::Relisted { kind, mark });
+                }
+            }
             Err(err) => tracing::warn!(error = %err, "delivery watch error; retrying"),
         },
     );
@@ -166,6 +199,9 @@ pub async fn run(
     metrics: DeliveryMetrics,
     shutdown: CancellationToken,
 ) {
+    let grace_until = Timestamp::now() + SETTLE;
+    // From now on, events this process creates in the scope are kept until seen.
+    let _watching = unseen::watching(settings.namespace.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let ns = settings.namespace.clone();
     let stores = Stores {
@@ -174,6 +210,7 @@ pub async fn run(
             &client,
             tx.clone(),
             Input::Hook,
+            None,
             shutdown.clone(),
         ),
         runs: watch(
@@ -181,6 +218,7 @@ pub async fn run(
             &client,
             tx.clone(),
             Input::Run,
+            Some(HolderKind::Run),
             shutdown.clone(),
         ),
         workflows: watch(
@@ -188,6 +226,7 @@ pub async fn run(
             &client,
             tx.clone(),
             Input::Workflow,
+            Some(HolderKind::Workflow),
             shutdown.clone(),
         ),
     };
@@ -209,6 +248,7 @@ pub async fn run(
         stores,
         hooks: HashMap::new(),
         tx,
+        grace_until,
     };
     // Everything listed so far; later changes arrive through the channel (and the
     // ones already queued are harmless repeats).
@@ -244,6 +284,8 @@ impl Worker {
                     self.offer(&wf.namespace().unwrap_or_default(), &workflow, events, None);
                 }
             }
+            Input::Deleted { namespace, holder } => unseen::gone(&namespace, &holder),
+            Input::Relisted { kind, mark } => self.relisted(kind, mark),
             Input::Attempted {
                 hook,
                 uid,
@@ -275,7 +317,7 @@ impl Worker {
             return;
         };
         let uid = hook.uid().unwrap_or_default();
-        let rescan = match self.hooks.get_mut(&r) {
+        let (rescan, new) = match self.hooks.get_mut(&r) {
             Some(state) if state.uid == uid => {
                 let spec_changed = state.hook.spec != hook.spec;
                 if state.hook.annotations().get(ROTATED_ANNOTATION)
@@ -285,15 +327,10 @@ impl Worker {
                 }
                 state.hook = hook.clone();
                 state.lane.set_context(hook.clone());
-                spec_changed
+                (spec_changed, false)
             }
             _ => {
-                let created = hook
-                    .meta()
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0)
-                    .unwrap_or_else(Timestamp::now);
+                let created = settled::created(&hook);
                 let mut status = hook.status.clone().unwrap_or_default();
                 let recent = std::mem::take(&mut status.recent_attempts).into();
                 self.hooks.insert(
@@ -310,11 +347,16 @@ impl Worker {
                         writing: false,
                     },
                 );
-                true
+                (true, true)
             }
         };
         if rescan {
             self.scan_for(&r);
+        }
+        if new && let Some(state) = self.hooks.get_mut(&r) {
+            // The stores are synced and every event was just offered: what the status
+            // lists that the scan did not match no longer exists.
+            state.dirty |= state.ledger.synced();
         }
         self.redeliveries(&r);
     }
@@ -350,7 +392,7 @@ impl Worker {
             return;
         }
         for pending in events {
-            unseen::seen(&pending.id);
+            unseen::seen(ns, &pending.id);
         }
         // Built on first use and shared by every webhook the event goes to.
         let mut built: Vec<Option<Arc<Event>>> = vec![None; events.len()];
@@ -578,26 +620,44 @@ impl Worker {
         )
     }
 
+    /// A list of `kind` completed: events of objects it no longer has are released
+    /// (see [`unseen::relisted`]).
+    fn relisted(&self, kind: HolderKind, mark: u64) {
+        let present = |ns: &str, holder: &unseen::Holder| {
+            let uid = match kind {
+                HolderKind::Run => self
+                    .stores
+                    .runs
+                    .get(&ObjectRef::new(&holder.name).within(ns))
+                    .and_then(|o| o.uid()),
+                HolderKind::Workflow => self
+                    .stores
+                    .workflows
+                    .get(&ObjectRef::new(&holder.name).within(ns))
+                    .and_then(|o| o.uid()),
+            };
+            uid.as_deref() == Some(holder.uid.as_str())
+        };
+        unseen::relisted(self.settings.namespace.as_deref(), kind, mark, present);
+    }
+
     /// Writes the status of every webhook with something new, at most once per
-    /// interval each; the watermark moves only within such writes (or once the
-    /// settle window has passed the events remembered in memory).
+    /// interval each; the watermark moves only within such writes (one is also made
+    /// when moving it would shrink `acknowledged`).
     fn flush(&mut self) {
-        let now = Timestamp::now();
-        let floor = unseen::floor(now);
+        let mut cuts = Cuts::default();
+        let in_grace = Timestamp::now() < self.grace_until;
         let mut depth = 0;
         for (key, state) in &mut self.hooks {
             depth += state.lane.len() + state.waiting;
             if state.writing {
                 continue;
             }
-            let settled_due = state
-                .ledger
-                .newest_settled()
-                .is_some_and(|newest| newest < now - SETTLE);
-            if !state.dirty && !settled_due {
+            let cut = cuts.of(key);
+            if !state.dirty && !state.ledger.can_compact(cut, in_grace) {
                 continue;
             }
-            let status = state.status_to_write(now, floor);
+            let status = state.status_to_write(cut, in_grace);
             state.dirty = false;
             state.writing = true;
             let api: Api<Webhook> =
@@ -614,14 +674,14 @@ impl Worker {
     }
 
     async fn final_flush(&mut self) {
-        let now = Timestamp::now();
-        let floor = unseen::floor(now);
+        let mut cuts = Cuts::default();
+        let in_grace = Timestamp::now() < self.grace_until;
         let mut writes = Vec::new();
         for (key, state) in &mut self.hooks {
             if !state.dirty {
                 continue;
             }
-            let status = state.status_to_write(now, floor);
+            let status = state.status_to_write(cuts.of(key), in_grace);
             let api: Api<Webhook> =
                 Api::namespaced(self.client.clone(), key.namespace.as_deref().unwrap_or(""));
             let name = key.name.clone();
@@ -632,16 +692,25 @@ impl Worker {
     }
 }
 
+/// One [`Cut`] per namespace for one pass over the webhooks.
+#[derive(Default)]
+struct Cuts(HashMap<String, Cut>);
+
+impl Cuts {
+    fn of(&mut self, hook: &ObjectRef<Webhook>) -> Cut {
+        let ns = hook.namespace.as_deref().unwrap_or_default();
+        *self
+            .0
+            .entry(ns.to_string())
+            .or_insert_with(|| unseen::cut(ns))
+    }
+}
+
 impl HookState {
     /// Moves the watermark as far as it may go and returns the whole status to write.
-    fn status_to_write(
-        &mut self,
-        now: Timestamp,
-        unseen_floor: Option<Timestamp>,
-    ) -> WebhookStatus {
-        self.ledger.advance(now, unseen_floor);
-        self.status.delivered_through = Some(self.ledger.through());
-        self.status.retrying = self.ledger.retrying();
+    fn status_to_write(&mut self, cut: Cut, in_grace: bool) -> WebhookStatus {
+        self.ledger.advance(cut, in_grace);
+        self.ledger.write_into(&mut self.status);
         self.status.recent_attempts = self.recent.iter().cloned().collect();
         self.status.clone()
     }

@@ -1,10 +1,13 @@
 //! Run events, recorded in the Run's status in the same write that
-//! records the transition, so they survive a crash until they are delivered. Pure.
+//! records the transition, so they survive a crash until they are delivered. Pure,
+//! but for registering each new event as unseen with the delivery worker.
 
+use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use crate::clock::format_ts;
 use crate::crd::{EventKind, PendingEvent, Run, RunPhase, RunStatus};
+use crate::delivery::unseen;
 use crate::limits::cap_error;
 
 /// A fresh event id: `evt_` and 10 lowercase alphanumerics.
@@ -53,14 +56,19 @@ pub fn record(status: &mut RunStatus, kind: EventKind, run: &Run, workflow_name:
         return;
     }
     let data = data(kind, run, workflow_name, status);
-    let event = PendingEvent {
-        id: new_event_id(),
+    let id = new_event_id();
+    // Registered before the write that records it; the registry stamps it.
+    let timestamp = unseen::created(
+        &run.namespace().unwrap_or_default(),
+        &unseen::Holder::new(unseen::HolderKind::Run, &run.metadata),
+        &id,
+    );
+    status.pending_events.push(PendingEvent {
+        id,
         kind,
-        timestamp: crate::clock::now_ms(),
+        timestamp,
         data,
-    };
-    crate::delivery::unseen::created(&event.id, event.timestamp);
-    status.pending_events.push(event);
+    });
 }
 
 #[cfg(test)]

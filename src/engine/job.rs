@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{
     SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::wait::{Condition, await_condition, conditions};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -381,8 +382,23 @@ pub async fn run_attempt(client: &Client, namespace: &str, job: Job) -> Result<V
     let name = job.name_any();
     match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => {}
-        // The attempt's Job exists already (an operator restart): wait for it.
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        // The attempt's Job exists already (an operator restart): wait for it — if it
+        // is this run's. A Job of an earlier Run of the same name (deleted, recreated)
+        // is not this attempt's result.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let existing = jobs
+                .get_metadata_opt(&name)
+                .await
+                .map_err(|e| format!("reading Job {name} failed: {e}"))?;
+            let owner = |refs: &[OwnerReference]| refs.first().map(|o| o.uid.clone());
+            let ours = existing
+                .is_some_and(|m| owner(m.owner_references()) == owner(job.owner_references()));
+            if !ours {
+                return Err(format!(
+                    "Job {name} exists but belongs to another Run; delete it to run this step"
+                ));
+            }
+        }
         Err(e) => return Err(format!("creating Job {name} failed: {e}")),
     }
     let finished = await_condition(jobs.clone(), &name, |j: Option<&Job>| {

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::output;
 use super::write_failure::{self, Next};
 use crate::crd::{Run, RunStatus};
+use crate::delivery::unseen::{Holder, HolderKind};
 
 /// Field manager of every status write of the controllers.
 pub const FIELD_MANAGER: &str = "flowline-controller";
@@ -41,6 +42,9 @@ pub struct StatusWriter {
 #[derive(Clone)]
 struct Target {
     api: Api<Run>,
+    namespace: String,
+    /// The Run, as the delivery's unseen registry knows it.
+    holder: Holder,
     name: String,
     budget: usize,
 }
@@ -124,6 +128,8 @@ impl StatusWriter {
     pub fn start(api: Api<Run>, run: &Run, initial: RunStatus) -> Self {
         let target = Target {
             api,
+            namespace: run.namespace().unwrap_or_default(),
+            holder: Holder::new(HolderKind::Run, &run.metadata),
             name: run.name_any(),
             budget: output::status_budget(run),
         };
@@ -181,6 +187,8 @@ impl StatusWriter {
             .await;
         if progress.gone {
             tracing::info!(run = %self.target.name, "the run is gone; its final status was not written");
+            // Its events can never be seen now: they must not hold delivery back.
+            crate::delivery::unseen::gone(&self.target.namespace, &self.target.holder);
         }
     }
 }

@@ -3,6 +3,7 @@
 pub mod delivery_metrics;
 pub mod engine_metrics;
 pub mod health;
+pub mod leader_metrics;
 pub mod logging;
 pub mod metrics;
 pub mod undecodable;

@@ -863,3 +863,160 @@ async fn a_rotated_secret_signs_alongside_the_old_one_for_a_day() {
     )
     .await;
 }
+
+/// The events `runs` hold, once each has finished.
+async fn events_of(api: &TestApi, runs: &[String]) -> Vec<flowline::crd::PendingEvent> {
+    let mut events = Vec::new();
+    for run in runs {
+        let finished = crate::support::finished_run(&api.ns, run, Duration::from_secs(60)).await;
+        events.extend(finished.status.unwrap().pending_events);
+    }
+    events
+}
+
+/// Waits until the webhook's status records every one of `events` as settled, the way
+/// a restarted worker reads it.
+async fn await_acknowledged(api: &TestApi, hook: &str, events: &[flowline::crd::PendingEvent]) {
+    use flowline::delivery::settled::{Acknowledgements, Recorded, created};
+    let hooks = api.ns.api::<flowline::crd::Webhook>();
+    eventually(
+        "the webhook status to acknowledge every event",
+        Duration::from_secs(30),
+        || async {
+            let hook = hooks.get(hook).await.ok()?;
+            let acks = Acknowledgements::from_status(hook.status.as_ref(), created(&hook));
+            events
+                .iter()
+                .all(|e| acks.recorded(&e.id, e.timestamp) == Recorded::Settled)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until the receiver has had each of `events` at least once.
+async fn await_delivered(receiver: &Receiver, what: &str, events: &[flowline::crd::PendingEvent]) {
+    eventually(what, Duration::from_secs(60), || async {
+        let counts = deliveries_per_event(receiver);
+        events
+            .iter()
+            .all(|e| counts.contains_key(&e.id))
+            .then_some(())
+    })
+    .await;
+}
+
+/// How many requests carried each event id.
+fn deliveries_per_event(receiver: &Receiver) -> std::collections::HashMap<String, usize> {
+    let mut counts = std::collections::HashMap::new();
+    for r in receiver.received() {
+        *counts
+            .entry(r.header("webhook-id").to_string())
+            .or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_killed_operator_does_not_send_acknowledged_events_again() {
+    let mut s = setup("dlv-dupes").await;
+    let api = &s.api;
+    let (hook, _) = webhook(
+        api,
+        &s.receiver.url("/"),
+        &["run.started", "run.succeeded"],
+        None,
+    )
+    .await;
+    let wf = workflow(api, "Dupes", transform()).await;
+    let mut before = Vec::new();
+    for _ in 0..10 {
+        before.push(start_run(api, &wf).await);
+    }
+    let events = events_of(api, &before).await;
+    assert_eq!(events.len(), 20, "run.started and run.succeeded of each");
+    await_delivered(&s.receiver, "every event delivered", &events).await;
+    // Still inside the new leader's first 2 minutes, when the watermark stays behind
+    // the clock: what acknowledges them is the list of ids.
+    await_acknowledged(api, &hook, &events).await;
+
+    s.operator.kill();
+    let _restarted = start_operator(api, &flags(&s.receiver.pki)).await;
+    let mut after = Vec::new();
+    for _ in 0..3 {
+        after.push(start_run(api, &wf).await);
+    }
+    // The restarted worker offered the earlier events at start, before these existed:
+    // once these have arrived, any earlier one sent again would have too.
+    let later = events_of(api, &after).await;
+    await_delivered(
+        &s.receiver,
+        "the events after the restart delivered",
+        &later,
+    )
+    .await;
+    let counts = deliveries_per_event(&s.receiver);
+    let repeated: Vec<(&str, usize)> = events
+        .iter()
+        .map(|e| (e.id.as_str(), counts[&e.id]))
+        .filter(|(_, n)| *n != 1)
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "acknowledged events sent again after the restart: {repeated:?}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn retention_keeps_a_run_until_its_events_are_delivered() {
+    let s = setup("dlv-retain").await;
+    let api = &s.api;
+    let (hook, _) = webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
+    let wf = workflow(api, "Retain", transform()).await;
+    // Keep no succeeded run at all.
+    api.ns
+        .api::<flowline::crd::Workflow>()
+        .patch(
+            &wf,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"history": {"succeeded": 0}}})),
+        )
+        .await
+        .unwrap();
+    s.receiver.set_down(true);
+    let run = start_run(api, &wf).await;
+    let events = events_of(api, std::slice::from_ref(&run)).await;
+    let event = events.last().unwrap().id.clone();
+    // Two failed attempts: the run finished a while ago and the controller has
+    // reconciled its workflow since.
+    eventually("two failed attempts", Duration::from_secs(30), || async {
+        let failed = deliveries(api, &hook)
+            .await
+            .iter()
+            .filter(|d| d["event_id"] == event.as_str() && d["error"].is_string())
+            .count();
+        (failed >= 2).then_some(())
+    })
+    .await;
+    let runs = api.ns.api::<flowline::crd::Run>();
+    assert!(
+        runs.get_opt(&run).await.unwrap().is_some(),
+        "retention deleted a run whose run.succeeded was not delivered"
+    );
+    s.receiver.set_down(false);
+    received(
+        &s.receiver,
+        "the delivery once the receiver is back",
+        Duration::from_secs(30),
+        |r| r.header("webhook-id") == event,
+    )
+    .await;
+    eventually(
+        "retention to delete the delivered run",
+        Duration::from_secs(30),
+        || async { runs.get_opt(&run).await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+}

@@ -156,3 +156,95 @@ async fn a_run_too_large_to_store_with_its_workflow_is_refused_clearly() {
     api.start_run(&key, &wf, Some(json!({"payload": {"blob": "small"}})))
         .await;
 }
+
+/// A job step in flight when the operator is SIGKILLed: the restarted operator
+/// re-attaches to the Job of the recorded attempt (same Job, same attempt number) and
+/// the run succeeds; no second Job is ever created for that attempt.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_restarted_operator_reattaches_to_the_running_step_job() {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams, PostParams};
+
+    let ns = crate::support::TestNamespace::new("job-attach").await;
+    // kwok keeps the pods running while they carry fake-hang.
+    let flags = [
+        "--no-api",
+        "--job-pod-annotation",
+        "flowline.io/fake-hang=true",
+        "--job-pod-annotation",
+        r#"flowline.io/fake-termination-message={"n": 7}"#,
+    ];
+    let (mut first, port) = Process::operator(&ns, &flags);
+    ready(port).await;
+    let wf: flowline::crd::Workflow = serde_json::from_value(json!({
+        "metadata": {"name": "boxed"},
+        "spec": {"name": "Boxed", "executor": "job", "steps": [
+            {"id": "only", "action": "transform", "with": {"value": 1}}]}}))
+    .unwrap();
+    let wf = ns
+        .api::<flowline::crd::Workflow>()
+        .create(&PostParams::default(), &wf)
+        .await
+        .unwrap();
+    let run = flowline::crd::Run::of_workflow(
+        &wf,
+        "boxed-1",
+        Default::default(),
+        None,
+        jiff::Timestamp::now(),
+    );
+    ns.api::<flowline::crd::Run>()
+        .create(&PostParams::default(), &run)
+        .await
+        .unwrap();
+    let jobs = ns.api::<Job>();
+    let pods = ns.api::<Pod>();
+    let running = |pods: Vec<Pod>| {
+        pods.into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    };
+    let pod = eventually("the step pod to run", Duration::from_secs(30), || async {
+        running(pods.list(&Default::default()).await.ok()?.items)
+    })
+    .await;
+    step_running(&ns, "boxed-1", "only").await;
+    let job_uid = jobs.list(&Default::default()).await.unwrap().items[0]
+        .metadata
+        .uid
+        .clone();
+    first.kill();
+
+    let (_second, port) = Process::operator(&ns, &flags);
+    ready(port).await;
+    // Let the pod finish: kwok completes it once the annotation is gone.
+    pods.patch(
+        &pod.metadata.name.clone().unwrap(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"flowline.io/fake-hang": null}}})),
+    )
+    .await
+    .unwrap();
+    let done = crate::support::finished_run(&ns, "boxed-1", Duration::from_secs(120)).await;
+    let status = done.status.unwrap();
+    assert_eq!(
+        status.phase,
+        flowline::crd::RunPhase::Succeeded,
+        "{:?}",
+        status.error
+    );
+    let step = &status.steps[0];
+    assert_eq!(step.output, Some(json!({"n": 7})), "the Job's result");
+    assert_eq!(
+        (step.attempts, step.interruptions),
+        (1, 1),
+        "the same attempt, re-attached"
+    );
+    let all = jobs.list(&Default::default()).await.unwrap().items;
+    assert_eq!(all.len(), 1, "never two Jobs for one attempt");
+    assert_eq!(
+        all[0].metadata.uid, job_uid,
+        "the Job of the recorded attempt"
+    );
+}

@@ -1,5 +1,6 @@
 //! Tests against a real kube-apiserver. They are `#[ignore]`d for a plain
-//! `cargo test`; `make test` starts the local control plane and runs them.
+//! `cargo test`; `make test` starts the local control plane and runs them. (Tests of
+//! the harness's own tools, which need no cluster, are not ignored.)
 
 mod api;
 mod chaos;
@@ -8,6 +9,9 @@ mod durable;
 mod engine;
 mod foundation;
 mod hostile;
+mod leader;
 mod replicas;
+#[path = "../support/stall_proxy.rs"]
+mod stall_proxy;
 mod support;
 mod workflows;

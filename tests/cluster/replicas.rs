@@ -35,7 +35,8 @@ async fn counter() -> (String, Arc<AtomicU32>) {
     (url, hits)
 }
 
-async fn create(ns: &TestNamespace, wf: serde_json::Value, runs: usize) -> Vec<String> {
+/// Creates the workflow and `runs` Runs of it (`r-0`, `r-1`…); returns their names.
+pub(crate) async fn create(ns: &TestNamespace, wf: serde_json::Value, runs: usize) -> Vec<String> {
     let wf: Workflow = serde_json::from_value(wf).unwrap();
     let wf = ns
         .api::<Workflow>()
@@ -74,18 +75,7 @@ async fn two_replicas_execute_each_run_once() {
         12,
     )
     .await;
-    for name in &names {
-        let status = crate::support::finished_run(&ns, name, Duration::from_secs(60))
-            .await
-            .status
-            .unwrap();
-        assert_eq!(
-            status.phase,
-            RunPhase::Succeeded,
-            "{name}: {:?}",
-            status.error
-        );
-    }
+    crate::support::all_succeeded(&ns, &names, Duration::from_secs(60)).await;
     // Let any duplicate execution land before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(

@@ -446,6 +446,33 @@ pub async fn finished_run(ns: &TestNamespace, name: &str, within: Duration) -> f
     .await
 }
 
+/// Waits until every named Run has finished, and asserts each succeeded.
+pub async fn all_succeeded(ns: &TestNamespace, names: &[String], within: Duration) {
+    for name in names {
+        let status = finished_run(ns, name, within).await.status.unwrap();
+        assert_eq!(
+            status.phase,
+            flowline::crd::RunPhase::Succeeded,
+            "{name}: {:?}",
+            status.error
+        );
+    }
+}
+
+/// The text of `/metrics` of the process serving on `port`; None when it does not
+/// answer.
+pub async fn metrics_text(port: u16) -> Option<String> {
+    http_client()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
+
 /// Waits until step `step` of the Run is running.
 pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
     let runs = ns.api::<flowline::crd::Run>();
@@ -485,12 +512,36 @@ impl Process {
         let _ = self.0.wait();
     }
 
+    /// Sends SIGTERM (what Kubernetes sends to stop a pod).
+    pub fn terminate(&self) {
+        let kill = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success(), "kill -TERM failed");
+    }
+
+    /// The exit status, once the process has ended.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().ok().flatten()
+    }
+
     /// An operator process reconciling only `ns`, with a short lease (long enough that
     /// a loaded test machine does not make a leader miss its renewals and step down),
     /// plus `extra` flags. Returns it and the port of its HTTP listener.
     pub fn operator(ns: &TestNamespace, extra: &[&str]) -> (Process, u16) {
+        Self::operator_with_env(ns, extra, &[])
+    }
+
+    /// [`Process::operator`] with extra environment variables (e.g. its own KUBECONFIG).
+    pub fn operator_with_env(
+        ns: &TestNamespace,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> (Process, u16) {
         let port = crate::foundation::free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_flowline"))
+            .envs(env.iter().copied())
             .args(["operator", "--listen", &format!("127.0.0.1:{port}")])
             .args([
                 "--watch-namespace",

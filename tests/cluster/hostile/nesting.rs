@@ -12,8 +12,8 @@ use k8s_openapi::api::events::v1::Event;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ApiOptions, Process, TestApi, TestNamespace, assert_error, eventually, finished_run,
-    http_client, kubectl, new_key, ready, text,
+    ApiOptions, Process, TestApi, TestNamespace, assert_error, eventually, finished_run, kubectl,
+    new_key, ready, text,
 };
 use flowline::api::auth::Scope;
 
@@ -258,14 +258,7 @@ async fn undecodable_objects_stop_no_watcher_and_are_reported() {
         "the undecodable run to be counted",
         Duration::from_secs(30),
         || async {
-            let metrics = http_client()
-                .get(format!("http://127.0.0.1:{port}/metrics"))
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
+            let metrics = crate::support::metrics_text(port).await?;
             (metrics.contains(r#"flowline_undecodable_objects{kind="Run"} 1"#)
                 && metrics.contains(r#"flowline_undecodable_objects{kind="Workflow"} 1"#))
             .then_some(())
