@@ -11,6 +11,7 @@ mod observer;
 mod operators;
 mod report;
 mod settings;
+mod timeline;
 mod workload;
 
 use std::sync::Mutex;
@@ -90,7 +91,9 @@ async fn a_killed_operator_is_invisible_to_users() {
         .unwrap()
         .items;
     await_deliveries(&receiver, &runs).await;
-    let events = events::tally(&receiver.received(), &runs);
+    let received = receiver.received();
+    let events = events::tally(&received, &runs);
+    timeline::write(&operators.log_dir, began, &restarts, &received);
     let failed: Vec<String> = runs
         .iter()
         .filter_map(|run| {

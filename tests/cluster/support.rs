@@ -502,11 +502,6 @@ impl Process {
         Process(cmd.spawn().unwrap())
     }
 
-    /// Whether the process has exited (on its own: `kill` also reaps it).
-    pub fn exited(&mut self) -> bool {
-        !matches!(self.0.try_wait(), Ok(None))
-    }
-
     pub fn kill(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();

@@ -25,6 +25,8 @@ pub struct Received {
     pub headers: http::HeaderMap,
     pub body: Bytes,
     pub status_sent: u16,
+    /// When it arrived.
+    pub arrived: std::time::Instant,
 }
 
 impl Received {
@@ -251,6 +253,7 @@ async fn handle(
     }
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
+    let arrived = std::time::Instant::now();
     shared.arrivals.send_modify(|n| *n += 1);
     let delay = shared.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
@@ -270,6 +273,7 @@ async fn handle(
             headers: parts.headers,
             body,
             status_sent: status,
+            arrived,
         });
     }
     Ok(Response::builder()

@@ -70,7 +70,7 @@ impl Operators {
     /// Restarts a generation that exited on its own (e.g. it lost its lease); true
     /// when it did.
     pub fn supervise(&mut self) -> bool {
-        if !self.current.exited() {
+        if self.current.exit_status().is_none() {
             return false;
         }
         self.self_exits += 1;

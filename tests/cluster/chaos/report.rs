@@ -173,7 +173,11 @@ pub fn render(f: &Figures) -> String {
         secs(Some(f.settled)),
         secs(Some(f.wall))
     );
-    let _ = writeln!(out, "  operator logs: {}", f.logs.display());
+    let _ = writeln!(
+        out,
+        "  operator logs and timeline.txt (kills, restarts, every delivery): {}",
+        f.logs.display()
+    );
     for (what, list) in [
         ("failed", f.failed),
         ("stuck", f.stuck),
