@@ -42,6 +42,10 @@ const MOMENT_WAIT: Duration = Duration::from_secs(15);
 /// How long a new leader may take to move every run the kill left in flight before the
 /// next kill is armed anyway.
 const RECOVERY_WAIT: Duration = Duration::from_secs(60);
+/// The shortest life of a generation before it is killed: a crash loop faster than
+/// the delivery worker's acknowledgement writes (once a second) re-sends its whole
+/// catch-up burst at every restart, which measures the loop, not the kills.
+const MIN_UPTIME: Duration = Duration::from_secs(2);
 /// How long answers are held back while a kill waits for a delivery.
 const HOLD_ANSWERS: Duration = Duration::from_millis(300);
 
@@ -112,6 +116,7 @@ pub async fn carry_out(plan: &[Kill], scene: Scene<'_>, leading_since: Instant) 
             || async { (scene.created.lock().unwrap().len() >= share).then_some(()) },
         )
         .await;
+        tokio::time::sleep_until((leading_since + MIN_UPTIME).into()).await;
         tokio::time::sleep(kill.lead_in).await;
         // Read before the moment: nothing may come between the moment and the kill.
         let leader = scene.operators.leader(scene.client).await;

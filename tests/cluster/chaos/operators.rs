@@ -15,18 +15,29 @@ const LEASE: &str = "flowline-controller";
 
 pub struct Operators {
     ns: String,
+    /// Names the log files.
+    role: &'static str,
     flags: Vec<String>,
-    current: Process,
+    env: Vec<(String, std::ffi::OsString)>,
+    current: Option<Process>,
     /// Generations started so far (the first is 1).
     pub generation: u32,
-    /// Times a generation exited without being killed.
+    /// Times a generation exited without being killed (and was restarted).
     pub self_exits: u32,
     pub log_dir: PathBuf,
 }
 
 impl Operators {
-    /// Starts the first generation with `flags` (after the namespace and lease flags).
-    pub async fn start(ns: &TestNamespace, lease_seconds: u64, extra: Vec<String>) -> Operators {
+    /// Starts the first generation with `extra` flags (after the namespace and lease
+    /// flags) and `env` added to its environment (e.g. its own KUBECONFIG); logs go to
+    /// `<role>-<generation>.log`.
+    pub async fn start(
+        ns: &TestNamespace,
+        role: &'static str,
+        lease_seconds: u64,
+        extra: Vec<String>,
+        env: Vec<(String, std::ffi::OsString)>,
+    ) -> Operators {
         let log_dir = std::env::temp_dir().join(format!("flowline-chaos-{}", ns.name));
         std::fs::create_dir_all(&log_dir).unwrap();
         let mut flags: Vec<String> = [
@@ -41,36 +52,60 @@ impl Operators {
         .map(String::from)
         .into();
         flags.extend(extra);
-        let (current, port) = spawn(&flags, &log_dir, 1);
-        ready(port).await;
-        Operators {
+        let mut operators = Operators {
             ns: ns.name.clone(),
+            role,
             flags,
-            current,
-            generation: 1,
+            env,
+            current: None,
+            generation: 0,
             self_exits: 0,
             log_dir,
-        }
+        };
+        let port = operators.spawn_next();
+        ready(port).await;
+        operators
+    }
+
+    /// Spawns the next generation; returns the port it serves health and metrics on.
+    fn spawn_next(&mut self) -> u16 {
+        self.generation += 1;
+        let port = crate::foundation::free_port();
+        let log = format!("{}-{}.log", self.role, self.generation);
+        let log = std::fs::File::create(self.log_dir.join(log)).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowline"));
+        cmd.args(["operator", "--listen", &format!("127.0.0.1:{port}")])
+            .args(&self.flags)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.current = Some(Process::spawn(cmd));
+        port
     }
 
     /// SIGKILL: no cleanup, the lease stays held until it expires.
     pub fn kill(&mut self) -> Instant {
-        self.current.kill();
+        if let Some(process) = &mut self.current {
+            process.kill();
+        }
         Instant::now()
     }
 
     /// Starts the next generation; returns when it was spawned.
     pub fn restart(&mut self) -> Instant {
-        self.generation += 1;
-        let (process, _) = spawn(&self.flags, &self.log_dir, self.generation);
-        self.current = process;
+        self.spawn_next();
         Instant::now()
+    }
+
+    /// How the current generation exited, if it has.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.current.as_mut()?.exit_status()
     }
 
     /// Restarts a generation that exited on its own (e.g. it lost its lease); true
     /// when it did.
     pub fn supervise(&mut self) -> bool {
-        if self.current.exit_status().is_none() {
+        if self.exit_status().is_none() {
             return false;
         }
         self.self_exits += 1;
@@ -103,15 +138,4 @@ impl Operators {
         let lease = leases.get_opt(LEASE).await.ok()??;
         lease.spec?.holder_identity.filter(|h| !h.is_empty())
     }
-}
-
-fn spawn(flags: &[String], log_dir: &std::path::Path, generation: u32) -> (Process, u16) {
-    let port = crate::foundation::free_port();
-    let log = std::fs::File::create(log_dir.join(format!("operator-{generation}.log"))).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowline"));
-    cmd.args(["operator", "--listen", &format!("127.0.0.1:{port}")])
-        .args(flags)
-        .stdout(Stdio::null())
-        .stderr(log);
-    (Process::spawn(cmd), port)
 }

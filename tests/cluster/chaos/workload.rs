@@ -36,6 +36,7 @@ pub fn job_flags() -> Vec<String> {
 pub struct Hit {
     pub run: String,
     pub idempotency_key: String,
+    pub at: std::time::Instant,
 }
 
 /// The endpoint of the `http.request` steps; records every call.
@@ -59,6 +60,7 @@ impl StepSink {
                 seen.lock().unwrap().push(Hit {
                     run: body["run"].as_str().unwrap_or_default().to_string(),
                     idempotency_key: key,
+                    at: std::time::Instant::now(),
                 });
                 async { "ok" }
             }),
