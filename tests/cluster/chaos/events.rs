@@ -2,7 +2,8 @@
 //! that should not exist, and duplicates. An event is one (kind, run); a delivery
 //! counts once the receiver answered it 2xx, whatever the sender made of the answer.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use flowline::crd::Run;
 
@@ -27,6 +28,9 @@ pub struct Events {
     pub lost: Vec<String>,
     /// Delivered events no run of this scenario should cause (a failure, a cancel).
     pub unexpected: Vec<String>,
+    /// Events delivered under more than one id: receivers that deduplicate on
+    /// `webhook-id`, as docs/delivery.md tells them to, handle them twice.
+    pub reminted: Vec<String>,
 }
 
 impl Events {
@@ -44,7 +48,7 @@ pub fn tally(received: &[Received], runs: &[Run]) -> Events {
         attempts: received.len(),
         ..Default::default()
     };
-    let mut pairs = HashSet::new();
+    let mut pairs: HashMap<(String, String), BTreeSet<String>> = HashMap::new();
     let mut ids = HashSet::new();
     for r in received
         .iter()
@@ -56,15 +60,21 @@ pub fn tally(received: &[Received], runs: &[Run]) -> Events {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        let id = body["id"].as_str().unwrap_or_default().to_string();
         events.delivered += 1;
-        ids.insert(body["id"].as_str().unwrap_or_default().to_string());
+        ids.insert(id.clone());
         if ![STARTED, SUCCEEDED].contains(&kind.as_str()) {
             events.unexpected.push(format!("{kind} of {run}"));
         }
-        pairs.insert((kind, run));
+        pairs.entry((kind, run)).or_default().insert(id);
     }
     events.unique = pairs.len();
     events.ids = ids.len();
+    events.reminted = pairs
+        .iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .map(|((kind, run), ids)| format!("{kind} of {run}: {ids:?}"))
+        .collect();
     for run in runs {
         let name = run.metadata.name.clone().unwrap_or_default();
         let status = run.status.as_ref();
@@ -76,7 +86,7 @@ pub fn tally(received: &[Received], runs: &[Run]) -> Events {
             .map(|s| format!("run.{}", s.phase.as_str()));
         let mut due: BTreeSet<String> = std::iter::once(STARTED.to_string())
             .chain(last)
-            .filter(|kind| !pairs.contains(&(kind.clone(), name.clone())))
+            .filter(|kind| !pairs.contains_key(&(kind.clone(), name.clone())))
             .map(|kind| format!("{kind} of {name}"))
             .collect();
         let recorded = status.map(|s| &s.pending_events[..]).unwrap_or_default();
@@ -89,4 +99,43 @@ pub fn tally(received: &[Received], runs: &[Run]) -> Events {
         events.lost.extend(due);
     }
     events
+}
+
+/// What one kill cost in duplicates: deliveries made before it and made again after it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Resent {
+    pub deliveries: usize,
+    /// How long before the kill the oldest of them had been delivered: the window whose
+    /// acknowledgements the killed process had not yet written.
+    pub oldest: Duration,
+}
+
+/// Attributes every duplicate delivery to the last kill between its event's first
+/// delivery and itself (`kills` in order); duplicates with no kill in between are not
+/// counted here.
+pub fn resent_per_kill(received: &[Received], kills: &[Instant]) -> Vec<Resent> {
+    let mut delivered: Vec<&Received> = received
+        .iter()
+        .filter(|r| (200..300).contains(&r.status_sent))
+        .collect();
+    delivered.sort_by_key(|r| r.arrived);
+    let mut first = HashMap::new();
+    let mut per_kill = vec![Resent::default(); kills.len()];
+    for r in delivered {
+        let body = r.json();
+        let event = (
+            body["event"].to_string(),
+            body["data"]["run_id"].to_string(),
+        );
+        let Some(&was) = first.get(&event) else {
+            first.insert(event, r.arrived);
+            continue;
+        };
+        let between = kills.iter().rposition(|k| was < *k && *k <= r.arrived);
+        if let Some(k) = between {
+            per_kill[k].deliveries += 1;
+            per_kill[k].oldest = per_kill[k].oldest.max(kills[k].duration_since(was));
+        }
+    }
+    per_kill
 }

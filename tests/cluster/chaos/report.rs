@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
-use super::events::Events;
+use super::events::{Events, Resent};
 use super::kills::Restart;
 use super::observer::Observer;
 use super::settings::Settings;
@@ -83,6 +83,8 @@ pub struct Figures<'a> {
     pub settings: &'a Settings,
     pub restarts: &'a [Restart],
     pub recoveries: &'a [Recovery],
+    /// Per kill, the duplicates it caused.
+    pub resent: &'a [Resent],
     pub finished: usize,
     pub failed: &'a [String],
     pub stuck: &'a [String],
@@ -122,11 +124,17 @@ pub fn render(f: &Figures) -> String {
         s.lease_seconds,
         s.fail_rate * 100.0
     );
-    for (i, (r, rec)) in f.restarts.iter().zip(f.recoveries).enumerate() {
+    for (i, ((r, rec), resent)) in f
+        .restarts
+        .iter()
+        .zip(f.recoveries)
+        .zip(f.resent)
+        .enumerate()
+    {
         let _ = writeln!(
             out,
             "  kill {}: {:?}{}, {} runs in flight; restart → leader {}, first progress {}, \
-             all in-flight moving {}",
+             all in-flight moving {}; re-sent {} deliveries made up to {} before it",
             i + 1,
             r.moment,
             if r.on_moment {
@@ -137,7 +145,9 @@ pub fn render(f: &Figures) -> String {
             r.in_flight.len(),
             secs(Some(rec.leading)),
             reached(rec.first_progress, rec.cut_short),
-            reached(rec.all_moving, rec.cut_short)
+            reached(rec.all_moving, rec.cut_short),
+            resent.deliveries,
+            secs(Some(resent.oldest))
         );
     }
     let _ = writeln!(
@@ -183,6 +193,7 @@ pub fn render(f: &Figures) -> String {
         ("stuck", f.stuck),
         ("lost", &e.lost[..]),
         ("unexpected", &e.unexpected[..]),
+        ("under two ids", &e.reminted[..]),
     ] {
         for item in list.iter().take(20) {
             let _ = writeln!(out, "  {what}: {item}");

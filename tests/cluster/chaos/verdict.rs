@@ -61,10 +61,13 @@ pub async fn conclude(
     super::timeline::write(logs, stage.began, restarts, &received);
     let failed = failures(&runs);
     let recoveries = report::recoveries(restarts, &stage.observer);
+    let kills: Vec<Instant> = restarts.iter().map(|r| r.killed_at).collect();
+    let resent = events::resent_per_kill(&received, &kills);
     let text = report::render(&report::Figures {
         settings: &stage.settings,
         restarts,
         recoveries: &recoveries,
+        resent: &resent,
         finished: names.len() - stuck.len(),
         failed: &failed,
         stuck: &stuck,
@@ -95,6 +98,11 @@ impl Verdict {
         assert!(
             self.events.unexpected.is_empty(),
             "unexpected events:\n{text}"
+        );
+        assert!(
+            self.events.reminted.is_empty(),
+            "events delivered under two ids (receivers deduplicating on webhook-id handle \
+             them twice):\n{text}"
         );
         assert!(
             self.events.duplicate_ratio() <= self.max_dup,
