@@ -1,6 +1,7 @@
-//! The controller processes of the scenario: one `flowline operator --no-api` at a
-//! time, SIGKILLed and restarted on demand, and restarted when it exits on its own (as
-//! Kubernetes would restart its pod). Each generation logs to its own file.
+//! One controller of a scenario, like one pod of a Deployment: a `flowline operator
+//! --no-api` process at a time, SIGKILLed and restarted on demand, and restarted when
+//! it exits on its own (as Kubernetes would restart the pod). Each generation of the
+//! process logs to its own file.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -21,7 +22,7 @@ pub struct Operators {
     env: Vec<(String, std::ffi::OsString)>,
     current: Option<Process>,
     /// Generations started so far (the first is 1).
-    pub generation: u32,
+    generation: u32,
     /// Times a generation exited without being killed (and was restarted).
     pub self_exits: u32,
     pub log_dir: PathBuf,
@@ -105,9 +106,16 @@ impl Operators {
     /// Restarts a generation that exited on its own (e.g. it lost its lease); true
     /// when it did.
     pub fn supervise(&mut self) -> bool {
-        if self.exit_status().is_none() {
+        let Some(status) = self.exit_status() else {
             return false;
-        }
+        };
+        // Said at once: a crash loop shows while a long `make chaos` is still running.
+        eprintln!(
+            "chaos: {} {} exited on its own ({status}); restarting (log: {})",
+            self.role,
+            self.generation,
+            self.log_dir.display()
+        );
         self.self_exits += 1;
         self.restart();
         true
