@@ -48,6 +48,21 @@ cluster-test: cluster install-crds python-deps ## Tests against the control plan
 	$(MAKE) --no-print-directory fuzz-api
 	$(MAKE) --no-print-directory chart-test
 
+# `make chaos` sizes (FLOWLINE_CHAOS_* in tests/cluster/chaos/settings.rs); SEED empty
+# means a fresh one (printed, so a failure can be rerun with it).
+RUNS ?= 500
+KILLS ?= 10
+SEED ?=
+MAX_DUP ?= 0.05
+
+.PHONY: chaos
+chaos: cluster install-crds ## Crash-proof acceptance: RUNS runs, KILLS operator SIGKILLs (SEED, MAX_DUP); prints the figures
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_REQUIRE_CLUSTER=1 \
+	  FLOWLINE_CHAOS_RUNS=$(RUNS) FLOWLINE_CHAOS_KILLS=$(KILLS) FLOWLINE_CHAOS_MAX_DUP=$(MAX_DUP) \
+	  $(if $(SEED),FLOWLINE_CHAOS_SEED=$(SEED)) \
+	  $(CARGO) test --test cluster -- --ignored --exact --nocapture \
+	  chaos::a_killed_operator_is_invisible_to_users
+
 .PHONY: python-deps
 python-deps: ## schemathesis and the standardwebhooks verifier in .flowline/venv (from PyPI)
 	hack/python-deps.sh

@@ -42,7 +42,7 @@ struct Setup {
 
 /// The operator flags of a test: trust the receiver's CA, allow loopback, and compress
 /// the retry schedule a thousandfold (5 s → 5 ms, 5 min → 0.3 s, 30 min → 1.8 s).
-fn flags(pki: &TestPki) -> Vec<String> {
+pub(crate) fn flags(pki: &TestPki) -> Vec<String> {
     vec![
         "--ca-bundle".into(),
         pki.ca_file.display().to_string(),
@@ -77,7 +77,7 @@ async fn setup(prefix: &str) -> Setup {
 }
 
 /// Creates a webhook through the API; returns its id and secret.
-async fn webhook(
+pub(crate) async fn webhook(
     api: &TestApi,
     url: &str,
     events: &[&str],

@@ -91,7 +91,7 @@ async fn step_receiver() -> (String, Arc<StepLog>) {
 
 /// A copy of the test's kubeconfig whose current cluster is reached through a
 /// [`StallProxy`]; returns the proxy and the file.
-async fn kubeconfig_through_proxy() -> (StallProxy, PathBuf) {
+pub(crate) async fn kubeconfig_through_proxy() -> (StallProxy, PathBuf) {
     let path = std::env::var_os("KUBECONFIG").expect("KUBECONFIG");
     let mut config = Kubeconfig::read_from(&path).unwrap();
     let context = config.current_context.clone().unwrap();
@@ -243,6 +243,48 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
     all_succeeded(&ns, &names, Duration::from_secs(60)).await;
 
     let hits = log.hits();
+    assert!(
+        hits.iter().any(|(at, _)| *at > b_not_yet),
+        "B executed the rest of the runs"
+    );
+    let hand_over = judge_hand_over(&hits, a_gone, b_not_yet);
+    assert_eq!(
+        hand_over.attempts,
+        RUNS * HITS_PER_RUN,
+        "each step of each run executed"
+    );
+    eprintln!("{hand_over}");
+    let _ = std::fs::remove_file(kubeconfig);
+}
+
+/// Who executed the step attempts around a hand-over.
+pub(crate) struct HandOver {
+    /// Distinct attempts (Idempotency-Keys).
+    pub attempts: usize,
+    pub by_a_alone: usize,
+    /// Executed by A, whose result never reached the API server, then again by B.
+    pub by_both: usize,
+    pub by_b_alone: usize,
+}
+
+impl std::fmt::Display for HandOver {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "step attempts: {} by A alone, {} by both in turn, {} by B alone",
+            self.by_a_alone, self.by_both, self.by_b_alone
+        )
+    }
+}
+
+/// Judges step requests (arrival, Idempotency-Key) against a hand-over from A, seen
+/// gone at `a_gone`, to B, seen not yet leading at `b_not_yet`: none arrived in
+/// between, and an attempt arrived at most twice, once under each leader in turn.
+pub(crate) fn judge_hand_over(
+    hits: &[(Instant, String)],
+    a_gone: Instant,
+    b_not_yet: Instant,
+) -> HandOver {
     let in_gap: Vec<_> = hits
         .iter()
         .filter(|(at, _)| *at >= a_gone && *at <= b_not_yet)
@@ -251,12 +293,8 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
         in_gap.is_empty(),
         "steps executed while nobody led: {in_gap:?}"
     );
-    assert!(
-        hits.iter().any(|(at, _)| *at > b_not_yet),
-        "B executed the rest of the runs"
-    );
     let mut by_key: HashMap<&str, Vec<Instant>> = HashMap::new();
-    for (at, key) in &hits {
+    for (at, key) in hits {
         assert!(!key.is_empty(), "every step request has an Idempotency-Key");
         by_key.entry(key).or_default().push(*at);
     }
@@ -270,22 +308,16 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
             more => panic!("attempt {key} executed {} times", more.len()),
         }
     }
-    assert_eq!(
-        by_key.len(),
-        RUNS * HITS_PER_RUN,
-        "each step of each run executed"
-    );
-    let by_b = |times: &Vec<Instant>| times.iter().filter(|t| **t > b_not_yet).count();
-    eprintln!(
-        "step attempts: {} by A alone, {} by both in turn, {} by B alone",
-        by_key.values().filter(|t| by_b(t) == 0).count(),
-        by_key.values().filter(|t| t.len() == 2).count(),
-        by_key
+    let by_b = |times: &&Vec<Instant>| times.iter().filter(|t| **t > b_not_yet).count();
+    HandOver {
+        attempts: by_key.len(),
+        by_a_alone: by_key.values().filter(|t| by_b(t) == 0).count(),
+        by_both: by_key.values().filter(|t| t.len() == 2).count(),
+        by_b_alone: by_key
             .values()
             .filter(|t| t.len() == 1 && by_b(t) == 1)
             .count(),
-    );
-    let _ = std::fs::remove_file(kubeconfig);
+    }
 }
 
 /// SIGTERM: the leader winds down, drops all its work, and only then releases the

@@ -260,6 +260,32 @@ impl TestApi {
         api
     }
 
+    /// A `flowline api` process (no controllers) over a fresh namespace, as users reach
+    /// it, with an admin key it accepts. Rate limits as in [`ApiOptions::default`], and an
+    /// unauthenticated budget `await_key` cannot exhaust.
+    pub async fn start_process(prefix: &str) -> (TestApi, Process) {
+        let ns = TestNamespace::new(prefix).await;
+        annotate_namespace(&ns, &ApiOptions::default().plan_annotations).await;
+        let port = crate::foundation::free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowline"));
+        cmd.args(["api", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--watch-namespace", &ns.name])
+            .args(["--unauthenticated-requests-per-minute", "1000000"])
+            .stderr(Stdio::null());
+        let process = Process::spawn(cmd);
+        ready(port).await;
+        let admin_key = new_key(&ns, &[flowline::api::auth::Scope::Admin]).await;
+        let api = TestApi {
+            base: format!("http://127.0.0.1:{port}"),
+            ns,
+            admin_key,
+            http: http_client(),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+        };
+        api.await_key(&api.admin_key.clone()).await;
+        (api, process)
+    }
+
     /// Waits until the server accepts `key` (the cache has seen its Secret).
     pub async fn await_key(&self, key: &str) {
         eventually(
@@ -471,6 +497,11 @@ pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
 pub struct Process(Child);
 
 impl Process {
+    /// Spawns `cmd`; the process is killed when the returned value is dropped.
+    pub fn spawn(mut cmd: Command) -> Process {
+        Process(cmd.spawn().unwrap())
+    }
+
     pub fn kill(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();

@@ -25,6 +25,8 @@ pub struct Received {
     pub headers: http::HeaderMap,
     pub body: Bytes,
     pub status_sent: u16,
+    /// When it arrived.
+    pub arrived: std::time::Instant,
 }
 
 impl Received {
@@ -44,11 +46,32 @@ impl Received {
 struct Shared {
     received: Mutex<Vec<Received>>,
     script: Mutex<VecDeque<u16>>,
+    /// Unscripted requests fail with this probability, drawn from a seeded generator.
+    random_failures: Mutex<Option<RandomFailures>>,
+    /// Requests that have arrived (counted before any delay or answer).
+    arrivals: tokio::sync::watch::Sender<u64>,
     down: AtomicBool,
     count: AtomicU64,
     http2: AtomicU64,
     keep_bodies: AtomicBool,
     delay_ms: AtomicU64,
+}
+
+/// A seeded share of failing answers (chaos tests).
+struct RandomFailures {
+    rate: f64,
+    rng: rand::rngs::StdRng,
+}
+
+impl RandomFailures {
+    fn status(&mut self) -> u16 {
+        use rand::Rng;
+        if self.rng.random_bool(self.rate) {
+            503
+        } else {
+            200
+        }
+    }
 }
 
 /// A CA and a certificate it issued for `localhost` and `127.0.0.1`.
@@ -183,6 +206,22 @@ impl Receiver {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// Unscripted requests are answered 503 with probability `rate`, drawn from a
+    /// generator seeded with `seed` (which requests fail depends on arrival order).
+    pub fn fail_randomly(&self, rate: f64, seed: u64) {
+        use rand::SeedableRng;
+        *self.shared.random_failures.lock().unwrap() = Some(RandomFailures {
+            rate,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+        });
+    }
+
+    /// Changes each time a request arrives, before it is delayed or answered: a test
+    /// can act while the sender still waits for the answer.
+    pub fn arrivals(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.arrivals.subscribe()
+    }
+
     /// Count only, without keeping requests (benchmarks).
     pub fn count_only(&self) {
         self.shared.keep_bodies.store(false, Ordering::SeqCst);
@@ -214,11 +253,17 @@ async fn handle(
     }
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
+    let arrived = std::time::Instant::now();
+    shared.arrivals.send_modify(|n| *n += 1);
     let delay = shared.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
     }
-    let status = shared.script.lock().unwrap().pop_front().unwrap_or(200);
+    let scripted = shared.script.lock().unwrap().pop_front();
+    let status = scripted.unwrap_or_else(|| match &mut *shared.random_failures.lock().unwrap() {
+        Some(failures) => failures.status(),
+        None => 200,
+    });
     shared.count.fetch_add(1, Ordering::SeqCst);
     if parts.version == http::Version::HTTP_2 {
         shared.http2.fetch_add(1, Ordering::SeqCst);
@@ -228,6 +273,7 @@ async fn handle(
             headers: parts.headers,
             body,
             status_sent: status,
+            arrived,
         });
     }
     Ok(Response::builder()

@@ -1,0 +1,146 @@
+//! What the scenario executes: three workflows that cannot fail on their own (inline
+//! steps, a step Job inside an inline workflow, a workflow executed in Jobs), started
+//! through `/v1` at a steady rate, and the local endpoint their `http.request` steps
+//! call. Job pods "run" in kwok, which completes them with the termination message the
+//! operator annotates them with.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use kube::api::{Patch, PatchParams};
+use rand::Rng;
+use serde_json::{Value, json};
+
+use super::settings::Settings;
+use crate::support::TestApi;
+
+/// Steps that take a while (a delay, and steps executed as Jobs): a kill while one of
+/// them runs interrupts it.
+pub const LONG_STEPS: [&str; 4] = ["pause", "boxed", "first", "second"];
+
+/// Operator flags that make step Jobs complete in kwok with a JSON output.
+pub fn job_flags() -> Vec<String> {
+    [
+        "--step-image",
+        "flowline:test",
+        "--job-pod-annotation",
+        r#"flowline.io/fake-termination-message={"boxed": true}"#,
+    ]
+    .map(String::from)
+    .into()
+}
+
+/// One call of an `http.request` step.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub run: String,
+    pub idempotency_key: String,
+    pub at: std::time::Instant,
+}
+
+/// The endpoint of the `http.request` steps; records every call.
+pub struct StepSink {
+    pub url: String,
+    hits: Arc<Mutex<Vec<Hit>>>,
+}
+
+impl StepSink {
+    pub async fn start() -> StepSink {
+        let hits = Arc::new(Mutex::new(Vec::new()));
+        let seen = hits.clone();
+        let app = axum::Router::new().route(
+            "/call",
+            axum::routing::post(move |headers: HeaderMap, body: axum::Json<Value>| {
+                let key = headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                seen.lock().unwrap().push(Hit {
+                    run: body["run"].as_str().unwrap_or_default().to_string(),
+                    idempotency_key: key,
+                    at: std::time::Instant::now(),
+                });
+                async { "ok" }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/call", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        StepSink { url, hits }
+    }
+
+    pub fn hits(&self) -> Vec<Hit> {
+        self.hits.lock().unwrap().clone()
+    }
+}
+
+fn call(sink: &StepSink) -> Value {
+    json!({"id": "call", "action": "http.request", "with": {
+        "method": "POST", "url": sink.url, "body": {"run": "{{ run.id }}"}}})
+}
+
+/// Creates the three workflows through the API; returns their ids.
+pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
+    let prep = json!({"id": "prep", "action": "transform",
+        "with": {"value": {"n": "{{ trigger.payload.n }}"}}});
+    let pause =
+        json!({"id": "pause", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}});
+    let shapes = [
+        (
+            "Inline",
+            json!({"steps": [prep, pause, call(sink),
+            {"id": "done", "action": "transform", "with": {"value": "{{ steps.call.output.status }}"}}]}),
+        ),
+        (
+            "Mixed",
+            json!({"steps": [prep, {"id": "boxed", "action": "container",
+            "with": {"image": "busybox", "command": ["true"]}}, pause, call(sink)]}),
+        ),
+        (
+            "In jobs",
+            json!({"executor": "job", "steps": [
+            {"id": "first", "action": "transform", "with": {"value": 1}},
+            {"id": "second", "action": "transform", "with": {"value": "{{ steps.first.output.boxed }}"}}]}),
+        ),
+    ];
+    let mut ids = Vec::new();
+    for (name, patch) in shapes {
+        let id = api.create_workflow(name).await;
+        api.patch_workflow(&api.admin_key, &id, patch).await;
+        keep_every_run(api, &id).await;
+        ids.push(id);
+    }
+    ids
+}
+
+/// Retention would delete the oldest finished runs of a big scenario before they are
+/// checked; the API does not expose it, so it is raised on the Workflow itself.
+async fn keep_every_run(api: &TestApi, id: &str) {
+    let history = json!({"spec": {"history": {"succeeded": 10000, "failed": 10000}}});
+    api.ns
+        .api::<flowline::crd::Workflow>()
+        .patch(id, &PatchParams::default(), &Patch::Merge(&history))
+        .await
+        .unwrap();
+}
+
+/// Starts `settings.runs` runs at `settings.rate` per second, taking turns over the
+/// workflows, each with a random delay step; their names are appended to `created`.
+pub async fn start_runs(
+    api: &TestApi,
+    workflows: &[String],
+    settings: &Settings,
+    mut rng: rand::rngs::StdRng,
+    created: &Mutex<Vec<String>>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / settings.rate));
+    for n in 0..settings.runs {
+        tick.tick().await;
+        let workflow = &workflows[n % workflows.len()];
+        let payload = json!({"payload": {"n": n, "ms": rng.random_range(200..1500)}});
+        let run = api.start_run(&api.admin_key, workflow, Some(payload)).await;
+        created.lock().unwrap().push(run);
+    }
+}
