@@ -248,7 +248,7 @@ async fn run_step(
         || wf.executor.unwrap_or(engine.default_executor) == Executor::Job;
     let step_timeout = step.timeout_ms.map(Duration::from_millis);
     loop {
-        let attempt = match retry::next_attempt(&status.steps[index], &policy) {
+        let attempt = match retry::next_attempt(&status.steps[index], &policy, in_job) {
             retry::NextAttempt::Run {
                 number,
                 interrupted,
@@ -257,6 +257,7 @@ async fn run_step(
                 record.interruptions += u32::from(interrupted);
                 number
             }
+            retry::NextAttempt::Reattach { number } => number,
             retry::NextAttempt::Exhausted => {
                 let reason = status.steps[index]
                     .error
