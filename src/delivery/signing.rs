@@ -71,15 +71,28 @@ pub fn standard_signature(
         .iter()
         .enumerate()
         .map(|(index, secret)| {
-            let key = decode_secret(secret)
+            let tag = standard_tag(secret, msg_id, timestamp, body)
                 .map_err(|reason| SigningError::InvalidSecret { index, reason })?;
-            let mut mac = new_mac(&key);
-            mac.update(format!("{msg_id}.{timestamp}.").as_bytes());
-            mac.update(body);
-            Ok(format!("v1,{}", BASE64.encode(mac.finalize().into_bytes())))
+            Ok(format!("v1,{}", BASE64.encode(tag)))
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(entries.join(" "))
+}
+
+/// The raw Standard Webhooks tag: HMAC-SHA256 keyed with the decoded secret over
+/// `{msg_id}.{timestamp}.{body}`. Signing and inbound verification share it, so both
+/// sides agree on the signed content by construction.
+pub fn standard_tag(
+    secret: &str,
+    msg_id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> Result<[u8; 32], &'static str> {
+    let key = decode_secret(secret)?;
+    let mut mac = new_mac(&key);
+    mac.update(format!("{msg_id}.{timestamp}.").as_bytes());
+    mac.update(body);
+    Ok(mac.finalize().into_bytes().into())
 }
 
 /// Checks an `X-Service-Signature` value. The tag comparison is constant-time so response
