@@ -134,14 +134,9 @@ fn check_tolerance(timestamp: i64, now: i64) -> Result<(), VerifyError> {
 mod tests {
     use super::*;
 
-    // The published example of the Standard Webhooks specification (also the
-    // reference libraries' test vector): secret, id, timestamp, body and signature.
-    const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    const SPEC_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
-    const SPEC_TS: i64 = 1614265330;
-    const SPEC_BODY: &[u8] = br#"{"test": 2432232314}"#;
-    const SPEC_SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
-    const OTHER_SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    use crate::delivery::signing::spec_example::{
+        NEW_SECRET as OTHER_SECRET, SPEC_BODY, SPEC_ID, SPEC_SECRET, SPEC_SIGNATURE, SPEC_TS,
+    };
 
     fn headers<'a>(signature: &'a str, ts: &'a str) -> SignedHeaders<'a> {
         SignedHeaders {

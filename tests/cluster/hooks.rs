@@ -2,77 +2,25 @@
 //! Webhooks library (PyPI `standardwebhooks`, run as a sender would use it), against
 //! the real control plane.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use flowline::crd::{Run, RunPhase, RunTrigger};
 use serde_json::{Value, json};
 
 use crate::support::{
-    ApiOptions, TestApi, assert_error, eventually, guarded_client, repo_root, spawn_run_controller,
+    ApiOptions, TestApi, assert_error, eventually, guarded_client, spawn_run_controller,
 };
 
-/// One request to sign: secret, `webhook-id`, Unix seconds, body.
-struct Signing<'a> {
-    secret: &'a str,
-    id: &'a str,
-    timestamp: i64,
-    body: &'a str,
-}
-
-/// The Standard Webhooks headers for each request, made by the Python library.
-fn sign_all(items: &[Signing]) -> Vec<Vec<(String, String)>> {
-    let python = repo_root().join(".flowline/venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} missing: run `make python-deps` (make test does)",
-        python.display()
-    );
-    let input: Vec<Value> = items
-        .iter()
-        .map(|s| json!({"secret": s.secret, "id": s.id, "timestamp": s.timestamp, "body": s.body}))
-        .collect();
-    let mut child = std::process::Command::new(python)
-        .arg(repo_root().join("hack/sign-standard-webhooks.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(&input).unwrap().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let headers: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
-            headers
-                .into_iter()
-                .map(|(k, v)| (k, v.as_str().unwrap().to_string()))
-                .collect()
-        })
-        .collect()
-}
-
+/// The Standard Webhooks headers for `body` sent as message `id` at `timestamp`
+/// (Unix seconds), made by the Python library as a sender would.
 fn sign(secret: &str, id: &str, timestamp: i64, body: &str) -> Vec<(String, String)> {
-    sign_all(&[Signing {
-        secret,
-        id,
-        timestamp,
-        body,
-    }])
-    .remove(0)
+    let input = json!([{"secret": secret, "id": id, "timestamp": timestamp, "body": body}]);
+    let lines = crate::support::python_lines("hack/sign-standard-webhooks.py", &input);
+    let headers: serde_json::Map<String, Value> = serde_json::from_str(&lines[0]).unwrap();
+    headers
+        .into_iter()
+        .map(|(k, v)| (k, v.as_str().unwrap().to_string()))
+        .collect()
 }
 
 fn now() -> i64 {
@@ -216,7 +164,7 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
     assert_eq!(replayed, run);
     let resent = send_signed(&api, &wf, &secret, "msg_first", r#"{"order": "B"}"#).await;
     assert_eq!(accepted_run(resent).await, run);
-    assert_eq!(run_ids(&api, &wf).await, [run.clone()]);
+    assert_eq!(run_ids(&api, &wf).await, std::slice::from_ref(&run));
 
     // Bad requests: 401 invalid_signature each, and no run.
     let wrong_secret = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -260,7 +208,7 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
     }
     assert_eq!(
         run_ids(&api, &wf).await,
-        [run.clone()],
+        std::slice::from_ref(&run),
         "no run from a bad request"
     );
 
@@ -273,7 +221,7 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
     assert_error(res, 400, "validation_error").await;
     let res = send_signed(&api, &wf, &secret, "msg_array", "[1, 2]").await;
     assert_error(res, 400, "validation_error").await;
-    assert_eq!(run_ids(&api, &wf).await, [run.clone()]);
+    assert_eq!(run_ids(&api, &wf).await, std::slice::from_ref(&run));
 
     // Rotation: the old secret stops verifying at once, the new one works.
     let res = api
