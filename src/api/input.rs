@@ -629,6 +629,37 @@ mod tests {
     }
 
     #[test]
+    fn a_webhook_trigger_is_accepted_on_create_and_patch_without_cron() {
+        let created =
+            create_workflow(json!({"name": "In", "trigger": {"type": "webhook"}})).unwrap();
+        assert_eq!(created.trigger.unwrap().type_, TriggerType::Webhook);
+        assert!(
+            create_workflow(json!({"name": "In"}))
+                .unwrap()
+                .trigger
+                .is_none()
+        );
+        let patch = workflow_patch(json!({"trigger": {"type": "webhook", "cron": null}})).unwrap();
+        assert_eq!(patch.trigger.unwrap().type_, TriggerType::Webhook);
+        assert_eq!(
+            fields(
+                workflow_patch(json!({"trigger": {"type": "webhook", "cron": "* * * * *"}}))
+                    .err()
+                    .unwrap()
+            ),
+            ["trigger.cron"]
+        );
+        assert_eq!(
+            fields(
+                create_workflow(json!({"name": "In", "trigger": {"type": "push"}}))
+                    .err()
+                    .unwrap()
+            ),
+            ["trigger.type"]
+        );
+    }
+
+    #[test]
     fn patch_reports_each_bad_field_with_its_path() {
         let err = workflow_patch(json!({
             "state": "archived",
