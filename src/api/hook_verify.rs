@@ -196,6 +196,10 @@ mod tests {
             assert_eq!(check(&header, SPEC_TS), Ok(SPEC_TS), "{header}");
         }
         assert_eq!(check(wrong, SPEC_TS), Err(VerifyError::NoMatch));
+        // Only the first 16 `v1` entries count: a huge header costs no more.
+        let after = |n: usize| format!("{} {SPEC_SIGNATURE}", vec![wrong; n].join(" "));
+        assert_eq!(check(&after(15), SPEC_TS), Ok(SPEC_TS));
+        assert_eq!(check(&after(16), SPEC_TS), Err(VerifyError::NoMatch));
     }
 
     #[test]

@@ -42,7 +42,10 @@ pub const RECORDED_HEADERS: [&str; 4] = [
 const MAX_HEADER_VALUE: usize = 512;
 
 pub fn router() -> Router<ApiState> {
-    Router::new().route("/v1/hooks/{workflow_id}", post(receive))
+    Router::new()
+        .route("/v1/hooks/{workflow_id}", post(receive))
+        // Merged after the main router's own, which covers only its routes.
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
 }
 
 /// The answer to an accepted hook.

@@ -304,6 +304,14 @@ async fn unknown_manual_paused_and_draft_workflows_answer_the_same_404() {
         "identical bodies: {answers:?}"
     );
     assert!(run_ids(&api, &paused).await.is_empty());
+    // Other methods: the usual 405 body, with the budget's headers.
+    let res = api
+        .http
+        .get(api.url(&format!("/v1/hooks/{paused}")))
+        .send()
+        .await
+        .unwrap();
+    assert_error(res, 405, "method_not_allowed").await;
 
     // A manual workflow has no hook secret to rotate.
     let res = api
