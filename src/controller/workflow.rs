@@ -622,14 +622,17 @@ mod tests {
             hook_run("h-new", "2026-01-01T12:00:00Z"),
             run("manual", "succeeded", "2026-01-01T11:00:00Z"),
         ];
-        let now: Timestamp = "2026-01-02T06:00:00Z".parse().unwrap();
-        let p = plan(
-            &wf("active", json!(null), (0, 0)),
-            &runs,
-            &[],
-            now,
-            &mut ids(),
-        );
+        let plan_at = |now: &str| {
+            let now: Timestamp = now.parse().unwrap();
+            plan(
+                &wf("active", json!(null), (0, 0)),
+                &runs,
+                &[],
+                now,
+                &mut ids(),
+            )
+        };
+        let p = plan_at("2026-01-02T06:00:00Z");
         assert_eq!(p.delete, ["h-old", "manual"], "h-new is not 24 h old yet");
         assert_eq!(p.status.run_counts.succeeded, 1);
         assert_eq!(
@@ -637,14 +640,7 @@ mod tests {
             Some("2026-01-02T12:00:00Z".parse().unwrap()),
             "looks again when the hold ends"
         );
-        let later: Timestamp = "2026-01-02T12:00:00Z".parse().unwrap();
-        let p = plan(
-            &wf("active", json!(null), (0, 0)),
-            &runs,
-            &[],
-            later,
-            &mut ids(),
-        );
+        let p = plan_at("2026-01-02T12:00:00Z");
         assert_eq!(p.delete, ["h-old", "manual", "h-new"], "oldest first");
         assert_eq!(p.wake_at, None);
     }
