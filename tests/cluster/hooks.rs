@@ -250,6 +250,45 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
 
 #[tokio::test]
 #[ignore = "needs cluster"]
+async fn retention_keeps_a_hook_run_so_its_webhook_id_still_answers() {
+    let api = TestApi::start("hooks-keep").await;
+    let (stop, _telemetry) = spawn_run_controller(&api.ns, guarded_client(), Default::default());
+    let _workflows = crate::workflows::controller(&api.ns);
+    let (wf, secret) = webhook_workflow(&api).await;
+    // Keep no finished run at all.
+    api.ns
+        .api::<flowline::crd::Workflow>()
+        .patch(
+            &wf,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"history": {"succeeded": 0, "failed": 0}}})),
+        )
+        .await
+        .unwrap();
+    let body = r#"{"order": "kept"}"#;
+    let hooked = accepted_run(send_signed(&api, &wf, &secret, "msg_keep", body).await).await;
+    crate::support::finished_run(&api.ns, &hooked, Duration::from_secs(60)).await;
+    // A manual run is deleted as soon as it finishes: retention has run.
+    let manual = api.start_run(&api.admin_key, &wf, None).await;
+    let runs = api.ns.api::<Run>();
+    eventually(
+        "retention to delete the finished manual run",
+        Duration::from_secs(60),
+        || async { runs.get_opt(&manual).await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+    assert!(
+        runs.get_opt(&hooked).await.unwrap().is_some(),
+        "the hook run is held for its webhook-id"
+    );
+    let again = send_signed(&api, &wf, &secret, "msg_keep", body).await;
+    assert_eq!(accepted_run(again).await, hooked);
+    assert_eq!(run_ids(&api, &wf).await, std::slice::from_ref(&hooked));
+    stop.cancel();
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
 async fn concurrent_deliveries_of_one_message_start_one_run() {
     let api = TestApi::start("hooks-race").await;
     let (wf, secret) = webhook_workflow(&api).await;
