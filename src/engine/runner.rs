@@ -87,7 +87,10 @@ fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, secrets: Value)
         }
     }
     json!({
-        "trigger": {"payload": run.spec.payload.clone().unwrap_or_else(|| json!({}))},
+        "trigger": {
+            "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
+            "headers": run.spec.headers.clone().unwrap_or_default(),
+        },
         "run": {"id": run.name_any()},
         "workflow": {"id": run.spec.workflow_ref, "name": wf.name},
         "steps": steps,
