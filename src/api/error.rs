@@ -61,6 +61,13 @@ pub enum ApiError {
     #[error("the run is not running (status: {0})")]
     RunNotRunning(&'static str),
     #[error(
+        "this Idempotency-Key already started a run of this workflow with a different request \
+         body (keys are kept 24 h); send the same body to get that run, or use a new key"
+    )]
+    IdempotencyKeyReused,
+    #[error("only a finished run can be retried (status: {0})")]
+    RunNotFinished(&'static str),
+    #[error(
         "the event of this delivery is no longer stored (its run or workflow was deleted); it cannot be sent again"
     )]
     EventExpired,
@@ -116,6 +123,8 @@ impl ApiError {
             ApiError::WorkflowActive
             | ApiError::WorkflowPaused
             | ApiError::RunNotRunning(_)
+            | ApiError::IdempotencyKeyReused
+            | ApiError::RunNotFinished(_)
             | ApiError::EventExpired => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -142,6 +151,8 @@ impl ApiError {
             ApiError::WorkflowActive => "workflow_active",
             ApiError::WorkflowPaused => "workflow_paused",
             ApiError::RunNotRunning(_) => "run_not_running",
+            ApiError::IdempotencyKeyReused => "idempotency_key_reused",
+            ApiError::RunNotFinished(_) => "run_not_finished",
             ApiError::EventExpired => "event_expired",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::RateLimited { .. } => "rate_limited",

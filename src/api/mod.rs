@@ -6,6 +6,7 @@ pub mod cache;
 pub mod client_ip;
 pub(crate) mod deliveries;
 pub mod error;
+pub mod idempotency;
 pub mod input;
 pub mod json;
 pub mod key_index;

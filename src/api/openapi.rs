@@ -29,6 +29,8 @@ pub const ERROR_CODES: &[&str] = &[
     "workflow_active",
     "workflow_paused",
     "run_not_running",
+    "idempotency_key_reused",
+    "run_not_finished",
     "payload_too_large",
     "rate_limited",
     "unavailable",
@@ -312,6 +314,8 @@ mod tests {
             ApiError::WorkflowActive,
             ApiError::WorkflowPaused,
             ApiError::RunNotRunning("failed"),
+            ApiError::IdempotencyKeyReused,
+            ApiError::RunNotFinished("running"),
             ApiError::PayloadTooLarge,
             ApiError::EventExpired,
             ApiError::RateLimited {
@@ -343,6 +347,16 @@ mod tests {
                 "dangling $ref {name}"
             );
         }
+        let start = &doc["paths"]["/v1/workflows/{id}/runs"]["post"];
+        let params = start["parameters"].as_array().unwrap();
+        assert!(
+            params
+                .iter()
+                .any(|p| p["name"] == "Idempotency-Key" && p["in"] == "header"),
+            "{params:?}"
+        );
+        assert!(start["responses"]["200"]["content"]["application/json"].is_object());
+        assert!(start["responses"]["409"].is_object());
         let delete = &doc["paths"]["/v1/workflows/{id}"]["delete"]["responses"];
         assert!(delete["409"]["content"]["application/json"].is_object());
         assert!(delete["204"]["headers"]["X-RateLimit-Remaining"].is_object());

@@ -1,8 +1,9 @@
 //! `/v1/workflows/{id}/runs` and `/v1/runs`.
 
 use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use kube::api::Patch;
@@ -15,6 +16,7 @@ use super::views::{RunListItem, RunView};
 use super::auth::{Principal, Scope};
 use super::cache;
 use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
+use super::idempotency::{self, Outcome};
 use super::input;
 use super::json::OptionalJson;
 use super::pagination::{self, SortKey};
@@ -23,8 +25,9 @@ use super::views;
 use super::workflows::{find as find_workflow, location};
 use crate::clock::now_ms;
 use crate::crd::timestamps::created_at;
-use crate::crd::{Run, RunPhase, RunTrigger, WorkflowState};
+use crate::crd::{Run, RunPhase, RunTrigger, Workflow, WorkflowState};
 use crate::ids::new_id;
+use crate::kubeutil::lenient::Lenient;
 
 pub fn router() -> Router<ApiState> {
     Router::new()
@@ -87,48 +90,189 @@ async fn show(
     Ok(Json(full(&state, &*find(&state, &who.namespace, &id)?)))
 }
 
-#[utoipa::path(post, path = "/v1/workflows/{id}/runs", tag = "runs", description = "Scope: `execute`. The body is optional.",
-    params(("id" = String, Path, description = "Workflow id")),
+#[utoipa::path(post, path = "/v1/workflows/{id}/runs", tag = "runs",
+    description = "Scope: `execute`. The body is optional. With an `Idempotency-Key`, a repeated \
+        request (same key, same workflow, same body, within 24 h) answers the run the first one \
+        started, with 200, instead of starting another.",
+    params(("id" = String, Path, description = "Workflow id"),
+           ("Idempotency-Key" = Option<String>, Header,
+            description = "1 to 255 visible ASCII characters; the same key returns the same run for 24 h")),
     request_body(content = Option<crate::api::openapi::RunCreate>, content_type = "application/json"),
     responses((status = 201, description = "The run, running", body = RunView,
                headers(("Location" = String, description = "Path of the new run"))),
+              (status = 200, description = "The run an earlier request with this Idempotency-Key started", body = RunView,
+               headers(("Location" = String, description = "Path of the run"))),
               (status = 404, description = "No such workflow"),
-              (status = 409, description = "The workflow is paused")))]
+              (status = 409, description = "The workflow is paused (`workflow_paused`), or the Idempotency-Key \
+               started a run with a different body (`idempotency_key_reused`)")))]
 async fn start(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(workflow_id): Path<String>,
+    headers: HeaderMap,
     OptionalJson(body): OptionalJson<Value>,
-) -> ApiResult<impl IntoResponse> {
+) -> ApiResult<Response> {
     who.require(Scope::Execute)?;
+    let key = idempotency::key_from(&headers)?;
     let wf = find_workflow(&state, &who.namespace, &workflow_id)?;
     let payload = input::run_request(body)?;
+    let Some(key) = key else {
+        let run = new_run(&wf, &new_id("run"), payload)?;
+        let created = create(&state, &who.namespace, &run)
+            .await
+            .map_err(write_error)?;
+        return Ok(answer(&state, StatusCode::CREATED, &created));
+    };
+    start_keyed(&state, &who.namespace, &wf, payload, key).await
+}
+
+/// A run of `wf` named `name`, if it fits: refused when the workflow is paused or the run
+/// spec would exceed its size limit.
+fn new_run(wf: &Workflow, name: &str, payload: Option<Value>) -> ApiResult<Run> {
     if wf.spec.state == WorkflowState::Paused {
         return Err(ApiError::WorkflowPaused);
     }
-    let run = Run::of_workflow(&wf, &new_id("run"), RunTrigger::Manual, payload, now_ms());
+    let run = Run::of_workflow(wf, name, RunTrigger::Manual, payload, now_ms());
+    check_spec_size(
+        &run,
+        "payload",
+        "the payload and the workflow's steps together",
+        "make the payload or the steps' inputs smaller",
+    )?;
+    Ok(run)
+}
+
+/// Refuses a run whose spec exceeds [`crate::limits::MAX_RUN_SPEC_BYTES`], as a problem of
+/// `field`: `what` takes the bytes, `advice` says what to do.
+pub(super) fn check_spec_size(run: &Run, field: &str, what: &str, advice: &str) -> ApiResult<()> {
     let spec_bytes = serde_json::to_vec(&run.spec).map_or(usize::MAX, |b| b.len());
     if spec_bytes > crate::limits::MAX_RUN_SPEC_BYTES {
         return Err(ApiError::field(
-            "payload",
-            format!(
-                "the payload and the workflow's steps together take {spec_bytes} bytes; a run \
-                 holds at most 1 MiB of them (make the payload or the steps' inputs smaller)"
-            ),
+            field,
+            format!("{what} take {spec_bytes} bytes; a run holds at most 1 MiB of them ({advice})"),
         ));
     }
-    let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
-    let created = api
-        .create(&ApiState::post_params(), &run)
-        .await
-        .map_err(write_error)?;
+    Ok(())
+}
+
+/// Creates `run` and waits until the cache holds it (read-your-writes).
+pub(super) async fn create(
+    state: &ApiState,
+    namespace: &str,
+    run: &Run,
+) -> Result<Run, kube::Error> {
+    let api: Api<Run> = Api::namespaced(state.client.clone(), namespace);
+    let created = api.create(&ApiState::post_params(), run).await?;
     cache::await_write(&state.caches.runs, &created).await;
-    let id = created.name_any();
-    Ok((
-        StatusCode::CREATED,
+    Ok(created)
+}
+
+/// The run as `GET /v1/runs/{id}` shows it, with `status` and its `Location`.
+pub(super) fn answer(state: &ApiState, status: StatusCode, run: &Run) -> Response {
+    let id = run.name_any();
+    (
+        status,
         location(format!("/v1/runs/{id}")),
-        Json(full(&state, &created)),
-    ))
+        Json(full(state, run)),
+    )
+        .into_response()
+}
+
+/// Longest walk along a key's names; each step passes a distinct existing run, so only
+/// a broken cache could make a walk this long.
+const MAX_KEY_WALK: usize = 1000;
+
+/// `start` with an Idempotency-Key: walks the key's names from the first, answering the
+/// run that holds the key, or creating it under the first free name. The API server
+/// arbitrates races: the loser's create fails with AlreadyExists, and it answers the
+/// winner's run.
+async fn start_keyed(
+    state: &ApiState,
+    namespace: &str,
+    wf: &Workflow,
+    payload: Option<Value>,
+    key: String,
+) -> ApiResult<Response> {
+    let workflow = wf.name_any();
+    let digest = idempotency::request_digest(payload.as_ref());
+    let req = idempotency::Request {
+        workflow: &workflow,
+        key: &key,
+        digest: &digest,
+        now: now_ms(),
+    };
+    let mut name = idempotency::head_name(&workflow, &key);
+    for _ in 0..MAX_KEY_WALK {
+        // A free name is taken only when no run holds the key elsewhere: a Run applied
+        // with kubectl with this key, or a later name whose predecessor retention deleted.
+        let cached = cache::get(&state.caches.runs, namespace, &name)
+            .or_else(|| live_holder(state, namespace, &req));
+        let holder = match cached {
+            Some(run) => Holder::Run(run),
+            None => {
+                let mut run = new_run(wf, &name, payload.clone())?;
+                run.spec.idempotency_key = Some(key.clone());
+                run.annotations_mut()
+                    .insert(idempotency::DIGEST_ANNOTATION.into(), digest.clone());
+                match create(state, namespace, &run).await {
+                    Ok(created) => return Ok(answer(state, StatusCode::CREATED, &created)),
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(write_error(e)),
+                }
+                // Lost a race: judge the run that won as the API server has it (the
+                // cache may not have it yet).
+                match read_holder(state, namespace, &name).await? {
+                    Some(winner) => winner,
+                    None => continue, // deleted meanwhile: the name is free again
+                }
+            }
+        };
+        match holder {
+            Holder::Run(run) => match idempotency::decide(Some(&run), &req) {
+                Outcome::Replay => {
+                    cache::await_write(&state.caches.runs, &*run).await;
+                    return Ok(answer(state, StatusCode::OK, &run));
+                }
+                Outcome::Reused => return Err(ApiError::IdempotencyKeyReused),
+                Outcome::Next(next) => name = next,
+                Outcome::Create => {}
+            },
+            Holder::Undecodable(uid) => name = idempotency::next_name(&workflow, &key, &uid),
+        }
+    }
+    Err(ApiError::Internal(anyhow::anyhow!(
+        "Idempotency-Key walk of workflow {workflow} passed {MAX_KEY_WALK} names"
+    )))
+}
+
+/// What holds a name, as read from the API server.
+enum Holder {
+    Run(std::sync::Arc<Run>),
+    /// A Run stored with kubectl that cannot be decoded: only its uid is known.
+    Undecodable(String),
+}
+
+async fn read_holder(state: &ApiState, namespace: &str, name: &str) -> ApiResult<Option<Holder>> {
+    let api: Api<Lenient<Run>> = Api::namespaced(state.client.clone(), namespace);
+    Ok(match api.get_opt(name).await? {
+        None => None,
+        Some(Lenient::Decoded(run)) => Some(Holder::Run(run)),
+        Some(Lenient::Undecodable(failure)) => Some(Holder::Undecodable(
+            failure.metadata.uid.clone().unwrap_or_default(),
+        )),
+    })
+}
+
+/// The newest cached run that holds `req`'s key, wherever it is named.
+fn live_holder(
+    state: &ApiState,
+    namespace: &str,
+    req: &idempotency::Request,
+) -> Option<std::sync::Arc<Run>> {
+    cache::in_namespace(&state.caches.runs, namespace)
+        .into_iter()
+        .filter(|r| idempotency::holds(r, req))
+        .max_by_key(|r| created_at(&r.metadata))
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", description = "Scope: `execute`.",

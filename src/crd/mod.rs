@@ -12,7 +12,8 @@ mod workflow;
 
 pub use common::{Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object};
 pub use run::{
-    Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord, WorkflowSnapshot,
+    ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord,
+    WorkflowSnapshot,
 };
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,

@@ -8,6 +8,7 @@ mod durable;
 mod engine;
 mod foundation;
 mod hostile;
+mod idempotency;
 mod leader;
 mod replicas;
 #[path = "../support/stall_proxy.rs"]
