@@ -15,6 +15,7 @@ mod middleware;
 pub mod openapi;
 pub mod pagination;
 pub mod ratelimit;
+pub(crate) mod retry;
 pub(crate) mod runs;
 pub mod state;
 pub mod views;
@@ -32,6 +33,7 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(workflows::router())
         .merge(runs::router())
+        .merge(retry::router())
         .merge(webhooks::router())
         .merge(deliveries::router())
         .merge(keys::router())

@@ -114,6 +114,24 @@ pub struct RunCreate {
     payload: Option<Value>,
 }
 
+/// Optional body of `POST /v1/runs/{id}/retry`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RetryCreate {
+    /// `failed` (default): keep the results of the steps before the first step that did
+    /// not succeed and start there; `start`: run every step again.
+    from: Option<RetryStart>,
+}
+
+/// Where a retry starts.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum RetryStart {
+    Failed,
+    Start,
+}
+
 /// Body of `POST /v1/webhooks`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -191,6 +209,7 @@ pub struct RunListQuery {
         super::runs::show,
         super::runs::start,
         super::runs::cancel,
+        super::retry::retry,
         super::webhooks::list,
         super::webhooks::show,
         super::webhooks::create,
@@ -335,7 +354,7 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let ops: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!((paths.len(), ops), (12, 19));
+        assert_eq!((paths.len(), ops), (13, 20));
         let text = doc.to_string();
         for piece in text.split("#/components/schemas/").skip(1) {
             let name: String = piece

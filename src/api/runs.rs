@@ -36,7 +36,7 @@ pub fn router() -> Router<ApiState> {
         .route("/v1/runs/{id}/cancel", post(cancel))
 }
 
-fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Run>> {
+pub(super) fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Run>> {
     cache::get(&state.caches.runs, namespace, id).ok_or(ApiError::NotFound(Missing::Run))
 }
 

@@ -240,7 +240,7 @@ pub struct RunView {
 }
 
 /// The full run. Before the engine has recorded steps, they are listed as `pending`
-/// from the workflow version the run executes (for a Run created without one, the
+/// (or as kept from the run it retries) from the workflow version the run executes (for a Run created without one, the
 /// workflow as it is now): nothing has happened to them yet.
 pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
     let status = run.status.as_ref();
@@ -251,16 +251,10 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
     let steps = match status.filter(|s| !s.steps.is_empty()) {
         Some(s) => s.steps.iter().map(StepRecordView::from).collect(),
         None => declared
-            .into_iter()
-            .flatten()
-            .map(|s| {
-                StepRecordView::from(&StepRecord {
-                    step_id: s.id.clone(),
-                    name: s.display_name().to_string(),
-                    action: Some(s.action),
-                    ..Default::default()
-                })
-            })
+            .map(|steps| crate::engine::reuse::initial_records(steps, &run.spec.reused_steps))
+            .unwrap_or_default()
+            .iter()
+            .map(StepRecordView::from)
             .collect(),
     };
     RunView {

@@ -11,6 +11,7 @@ mod hostile;
 mod idempotency;
 mod leader;
 mod replicas;
+mod retry;
 #[path = "../support/stall_proxy.rs"]
 mod stall_proxy;
 mod support;

@@ -570,3 +570,13 @@ pub fn spawn_run_controller(
 pub fn guarded_client() -> flowline::egress::GuardedClient {
     flowline::egress::GuardedClient::new(Default::default()).unwrap()
 }
+
+/// The steps' client, allowed to reach the test servers on 127.0.0.1 (the guard
+/// refuses loopback by default).
+pub fn loopback_client() -> flowline::egress::GuardedClient {
+    flowline::egress::GuardedClient::new(flowline::egress::ClientSettings {
+        policy: flowline::egress::DestinationPolicy::from_list("127.0.0.1/32").unwrap(),
+        ..Default::default()
+    })
+    .unwrap()
+}
