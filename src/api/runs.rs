@@ -303,3 +303,32 @@ async fn cancel(
     cache::await_write(&state.caches.runs, &patched).await;
     Ok((StatusCode::ACCEPTED, Json(full(&state, &patched))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with_payload(bytes: usize) -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": "r"},
+            "spec": {"workflowRef": "wf", "payload": {"p": "x".repeat(bytes)}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_run_spec_over_1_mib_is_refused_naming_the_field_and_what_to_do() {
+        assert!(check_spec_size(&run_with_payload(1000), "from", "it", "do less").is_ok());
+        match check_spec_size(&run_with_payload(1 << 20), "from", "the parts", "do less") {
+            Err(ApiError::Validation { message, details }) => {
+                assert_eq!(details[0].field, "from");
+                assert!(
+                    message.contains("the parts take 1048649 bytes"),
+                    "{message}"
+                );
+                assert!(message.ends_with("(do less)"), "{message}");
+            }
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+    }
+}

@@ -37,6 +37,12 @@ async fn start_keyed(
     (status, res.json().await.unwrap())
 }
 
+/// (status, run id) of a keyed start without a body.
+async fn keyed_id(api: &TestApi, workflow: &str, key: &str) -> (u16, String) {
+    let (status, body) = start_keyed(api, workflow, key, None).await;
+    (status, body["id"].as_str().unwrap_or_default().to_string())
+}
+
 async fn runs_of(api: &TestApi, workflow: &str) -> Vec<flowline::crd::Run> {
     let selector = format!("flowline.io/workflow={workflow}");
     api.ns
@@ -45,6 +51,19 @@ async fn runs_of(api: &TestApi, workflow: &str) -> Vec<flowline::crd::Run> {
         .await
         .unwrap()
         .items
+}
+
+/// Waits until `GET /v1/runs/{run}` answers `status` (the cache has seen a change).
+async fn run_answers(api: &TestApi, run: &str, status: u16) {
+    crate::support::eventually(
+        &format!("GET of run {run} to answer {status}"),
+        std::time::Duration::from_secs(10),
+        || async {
+            let res = api.get(&api.admin_key, &format!("/v1/runs/{run}")).await;
+            (res.status() == status).then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -209,40 +228,14 @@ async fn expired_deleted_and_kubectl_holders() {
         fresh_id,
         flowline::api::idempotency::next_name(&wf_id, "old", old.metadata.uid.as_deref().unwrap())
     );
-    let (status, again) = start_keyed(&api, &wf_id, "old", None).await;
-    assert_eq!(
-        (status, again["id"].as_str()),
-        (200, Some(fresh_id.as_str()))
-    );
+    assert_eq!(keyed_id(&api, &wf_id, "old").await, (200, fresh_id.clone()));
     // Retention deletes the expired head: the live run still answers.
     runs.delete(&head, &Default::default()).await.unwrap();
-    crate::support::eventually(
-        "the cache to drop the head",
-        std::time::Duration::from_secs(10),
-        || async {
-            let res = api.get(&api.admin_key, &format!("/v1/runs/{head}")).await;
-            (res.status() == 404).then_some(())
-        },
-    )
-    .await;
-    let (status, again) = start_keyed(&api, &wf_id, "old", None).await;
-    assert_eq!(
-        (status, again["id"].as_str()),
-        (200, Some(fresh_id.as_str()))
-    );
+    run_answers(&api, &head, 404).await;
+    assert_eq!(keyed_id(&api, &wf_id, "old").await, (200, fresh_id.clone()));
     // Once the key's run is deleted, the key starts a new run.
     runs.delete(&fresh_id, &Default::default()).await.unwrap();
-    crate::support::eventually(
-        "the cache to drop the run",
-        std::time::Duration::from_secs(10),
-        || async {
-            let res = api
-                .get(&api.admin_key, &format!("/v1/runs/{fresh_id}"))
-                .await;
-            (res.status() == 404).then_some(())
-        },
-    )
-    .await;
+    run_answers(&api, &fresh_id, 404).await;
     let (status, renewed) = start_keyed(&api, &wf_id, "old", None).await;
     assert_eq!(status, 201, "{renewed}");
     assert_eq!(renewed["id"], head.as_str());
@@ -257,15 +250,7 @@ async fn expired_deleted_and_kubectl_holders() {
         "{}",
         crate::support::text(&out.stderr)
     );
-    crate::support::eventually(
-        "the cache to see the Run",
-        std::time::Duration::from_secs(10),
-        || async {
-            let res = api.get(&api.admin_key, "/v1/runs/by-hand").await;
-            (res.status() == 200).then_some(())
-        },
-    )
-    .await;
+    run_answers(&api, "by-hand", 200).await;
     let (status, found) =
         start_keyed(&api, &wf_id, "gitops-1", Some(json!({"payload": {"x": 1}}))).await;
     assert_eq!((status, found["id"].as_str()), (200, Some("by-hand")));

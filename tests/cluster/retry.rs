@@ -205,6 +205,36 @@ async fn retries_that_cannot_start_are_refused() {
         "insufficient_scope",
     )
     .await;
+    // Finished, but its workflow is paused now: no retry starts.
     let runs = api.ns.api::<flowline::crd::Run>();
+    runs.patch_status(
+        &running,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"phase": "failed"}})),
+    )
+    .await
+    .unwrap();
+    crate::support::eventually(
+        "the API to see the run failed",
+        Duration::from_secs(10),
+        || async {
+            let view: Value = api
+                .get(&key, &format!("/v1/runs/{running}"))
+                .await
+                .json()
+                .await
+                .ok()?;
+            (view["status"] == "failed").then_some(())
+        },
+    )
+    .await;
+    api.patch_workflow(&key, &wf, json!({"state": "paused"}))
+        .await;
+    assert_error(
+        retry(&api, &key, &running, None).await,
+        409,
+        "workflow_paused",
+    )
+    .await;
     assert_eq!(runs.list(&Default::default()).await.unwrap().items.len(), 1);
 }
