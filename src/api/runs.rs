@@ -95,7 +95,8 @@ async fn show(
         request (same key, same workflow, same body, within 24 h) answers the run the first one \
         started, with 200, instead of starting another.",
     params(("id" = String, Path, description = "Workflow id"),
-           ("Idempotency-Key" = Option<String>, Header,
+           ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
+            pattern = "^[!-~]([ -~]*[!-~])?$",
             description = "1 to 255 visible ASCII characters; the same key returns the same run for 24 h")),
     request_body(content = Option<crate::api::openapi::RunCreate>, content_type = "application/json"),
     responses((status = 201, description = "The run, running", body = RunView,
