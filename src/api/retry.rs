@@ -19,7 +19,7 @@ use super::runs::{answer, check_spec_size, create, find};
 use super::state::ApiState;
 use super::workflows::find as find_workflow;
 use crate::clock::now_ms;
-use crate::crd::{Run, Workflow, WorkflowState};
+use crate::crd::{Run, RunPhase, Workflow, WorkflowState};
 use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
@@ -48,7 +48,11 @@ async fn retry(
     let from = input::retry_request(body)?;
     let cached = find(&state, &who.namespace, &id)?;
     let phase = cached.phase();
-    if !phase.is_finished() {
+    // Listed, not `is_finished()`: a phase added later is not retryable unless it says so.
+    if !matches!(
+        phase,
+        RunPhase::Succeeded | RunPhase::Failed | RunPhase::Cancelled
+    ) {
         return Err(ApiError::RunNotFinished(phase.as_str()));
     }
     let wf = find_workflow(&state, &who.namespace, &cached.spec.workflow_ref)?;

@@ -256,4 +256,23 @@ async fn expired_deleted_and_kubectl_holders() {
     assert_eq!((status, found["id"].as_str()), (200, Some("by-hand")));
     let res = post_keyed(&api, &wf_id, "gitops-1", None).await;
     assert_error(res, 409, "idempotency_key_reused").await;
+    // The key names the request that created the run: it cannot be changed.
+    let changed = runs
+        .patch(
+            "by-hand",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"idempotencyKey": "other"}})),
+        )
+        .await;
+    match changed {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422);
+            assert!(
+                s.message.contains("idempotencyKey is immutable"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("expected the change to be refused, got {other:?}"),
+    }
 }
