@@ -10,6 +10,7 @@ pub mod idempotency;
 pub mod input;
 pub mod json;
 pub mod key_index;
+mod keyed_start;
 pub mod keys;
 mod middleware;
 pub mod openapi;
