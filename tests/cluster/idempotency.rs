@@ -102,16 +102,35 @@ async fn the_same_key_returns_the_first_run_with_200() {
     assert_eq!(runs_of(&api, &wf).await.len(), 3);
 }
 
-#[tokio::test]
+/// Ten requests sent at once, each from its own task on a multi-threaded runtime and
+/// released together by a barrier, so they reach the server while none has finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs cluster"]
 async fn ten_concurrent_requests_with_one_key_start_one_run() {
     let api = TestApi::start("idem-race").await;
     let wf = api.create_workflow("Raced").await;
-    let body = json!({"payload": {"n": 1}});
-    let answers = futures::future::join_all(
-        (0..10).map(|_| start_keyed(&api, &wf, "race-key", Some(body.clone()))),
-    )
-    .await;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(10));
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let request = api
+                .http
+                .post(api.url(&format!("/v1/workflows/{wf}/runs")))
+                .bearer_auth(&api.admin_key)
+                .header(KEY, "race-key")
+                .json(&json!({"payload": {"n": 1}}));
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let res = request.send().await.unwrap();
+                let status = res.status().as_u16();
+                (status, res.json::<Value>().await.unwrap())
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
     let ids: std::collections::BTreeSet<&str> = answers
         .iter()
         .map(|(_, b)| b["id"].as_str().unwrap())
