@@ -49,10 +49,11 @@ pub(super) async fn start(
         let holder = match cached {
             Some(run) => Holder::Run(run),
             None => {
-                let mut run = new_run(wf, &name, payload.clone())?;
-                run.spec.idempotency_key = Some(key.clone());
-                run.annotations_mut()
-                    .insert(idempotency::DIGEST_ANNOTATION.into(), digest.clone());
+                let run = new_run(wf, &name, payload.clone(), |run| {
+                    run.spec.idempotency_key = Some(key.clone());
+                    run.annotations_mut()
+                        .insert(idempotency::DIGEST_ANNOTATION.into(), digest.clone());
+                })?;
                 match create(state, namespace, &run).await {
                     Ok(created) => return Ok(answer(state, StatusCode::CREATED, &created)),
                     Err(kube::Error::Api(s)) if s.code == 409 => {}

@@ -117,7 +117,7 @@ async fn start(
     let wf = find_workflow(&state, &who.namespace, &workflow_id)?;
     let payload = input::run_request(body)?;
     let Some(key) = key else {
-        let run = new_run(&wf, &new_id("run"), payload)?;
+        let run = new_run(&wf, &new_id("run"), payload, |_| {})?;
         let created = create(&state, &who.namespace, &run)
             .await
             .map_err(write_error)?;
@@ -126,13 +126,19 @@ async fn start(
     super::keyed_start::start(&state, &who.namespace, &wf, payload, key).await
 }
 
-/// A run of `wf` named `name`, if it fits: refused when the workflow is paused or the run
-/// spec would exceed its size limit.
-pub(super) fn new_run(wf: &Workflow, name: &str, payload: Option<Value>) -> ApiResult<Run> {
+/// A run of `wf` named `name`, completed by `complete`, if it fits: refused when the
+/// workflow is paused or the run spec would exceed its size limit.
+pub(super) fn new_run(
+    wf: &Workflow,
+    name: &str,
+    payload: Option<Value>,
+    complete: impl FnOnce(&mut Run),
+) -> ApiResult<Run> {
     if wf.spec.state == WorkflowState::Paused {
         return Err(ApiError::WorkflowPaused);
     }
-    let run = Run::of_workflow(wf, name, RunTrigger::Manual, payload, now_ms());
+    let mut run = Run::of_workflow(wf, name, RunTrigger::Manual, payload, now_ms());
+    complete(&mut run);
     check_spec_size(
         &run,
         "payload",
