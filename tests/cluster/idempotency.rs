@@ -157,10 +157,7 @@ async fn a_key_reused_with_another_body_is_refused() {
     let res = post_keyed(&api, &wf, "k-1", Some(json!({"payload": {"a": 2}}))).await;
     let body = assert_error(res, 409, "idempotency_key_reused").await;
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("different request body"),
+        crate::support::message_of(&body).contains("different request body"),
         "{body}"
     );
     // No body is the empty payload: also a different request here.

@@ -60,6 +60,20 @@ async fn retried(api: &TestApi, run: &str, body: Option<Value>) -> String {
     id
 }
 
+/// Waits until the API shows `run` as failed (its status was written by hand).
+async fn shown_failed(api: &TestApi, run: &str) {
+    crate::support::eventually(
+        &format!("the API to show run {run} failed"),
+        Duration::from_secs(10),
+        || async {
+            let res = api.get(&api.admin_key, &format!("/v1/runs/{run}")).await;
+            let view: Value = res.json().await.ok()?;
+            (view["status"] == "failed").then_some(())
+        },
+    )
+    .await;
+}
+
 fn step<'a>(view: &'a Value, id: &str) -> &'a Value {
     view["steps"]
         .as_array()
@@ -178,10 +192,7 @@ async fn retries_that_cannot_start_are_refused() {
     )
     .await;
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("running"),
+        crate::support::message_of(&body).contains("running"),
         "{body}"
     );
     assert_error(
@@ -214,20 +225,7 @@ async fn retries_that_cannot_start_are_refused() {
     )
     .await
     .unwrap();
-    crate::support::eventually(
-        "the API to see the run failed",
-        Duration::from_secs(10),
-        || async {
-            let view: Value = api
-                .get(&key, &format!("/v1/runs/{running}"))
-                .await
-                .json()
-                .await
-                .ok()?;
-            (view["status"] == "failed").then_some(())
-        },
-    )
-    .await;
+    shown_failed(&api, &running).await;
     api.patch_workflow(&key, &wf, json!({"state": "paused"}))
         .await;
     assert_error(
@@ -237,4 +235,67 @@ async fn retries_that_cannot_start_are_refused() {
     )
     .await;
     assert_eq!(runs.list(&Default::default()).await.unwrap().items.len(), 1);
+}
+
+/// The kept outputs travel in the new Run's spec: a retry whose spec would pass the
+/// 1 MiB limit with them is refused, saying so, and one from the start still fits.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_retry_too_large_to_keep_its_outputs_is_refused_clearly() {
+    use kube::api::{Patch, PatchParams, PostParams};
+    let api = TestApi::start("retry-size").await;
+    let key = api.admin_key.clone();
+    let wf_id = api.create_workflow("Nearly full").await;
+    api.patch_workflow(
+        &key,
+        &wf_id,
+        json!({"steps": [{"id": "a", "action": "transform", "with": {"value": 1}},
+                         {"id": "b", "action": "fail"}]}),
+    )
+    .await;
+    let wf = api
+        .ns
+        .api::<flowline::crd::Workflow>()
+        .get(&wf_id)
+        .await
+        .unwrap();
+    // A run whose spec is 1000 bytes short of the limit (written as the API would).
+    let sized = |n: usize| {
+        flowline::crd::Run::of_workflow(
+            &wf,
+            "nearly-full",
+            Default::default(),
+            Some(json!({"p": "x".repeat(n)})),
+            jiff::Timestamp::now(),
+        )
+    };
+    let base = serde_json::to_vec(&sized(0).spec).unwrap().len();
+    let run = sized(flowline::limits::MAX_RUN_SPEC_BYTES - 1000 - base);
+    let runs = api.ns.api::<flowline::crd::Run>();
+    runs.create(&PostParams::default(), &run).await.unwrap();
+    runs.patch_status(
+        "nearly-full",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "failed", "steps": [
+            {"stepId": "a", "name": "a", "status": "succeeded", "output": "y".repeat(2000)},
+            {"stepId": "b", "name": "b", "status": "failed", "error": "no"}]}})),
+    )
+    .await
+    .unwrap();
+    shown_failed(&api, "nearly-full").await;
+    let body = assert_error(
+        retry(&api, &key, "nearly-full", None).await,
+        400,
+        "validation_error",
+    )
+    .await;
+    assert_eq!(body["error"]["details"][0]["field"], "from", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("at most 1 MiB"), "{message}");
+    assert!(
+        message.contains(r#"retry with "from": "start""#),
+        "{message}"
+    );
+    assert_eq!(runs.list(&Default::default()).await.unwrap().items.len(), 1);
+    retried(&api, "nearly-full", Some(json!({"from": "start"}))).await;
 }

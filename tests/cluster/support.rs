@@ -580,3 +580,8 @@ pub fn loopback_client() -> flowline::egress::GuardedClient {
     })
     .unwrap()
 }
+
+/// The message of an error body (empty when there is none).
+pub fn message_of(body: &serde_json::Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
+}
