@@ -18,7 +18,8 @@ pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,
 };
 pub use workflow::{
-    Action, Executor, History, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger, TriggerType,
+    Action, Concurrency, ConcurrencyPolicy, Executor, History, MAX_CONCURRENCY_KEY,
+    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger, TriggerType,
     Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
 };
 

@@ -51,8 +51,16 @@ pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
             })
             .collect();
     }
+    // A queued run starts when it leaves the queue: its run timeout counts from then.
+    let queued = status.phase == RunPhase::Queued;
     status.phase = RunPhase::Running;
-    status.started_at.get_or_insert_with(|| run.started_at());
+    status.started_at.get_or_insert_with(|| {
+        if queued {
+            now_ms()
+        } else {
+            run.started_at()
+        }
+    });
     status.workflow_generation = Some(wf.generation);
     status
 }
@@ -116,6 +124,20 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
     let writer = StatusWriter::start(api, &run, RunStatus::default());
     writer.update(&status);
 
+    // The run timeout stops the steps the way a cancel does; `timed_out` tells the two
+    // apart at the end.
+    let stop = cancel.child_token();
+    let timed_out = CancellationToken::new();
+    let left = super::deadline::remaining(
+        status.started_at.unwrap_or_else(now_ms),
+        wf.timeout_ms,
+        now_ms(),
+    );
+    if let Some(left) = left {
+        tokio::spawn(stop_at_deadline(left, stop.clone(), timed_out.clone()));
+    }
+    let cancel = &stop;
+
     let mut failure = None;
     let mut cancelled = false;
     // Every secret value read for this run, replaced by `[redacted]` wherever a step's
@@ -128,6 +150,11 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
         if matches!(record.status, StepPhase::Succeeded | StepPhase::Skipped) {
             continue; // finished before a restart
         }
+        // Checked before each step: a run resumed past its deadline starts nothing.
+        if cancel.is_cancelled() {
+            cancelled = true;
+            break;
+        }
         match run_step(
             &engine,
             &run,
@@ -137,7 +164,7 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
             index,
             &mut status,
             &writer,
-            &cancel,
+            cancel,
             &mut redactor,
         )
         .await
@@ -153,7 +180,18 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
             }
         }
     }
+    // Ends the deadline task of a run that finished in time.
+    cancel.cancel();
     match (cancelled, failure) {
+        // Stopped by its timeout, not by a user: the run failed.
+        (true, _) if timed_out.is_cancelled() => finish(
+            &mut status,
+            RunPhase::Failed,
+            Some(super::deadline::timed_out_error(
+                wf.timeout_ms.unwrap_or_default(),
+            )),
+            StepPhase::Cancelled,
+        ),
         (true, _) => finish(&mut status, RunPhase::Cancelled, None, StepPhase::Cancelled),
         (false, Some(error)) => finish(
             &mut status,
@@ -186,6 +224,18 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
     telemetry
         .event(&run, status.phase == RunPhase::Failed, reason, note)
         .await;
+}
+
+/// Stops a run's steps (`stop`) once `left` has passed, marking it `timed_out`; ends
+/// early when the run stops for another reason.
+async fn stop_at_deadline(left: Duration, stop: CancellationToken, timed_out: CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(left) => {
+            timed_out.cancel();
+            stop.cancel();
+        }
+        _ = stop.cancelled() => {}
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
