@@ -177,7 +177,10 @@ async fn update(
     }
     if let Some(c) = patch.concurrency {
         // Sent whole: a merge patch would otherwise keep a stale key.
-        spec.insert("concurrency".into(), json!(c.map(|c| json!({"limit": c.limit, "key": c.key, "policy": c.policy}))));
+        spec.insert(
+            "concurrency".into(),
+            json!(c.map(|c| json!({"limit": c.limit, "key": c.key, "policy": c.policy}))),
+        );
     }
     let body = json!({
         "metadata": {"annotations": {UPDATED_AT_ANNOTATION: format_ts(now_ms())}},

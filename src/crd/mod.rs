@@ -19,8 +19,8 @@ pub use webhook::{
 };
 pub use workflow::{
     Action, Concurrency, ConcurrencyPolicy, Executor, History, MAX_CONCURRENCY_KEY,
-    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger, TriggerType,
-    Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
+    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger,
+    TriggerType, Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

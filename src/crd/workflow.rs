@@ -84,7 +84,9 @@ pub const MAX_CONCURRENCY_LIMIT: u32 = 10_000;
 /// Longest concurrency key template.
 pub const MAX_CONCURRENCY_KEY: usize = 500;
 const _: () = assert!(
-    MAX_RUN_TIMEOUT_MS == 604_800_000 && MAX_CONCURRENCY_LIMIT == 10_000 && MAX_CONCURRENCY_KEY == 500,
+    MAX_RUN_TIMEOUT_MS == 604_800_000
+        && MAX_CONCURRENCY_LIMIT == 10_000
+        && MAX_CONCURRENCY_KEY == 500,
     "keep the schema bounds of timeoutMs and concurrency in step"
 );
 
@@ -109,16 +111,7 @@ pub struct Concurrency {
 
 /// What a run does when its concurrency group is full.
 #[derive(
-    Serialize,
-    Deserialize,
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    JsonSchema,
-    utoipa::ToSchema,
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum ConcurrencyPolicy {

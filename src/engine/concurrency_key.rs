@@ -71,11 +71,17 @@ mod tests {
     #[test]
     fn keys_render_over_the_trigger() {
         let key = Some("{{ trigger.payload.customer }}");
-        assert_eq!(render(key, &run(json!({"customer": "acme"}))).unwrap(), "acme");
+        assert_eq!(
+            render(key, &run(json!({"customer": "acme"}))).unwrap(),
+            "acme"
+        );
         assert_eq!(render(key, &run(json!({"customer": 7}))).unwrap(), "7");
         assert_eq!(
-            render(Some("c-{{ trigger.payload.customer }}-{{ trigger.type }}"), &run(json!({"customer": "a"})))
-                .unwrap(),
+            render(
+                Some("c-{{ trigger.payload.customer }}-{{ trigger.type }}"),
+                &run(json!({"customer": "a"}))
+            )
+            .unwrap(),
             "c-a-manual"
         );
     }
@@ -83,7 +89,10 @@ mod tests {
     #[test]
     fn a_missing_path_is_a_clear_error() {
         let err = render(Some("{{ trigger.payload.customer }}"), &run(json!({}))).unwrap_err();
-        assert!(err.starts_with("concurrency key could not be rendered"), "{err}");
+        assert!(
+            err.starts_with("concurrency key could not be rendered"),
+            "{err}"
+        );
         assert!(err.contains("trigger.payload.customer"), "{err}");
     }
 
@@ -91,7 +100,11 @@ mod tests {
     fn only_well_formed_trigger_templates_pass_the_check() {
         assert!(check("{{ trigger.payload.customer }}").is_ok());
         assert!(check("fixed").is_ok());
-        assert!(check("{{ steps.a.output }}").unwrap_err().contains("only read the trigger"));
+        assert!(
+            check("{{ steps.a.output }}")
+                .unwrap_err()
+                .contains("only read the trigger")
+        );
         assert!(check("{{ secrets.s.k }}").is_err());
         assert!(check("{{ trigger.payload.x").is_err());
         assert!(check("{{ trigger..x }}").is_err());

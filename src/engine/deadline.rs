@@ -8,7 +8,11 @@ use jiff::Timestamp;
 
 /// How long a run that started at `started_at` with a timeout of `timeout_ms` may
 /// still execute at `now`: zero once the deadline has passed, `None` without a timeout.
-pub fn remaining(started_at: Timestamp, timeout_ms: Option<u64>, now: Timestamp) -> Option<Duration> {
+pub fn remaining(
+    started_at: Timestamp,
+    timeout_ms: Option<u64>,
+    now: Timestamp,
+) -> Option<Duration> {
     let timeout_ms = timeout_ms?;
     let deadline = started_at
         .as_millisecond()

@@ -54,13 +54,9 @@ pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
     // A queued run starts when it leaves the queue: its run timeout counts from then.
     let queued = status.phase == RunPhase::Queued;
     status.phase = RunPhase::Running;
-    status.started_at.get_or_insert_with(|| {
-        if queued {
-            now_ms()
-        } else {
-            run.started_at()
-        }
-    });
+    status
+        .started_at
+        .get_or_insert_with(|| if queued { now_ms() } else { run.started_at() });
     status.workflow_generation = Some(wf.generation);
     status
 }
