@@ -6,6 +6,7 @@ mod api;
 mod delivery;
 mod durable;
 mod engine;
+mod flow_control;
 mod foundation;
 mod hostile;
 mod leader;
