@@ -55,12 +55,10 @@ mod tests {
     use super::*;
 
     fn run(payload: Value) -> Run {
-        serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Run",
-            "metadata": {"name": "r", "namespace": "n"},
-            "spec": {"workflowRef": "wf", "payload": payload},
-        }))
-        .unwrap()
+        let mut spec: crate::crd::RunSpec =
+            serde_json::from_value(json!({"workflowRef": "wf"})).unwrap();
+        spec.payload = Some(payload);
+        Run::new("r", spec)
     }
 
     #[test]

@@ -13,6 +13,28 @@ use crate::support::{
 
 const MINUTE: Duration = Duration::from_secs(60);
 
+/// An API server and a run controller in this process, and a workflow named `name`
+/// with `settings`; the controller stops when the guard is dropped.
+async fn with_controller(
+    prefix: &str,
+    name: &str,
+    settings: Value,
+) -> (
+    TestApi,
+    String,
+    tokio_util::sync::DropGuard,
+    flowline::telemetry::engine_metrics::EngineTelemetry,
+) {
+    let api = TestApi::start(prefix).await;
+    let (stop, telemetry) = spawn_run_controller(
+        &api.ns,
+        crate::support::guarded_client(),
+        Default::default(),
+    );
+    let wf = workflow(&api, name, settings).await;
+    (api, wf, stop.drop_guard(), telemetry)
+}
+
 /// A workflow created through the API with `settings` patched in.
 async fn workflow(api: &TestApi, name: &str, settings: Value) -> String {
     let wf = api.create_workflow(name).await;
@@ -179,15 +201,8 @@ async fn timeout_and_concurrency_are_validated() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn a_run_longer_than_its_timeout_fails_and_cancels_its_steps() {
-    let api = TestApi::start("fc-timeout").await;
-    let (stop, _telemetry) = spawn_run_controller(
-        &api.ns,
-        crate::support::guarded_client(),
-        Default::default(),
-    );
-    let _stop = stop.drop_guard();
-    let wf = workflow(
-        &api,
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-timeout",
         "Slow",
         json!({"timeout_ms": 1500, "steps": [
             {"id": "long", "action": "delay", "with": {"ms": 600_000}},
@@ -270,20 +285,13 @@ async fn a_restarted_operator_keeps_the_original_deadline() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn queued_runs_start_in_creation_order_within_the_limit() {
-    let api = TestApi::start("fc-queue").await;
-    let key = api.admin_key.clone();
-    let (stop, telemetry) = spawn_run_controller(
-        &api.ns,
-        crate::support::guarded_client(),
-        Default::default(),
-    );
-    let _stop = stop.drop_guard();
-    let wf = workflow(
-        &api,
+    let (api, wf, _stop, telemetry) = with_controller(
+        "fc-queue",
         "Limited",
         json!({"concurrency": {"limit": 2}, "steps": delay(1500)}),
     )
     .await;
+    let key = api.admin_key.clone();
     let mut ids = Vec::new();
     for _ in 0..6 {
         ids.push(api.start_run(&key, &wf, None).await);
@@ -371,20 +379,13 @@ async fn a_restart_while_runs_are_queued_loses_none_and_keeps_the_limit() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn a_queued_run_can_be_cancelled() {
-    let api = TestApi::start("fc-cancel").await;
-    let key = api.admin_key.clone();
-    let (stop, _telemetry) = spawn_run_controller(
-        &api.ns,
-        crate::support::guarded_client(),
-        Default::default(),
-    );
-    let _stop = stop.drop_guard();
-    let wf = workflow(
-        &api,
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-cancel",
         "One at a time",
         json!({"concurrency": {"limit": 1}, "steps": delay(600_000)}),
     )
     .await;
+    let key = api.admin_key.clone();
     let first = api.start_run(&key, &wf, None).await;
     step_running(&api.ns, &first, "work").await;
     let second = api.start_run(&key, &wf, None).await;
@@ -401,7 +402,10 @@ async fn a_queued_run_can_be_cancelled() {
     assert_eq!(status.steps[0].status, StepPhase::Cancelled);
     assert_eq!(status.steps[0].attempts, 0, "it never started");
     // The first is untouched; a finished run cannot be cancelled again.
-    assert_eq!(run_ids(&api, &wf, "running").await, [first.clone()]);
+    assert_eq!(
+        run_ids(&api, &wf, "running").await,
+        std::slice::from_ref(&first)
+    );
     let res = api
         .send("POST", &key, &format!("/v1/runs/{second}/cancel"), None)
         .await;
@@ -416,21 +420,14 @@ async fn a_queued_run_can_be_cancelled() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn cancel_in_progress_replaces_the_running_run() {
-    let api = TestApi::start("fc-cip").await;
-    let key = api.admin_key.clone();
-    let (stop, _telemetry) = spawn_run_controller(
-        &api.ns,
-        crate::support::guarded_client(),
-        Default::default(),
-    );
-    let _stop = stop.drop_guard();
-    let wf = workflow(
-        &api,
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-cip",
         "Latest wins",
         json!({"concurrency": {"limit": 1, "policy": "cancel_in_progress"},
                "steps": [{"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]}),
     )
     .await;
+    let key = api.admin_key.clone();
     let old = api
         .start_run(&key, &wf, Some(json!({"payload": {"ms": 600_000}})))
         .await;
@@ -448,20 +445,13 @@ async fn cancel_in_progress_replaces_the_running_run() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn cancel_newest_cancels_the_new_run_at_once() {
-    let api = TestApi::start("fc-cnew").await;
-    let key = api.admin_key.clone();
-    let (stop, _telemetry) = spawn_run_controller(
-        &api.ns,
-        crate::support::guarded_client(),
-        Default::default(),
-    );
-    let _stop = stop.drop_guard();
-    let wf = workflow(
-        &api,
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-cnew",
         "First wins",
         json!({"concurrency": {"limit": 1, "policy": "cancel_newest"}, "steps": delay(600_000)}),
     )
     .await;
+    let key = api.admin_key.clone();
     let first = api.start_run(&key, &wf, None).await;
     step_running(&api.ns, &first, "work").await;
     let second = api.start_run(&key, &wf, None).await;
@@ -472,7 +462,10 @@ async fn cancel_newest_cancels_the_new_run_at_once() {
         error.contains("concurrency limit reached") && error.contains("cancel_newest"),
         "{error}"
     );
-    assert_eq!(run_ids(&api, &wf, "running").await, [first.clone()]);
+    assert_eq!(
+        run_ids(&api, &wf, "running").await,
+        std::slice::from_ref(&first)
+    );
     api.send("POST", &key, &format!("/v1/runs/{first}/cancel"), None)
         .await;
     finished_run(&api.ns, &first, MINUTE).await;
@@ -483,20 +476,13 @@ async fn cancel_newest_cancels_the_new_run_at_once() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn keys_make_groups_and_a_bad_key_fails_the_run() {
-    let api = TestApi::start("fc-key").await;
-    let key = api.admin_key.clone();
-    let (stop, _telemetry) = spawn_run_controller(
-        &api.ns,
-        crate::support::guarded_client(),
-        Default::default(),
-    );
-    let _stop = stop.drop_guard();
-    let wf = workflow(
-        &api,
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-key",
         "Per customer",
         json!({"concurrency": {"limit": 1, "key": "{{ trigger.payload.customer }}"}, "steps": delay(600_000)}),
     )
     .await;
+    let key = api.admin_key.clone();
     let acme = api
         .start_run(&key, &wf, Some(json!({"payload": {"customer": "acme"}})))
         .await;
