@@ -51,12 +51,14 @@ pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
             })
             .collect();
     }
-    // A queued run starts when it leaves the queue: its run timeout counts from then.
-    let queued = status.phase == RunPhase::Queued;
+    // A run under a concurrency limit starts when it is admitted (it may have waited
+    // since its creation): its run timeout counts from then.
+    let admitted =
+        status.phase == RunPhase::Queued || (run.status.is_none() && wf.concurrency.is_some());
     status.phase = RunPhase::Running;
     status
         .started_at
-        .get_or_insert_with(|| if queued { now_ms() } else { run.started_at() });
+        .get_or_insert_with(|| if admitted { now_ms() } else { run.started_at() });
     status.workflow_generation = Some(wf.generation);
     status
 }
@@ -439,4 +441,46 @@ fn prepare(
     )
     .map(|spec| Prepared::Job(Box::new(spec)))
     .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(status: Value, concurrency: Value) -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"workflowRef": "wf", "workflow": {"generation": 1, "name": "W",
+                     "steps": [{"id": "a", "action": "delay"}], "concurrency": concurrency}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn start_of(r: &Run) -> Timestamp {
+        let wf = r.spec.workflow.as_ref().unwrap();
+        initial_status(r, wf).started_at.unwrap()
+    }
+
+    #[test]
+    fn a_run_without_a_limit_started_when_it_was_created() {
+        let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        assert_eq!(start_of(&run(Value::Null, Value::Null)), created);
+    }
+
+    #[test]
+    fn an_admitted_run_starts_now_not_when_it_was_created() {
+        let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let limit = json!({"limit": 1});
+        assert!(start_of(&run(Value::Null, limit.clone())) > created);
+        assert!(start_of(&run(json!({"phase": "queued"}), limit.clone())) > created);
+        // A resumed run keeps the start it recorded: its deadline does not move.
+        let recorded = json!({"phase": "running", "startedAt": "2026-01-01T00:00:05Z"});
+        assert_eq!(
+            start_of(&run(recorded, limit)),
+            "2026-01-01T00:00:05Z".parse::<Timestamp>().unwrap()
+        );
+    }
 }
