@@ -102,7 +102,14 @@ fn most_at_once(runs: &[Run]) -> usize {
 fn assert_started_in_creation_order(runs: &[Run], limit: usize) {
     let starts: Vec<i64> = runs
         .iter()
-        .map(|r| r.status.as_ref().unwrap().started_at.unwrap().as_millisecond())
+        .map(|r| {
+            r.status
+                .as_ref()
+                .unwrap()
+                .started_at
+                .unwrap()
+                .as_millisecond()
+        })
         .collect();
     for (i, start) in starts.iter().enumerate() {
         let overtaken_by = starts[i + 1..].iter().filter(|s| *s < start).count();
@@ -285,13 +292,18 @@ async fn queued_runs_start_in_creation_order_within_the_limit() {
     let (api, wf, _stop, telemetry) = with_controller(
         "fc-queue",
         "Limited",
-        json!({"concurrency": {"limit": 2}, "steps": delay(1500)}),
+        json!({"concurrency": {"limit": 2}, "steps": [
+            {"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]}),
     )
     .await;
     let key = api.admin_key.clone();
     let mut ids = Vec::new();
-    for _ in 0..6 {
-        ids.push(api.start_run(&key, &wf, None).await);
+    // The first two take long enough for the other four to be seen waiting, however
+    // slowly this machine creates them.
+    for i in 0..6 {
+        let ms = if i < 2 { 5000 } else { 1000 };
+        let payload = json!({"payload": {"ms": ms}});
+        ids.push(api.start_run(&key, &wf, Some(payload)).await);
     }
     // Four wait, visible in the list filter, in kubectl and in the gauge.
     let queued = eventually("four runs to be queued", MINUTE, || async {
