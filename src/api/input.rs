@@ -6,7 +6,9 @@ use serde_json::{Map, Value};
 use super::auth::Scope;
 use super::error::{ApiError, FieldError};
 use crate::crd::{
-    Action, EventKind, Executor, RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
+    Action, Concurrency, ConcurrencyPolicy, EventKind, Executor, MAX_CONCURRENCY_KEY,
+    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, RetryPolicy, Step, Trigger, TriggerType,
+    WorkflowState,
 };
 
 const MAX_NAME: usize = 200;
@@ -104,6 +106,10 @@ pub struct WorkflowPatch {
     /// `Some(None)` returns to the operator's default executor.
     pub executor: Option<Option<Executor>>,
     pub steps: Option<Vec<Step>>,
+    /// `Some(None)` removes the run timeout.
+    pub timeout_ms: Option<Option<u64>>,
+    /// `Some(None)` removes the concurrency control.
+    pub concurrency: Option<Option<Concurrency>>,
 }
 
 pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
@@ -118,6 +124,8 @@ pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
             "trigger",
             "executor",
             "steps",
+            "timeout_ms",
+            "concurrency",
         ],
         "",
         &mut p,
@@ -163,10 +171,17 @@ pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
     if let Some(v) = map.get("steps") {
         patch.steps = steps(v, &mut p);
     }
+    if let Some(v) = map.get("timeout_ms") {
+        patch.timeout_ms = run_timeout(v, &mut p);
+    }
+    if let Some(v) = map.get("concurrency") {
+        patch.concurrency = concurrency(v, &mut p);
+    }
     if map.is_empty() {
         p.add(
             "body",
-            "give at least one of: name, description, state, trigger, executor, steps",
+            "give at least one of: name, description, state, trigger, executor, steps, \
+             timeout_ms, concurrency",
         );
     }
     p.finish(patch)
@@ -465,6 +480,71 @@ fn retry(v: &Value, at: &str, p: &mut Problems) -> Option<RetryPolicy> {
         }
     }
     Some(policy)
+}
+
+/// A workflow's `timeout_ms`: `Some(None)` for null (no timeout).
+fn run_timeout(v: &Value, p: &mut Problems) -> Option<Option<u64>> {
+    match v {
+        Value::Null => Some(None),
+        v => match v.as_u64() {
+            Some(ms) if (1..=MAX_RUN_TIMEOUT_MS).contains(&ms) => Some(Some(ms)),
+            _ => {
+                p.add(
+                    "timeout_ms",
+                    format!(
+                        "must be an integer from 1 to {MAX_RUN_TIMEOUT_MS} (7 days), or null \
+                         for no run timeout"
+                    ),
+                );
+                None
+            }
+        },
+    }
+}
+
+/// A workflow's `concurrency`: `Some(None)` for null (no limit).
+fn concurrency(v: &Value, p: &mut Problems) -> Option<Option<Concurrency>> {
+    let map = match v {
+        Value::Null => return Some(None),
+        Value::Object(map) => map,
+        _ => {
+            p.add("concurrency", "must be an object, or null for no limit");
+            return None;
+        }
+    };
+    let before = p.0.len();
+    reject_unknown(map, &["limit", "key", "policy"], "concurrency.", p);
+    let limit = match map.get("limit").map(Value::as_u64) {
+        Some(Some(n)) if (1..=u64::from(MAX_CONCURRENCY_LIMIT)).contains(&n) => n as u32,
+        _ => {
+            p.add(
+                "concurrency.limit",
+                format!("is required: an integer from 1 to {MAX_CONCURRENCY_LIMIT}"),
+            );
+            0
+        }
+    };
+    let key = match map.get("key") {
+        None | Some(Value::Null) => None,
+        Some(v) => text(v, "concurrency.key", MAX_CONCURRENCY_KEY, true, p),
+    };
+    if let Some(Err(reason)) = key.as_deref().map(crate::engine::concurrency_key::check) {
+        p.add("concurrency.key", reason);
+    }
+    let policy = match map.get("policy") {
+        None | Some(Value::Null) => ConcurrencyPolicy::Queue,
+        Some(v) => match serde_json::from_value(v.clone()) {
+            Ok(policy) => policy,
+            Err(_) => {
+                p.add(
+                    "concurrency.policy",
+                    "must be one of: queue, cancel_in_progress, cancel_newest",
+                );
+                ConcurrencyPolicy::Queue
+            }
+        },
+    };
+    (p.0.len() == before).then_some(Some(Concurrency { limit, key, policy }))
 }
 
 /// The optional body of `POST /v1/workflows/{id}/runs`.

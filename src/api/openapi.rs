@@ -109,6 +109,27 @@ pub struct WorkflowPatch {
     executor: Option<Executor>,
     #[schema(max_items = 100)]
     steps: Option<Vec<StepInput>>,
+    /// Longest a run may take, in milliseconds from its start (at most 7 days); `null`
+    /// removes the limit.
+    #[schema(minimum = 1, maximum = 604_800_000)]
+    timeout_ms: Option<u64>,
+    /// How many runs may execute at once; `null` removes the limit.
+    concurrency: Option<ConcurrencyInput>,
+}
+
+/// `concurrency` of a workflow.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ConcurrencyInput {
+    /// Runs of one group that may execute at once.
+    #[schema(minimum = 1, maximum = 10_000)]
+    limit: u32,
+    /// Template over the trigger, e.g. `{{ trigger.payload.customer }}`; absent = one
+    /// group per workflow.
+    #[schema(min_length = 1, max_length = 500)]
+    key: Option<String>,
+    /// Default `queue`.
+    policy: Option<crate::crd::ConcurrencyPolicy>,
 }
 
 /// Optional body of `POST /v1/workflows/{id}/runs`.

@@ -25,7 +25,7 @@ use super::views;
 use super::workflows::{find as find_workflow, location};
 use crate::clock::now_ms;
 use crate::crd::timestamps::created_at;
-use crate::crd::{Run, RunPhase, RunTrigger, Workflow, WorkflowState};
+use crate::crd::{Run, RunTrigger, Workflow, WorkflowState};
 use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
@@ -60,7 +60,10 @@ async fn list(
     find_workflow(&state, &who.namespace, &workflow_id)?;
     let q = pagination::parse_query(
         query.as_deref(),
-        Some(("status", &["running", "succeeded", "failed", "cancelled"])),
+        Some((
+            "status",
+            &["queued", "running", "succeeded", "failed", "cancelled"],
+        )),
     )?;
     let items = cache::in_namespace(&state.caches.runs, &who.namespace)
         .into_iter()
@@ -188,7 +191,7 @@ pub(super) fn answer(state: &ApiState, status: StatusCode, run: &Run) -> Respons
     params(("id" = String, Path, description = "Run id")),
     responses((status = 202, description = "Cancellation accepted", body = RunView),
               (status = 404, description = "No such run"),
-              (status = 409, description = "The run is not running")))]
+              (status = 409, description = "The run has finished (neither running nor queued)")))]
 async fn cancel(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
@@ -197,7 +200,8 @@ async fn cancel(
     who.require(Scope::Execute)?;
     let run = find(&state, &who.namespace, &id)?;
     let phase = run.phase();
-    if phase != RunPhase::Running {
+    // A queued run has not started, but it is unfinished: cancelling it ends its wait.
+    if phase.is_finished() {
         return Err(ApiError::RunNotRunning(phase.as_str()));
     }
     let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);

@@ -11,8 +11,8 @@ use super::auth::{KeyRecord, Scope};
 use crate::clock::format_ts;
 use crate::crd::timestamps::{created_at, updated_at};
 use crate::crd::{
-    Action, DeliveryAttempt, EventKind, Executor, Run, RunPhase, RunTrigger, StepPhase, StepRecord,
-    TriggerType, Webhook, Workflow, WorkflowState,
+    Action, ConcurrencyPolicy, DeliveryAttempt, EventKind, Executor, Run, RunPhase, RunTrigger,
+    StepPhase, StepRecord, TriggerType, Webhook, Workflow, WorkflowState,
 };
 
 /// A timestamp as the contract writes it.
@@ -81,6 +81,16 @@ pub struct StepView {
     pub when: Option<String>,
 }
 
+/// How many runs of a workflow execute at once.
+#[derive(Serialize, ToSchema)]
+pub struct ConcurrencyView {
+    /// Runs of one group that may execute at once.
+    pub limit: u32,
+    /// Template over the trigger naming a run's group; `null` = one group per workflow.
+    pub key: Option<String>,
+    pub policy: ConcurrencyPolicy,
+}
+
 /// The full workflow definition.
 #[derive(Serialize, ToSchema)]
 pub struct WorkflowView {
@@ -92,6 +102,10 @@ pub struct WorkflowView {
     /// `null` means the operator's default executor.
     pub executor: Option<Executor>,
     pub steps: Vec<StepView>,
+    /// Longest a run may take, in milliseconds from its start; `null` for no limit.
+    pub timeout_ms: Option<u64>,
+    /// Concurrency control of the workflow's runs; `null` for none.
+    pub concurrency: Option<ConcurrencyView>,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: ApiTime,
     #[schema(value_type = String, format = DateTime)]
@@ -143,6 +157,12 @@ impl From<&Workflow> for WorkflowView {
             trigger,
             executor: spec.executor,
             steps,
+            timeout_ms: spec.timeout_ms,
+            concurrency: spec.concurrency.as_ref().map(|c| ConcurrencyView {
+                limit: c.limit,
+                key: c.key.clone(),
+                policy: c.policy,
+            }),
             created_at: ApiTime(created_at(&wf.metadata)),
             updated_at: ApiTime(updated_at(&wf.metadata)),
         }

@@ -113,6 +113,8 @@ async fn create(
             executor: None,
             steps: Vec::new(),
             history: Default::default(),
+            timeout_ms: None,
+            concurrency: None,
         },
     );
     wf.metadata.annotations = Some(creation_annotations(now_ms()));
@@ -167,6 +169,16 @@ async fn update(
     }
     if let Some(steps) = patch.steps {
         spec.insert("steps".into(), json!(steps));
+    }
+    if let Some(t) = patch.timeout_ms {
+        spec.insert("timeoutMs".into(), json!(t));
+    }
+    if let Some(c) = patch.concurrency {
+        // Sent whole: a merge patch would otherwise keep a stale key.
+        spec.insert(
+            "concurrency".into(),
+            json!(c.map(|c| json!({"limit": c.limit, "key": c.key, "policy": c.policy}))),
+        );
     }
     let body = json!({
         "metadata": {"annotations": {UPDATED_AT_ANNOTATION: format_ts(now_ms())}},

@@ -1,7 +1,9 @@
 //! Reconcilers (kube-runtime controllers). Each is split into pure decisions
 //! (unit-tested with fixtures) and a thin layer that applies them.
 
+pub mod admission;
 pub mod leader;
+pub mod queue;
 pub mod run;
 pub mod schedule;
 pub mod undelivered;

@@ -14,7 +14,11 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::crd::{Executor, Run, RunPhase, StepPhase, Workflow, WorkflowSnapshot, WorkflowState};
+use super::admission::{self, Admission};
+use super::queue::Queue;
+use crate::crd::{
+    Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot, WorkflowState,
+};
 use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
 use crate::kubeutil::lenient::Lenient;
@@ -102,6 +106,21 @@ pub struct Context {
     pub namespace: Option<String>,
     /// Runs this process is executing, by uid.
     executing: Mutex<HashMap<String, Execution>>,
+    /// Concurrency control: the group of a run, waking queued runs.
+    queue: Queue,
+}
+
+/// What admission gave a run that is ready to execute.
+enum Admitted {
+    /// Execute it (it is registered); first cancel these runs of its group.
+    Start {
+        registration: Registration,
+        cancel: CancellationToken,
+        cancel_others: Vec<String>,
+    },
+    Queue,
+    /// Record it as ended, with this phase and error.
+    End(RunPhase, String),
 }
 
 /// One run this process is executing.
@@ -146,6 +165,7 @@ impl Context {
             client,
             namespace,
             executing: Mutex::new(HashMap::new()),
+            queue: Queue::default(),
         })
     }
 
@@ -157,6 +177,7 @@ impl Context {
             engine: self.engine.clone(),
             namespace,
             executing: Mutex::new(HashMap::new()),
+            queue: Queue::default(),
         })
     }
 
@@ -168,9 +189,15 @@ impl Context {
         self.lock().get(uid).map(|e| e.cancel.clone())
     }
 
-    fn register(self: &Arc<Self>, run: &Run, uid: &str) -> (Registration, CancellationToken) {
+    /// Registers `run` as executing here, in the locked registry `executing`.
+    fn register(
+        self: &Arc<Self>,
+        executing: &mut HashMap<String, Execution>,
+        run: &Run,
+        uid: &str,
+    ) -> (Registration, CancellationToken) {
         let cancel = CancellationToken::new();
-        let previous = self.lock().insert(
+        let previous = executing.insert(
             uid.to_string(),
             Execution {
                 namespace: run.namespace().unwrap_or_default(),
@@ -186,6 +213,55 @@ impl Context {
             uid: uid.to_string(),
         };
         (registration, cancel)
+    }
+
+    /// Admits `run` (ready to execute) under its workflow version's concurrency control,
+    /// registering it when it may start. Deciding and registering happen under the
+    /// registry's lock, so two runs can never take the same slot, and a run admitted
+    /// here holds its slot from this moment, before its `running` status is written.
+    fn admit(self: &Arc<Self>, run: &Run, uid: &str) -> Admitted {
+        let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| {
+            let (registration, cancel) = ctx.register(executing, run, uid);
+            Admitted::Start {
+                registration,
+                cancel,
+                cancel_others,
+            }
+        };
+        let Some(concurrency) = admission::needs_admission(run) else {
+            return start(self, &mut self.lock(), Vec::new());
+        };
+        let group = match admission::group_of(run) {
+            Ok(group) => group,
+            Err(error) => return Admitted::End(RunPhase::Failed, error),
+        };
+        let mut executing = self.lock();
+        let others = self
+            .queue
+            .members(run, &group, |uid| executing.contains_key(uid));
+        match admission::admit(concurrency, &group, &admission::order_of(run), &others) {
+            Admission::Start => start(self, &mut executing, Vec::new()),
+            Admission::CancelOthersThenStart(names) => start(self, &mut executing, names),
+            Admission::Queue => Admitted::Queue,
+            Admission::CancelSelf(error) => Admitted::End(RunPhase::Cancelled, error),
+        }
+    }
+
+    /// Whether a queued run would still have to wait, judged from the cache alone: the
+    /// periodic resync of every queued run then costs no request.
+    fn still_queued(&self, run: &Run) -> bool {
+        let Some(concurrency) = admission::needs_admission(run) else {
+            return false;
+        };
+        let Ok(group) = admission::group_of(run) else {
+            return false;
+        };
+        let executing = self.lock();
+        let others = self
+            .queue
+            .members(run, &group, |uid| executing.contains_key(uid));
+        admission::admit(concurrency, &group, &admission::order_of(run), &others)
+            == Admission::Queue
     }
 
     /// Stops the executions [`stops_for`] picks for a deletion.
@@ -274,7 +350,18 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     let next = requeue_for(run);
     let namespace = run.namespace().unwrap_or_default();
     let uid = run.uid().unwrap_or_default();
+    if run.phase().is_finished() {
+        // Its slot is free (the cache shows it finished): the next queued runs may start.
+        ctx.queue.wake_group(run);
+    }
     let token = ctx.token(&uid);
+    if token.is_none()
+        && !run.spec.cancel
+        && run.phase() == RunPhase::Queued
+        && ctx.still_queued(run)
+    {
+        return Ok(next);
+    }
     // decide() needs the workflow only for a run that is neither finished nor
     // executing here: skip the round trip otherwise.
     let workflow = if run.phase().is_finished() || token.is_some() {
@@ -331,14 +418,35 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
             }
             // Its own watch event brings the pinned run back here to execute.
         }
-        Decision::Execute => {
-            let (registration, cancel) = ctx.register(&run, &uid);
-            let engine = ctx.engine.clone();
-            tokio::spawn(async move {
-                runner::execute(engine, Arc::unwrap_or_clone(run), cancel).await;
-                drop(registration);
-            });
-        }
+        Decision::Execute => match ctx.admit(&run, &uid) {
+            Admitted::Start {
+                registration,
+                cancel,
+                cancel_others,
+            } => {
+                for name in cancel_others {
+                    request_cancel(&ctx, &namespace, &name).await?;
+                }
+                let engine = ctx.engine.clone();
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    runner::execute(engine, (*run).clone(), cancel).await;
+                    drop(registration);
+                    // The cache may have shown it finished before its slot was released
+                    // here: wake its group again now that both are true.
+                    ctx.queue.wake_group(&run);
+                });
+            }
+            Admitted::Queue => {
+                if run.phase() != RunPhase::Queued {
+                    mark_queued(&ctx, &run).await;
+                }
+            }
+            Admitted::End(phase, error) => {
+                tracing::info!(run = %run.name_any(), %error, "run not admitted");
+                end_without_executing(&ctx, &run, workflow.as_deref(), phase, Some(error)).await;
+            }
+        },
     }
     Ok(next)
 }
@@ -364,6 +472,41 @@ async fn pin(ctx: &Context, run: &Run, wf: &Workflow) -> Result<(), ReconcileErr
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Asks the run `name` to stop (`spec.cancel`), as the API's cancel does: a run
+/// superseded under `cancel_in_progress`. A run already gone needs nothing.
+async fn request_cancel(ctx: &Context, namespace: &str, name: &str) -> Result<(), ReconcileError> {
+    let api: Api<Run> = Api::namespaced(ctx.client.clone(), namespace);
+    let params = kube::api::PatchParams {
+        field_manager: Some(crate::engine::status_writer::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let patch = serde_json::json!({"spec": {"cancel": true}});
+    match api
+        .patch(name, &params, &kube::api::Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records that `run` waits for a slot of its concurrency group: status `queued`, its
+/// steps pending, no start time yet (its run timeout counts from when it leaves the
+/// queue).
+async fn mark_queued(ctx: &Context, run: &Run) {
+    let Some(version) = run.spec.workflow.as_ref() else {
+        return;
+    };
+    let mut status = runner::initial_status(run, version);
+    status.phase = RunPhase::Queued;
+    status.started_at = None;
+    let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
+    StatusWriter::start(api, run, RunStatus::default())
+        .finish(&status)
+        .await;
 }
 
 /// Records a final status for a run that is not (or no longer) executing here.
@@ -474,11 +617,21 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     tokio::spawn(stop_deleted(ctx.clone(), shutdown.clone()));
+    let controller = Controller::new(runs, watcher::Config::default());
+    let wake = ctx.queue.attach(controller.store());
+    {
+        let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let gauge = ctx.engine.telemetry.runs_queued.clone();
+            ctx.queue.count_queued(gauge, shutdown).await;
+        });
+    }
     // Step Jobs are owned by their Run: a Job's progress wakes the Run at once (after a
     // restart, that is what resumes a run whose step was running in a Job).
     let step_jobs = watcher::Config::default().labels(crate::crd::labels::RUN);
-    Controller::new(runs, watcher::Config::default())
+    controller
         .owns(jobs, step_jobs)
+        .reconcile_on(wake)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {

@@ -115,6 +115,7 @@ pub fn plan(
         let phase = run.phase();
         match phase {
             RunPhase::Running => counts.running += 1,
+            RunPhase::Queued => counts.queued += 1,
             RunPhase::Succeeded => counts.succeeded += 1,
             RunPhase::Failed => counts.failed += 1,
             RunPhase::Cancelled => counts.cancelled += 1,

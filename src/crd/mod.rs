@@ -19,8 +19,9 @@ pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,
 };
 pub use workflow::{
-    Action, Executor, History, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger, TriggerType,
-    Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
+    Action, Concurrency, ConcurrencyPolicy, Executor, History, MAX_CONCURRENCY_KEY,
+    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger,
+    TriggerType, Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{Condition, PendingEvent, any_value, schemaless_object};
-use super::workflow::{Action, Executor, Step, Workflow};
+use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
 
 /// One execution of a workflow. Created by the API, by a schedule tick, or with kubectl;
 /// owned by its Workflow, so deleting the workflow deletes its history.
@@ -114,6 +114,12 @@ pub struct WorkflowSnapshot {
     #[serde(default)]
     #[schemars(length(max = 100))]
     pub steps: Vec<Step>,
+    /// The workflow's run timeout in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The workflow's concurrency control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
 }
 
 impl WorkflowSnapshot {
@@ -124,6 +130,8 @@ impl WorkflowSnapshot {
             name: wf.spec.name.clone(),
             executor: wf.spec.executor,
             steps: wf.spec.steps.clone(),
+            timeout_ms: wf.spec.timeout_ms,
+            concurrency: wf.spec.concurrency.clone(),
         }
     }
 }
@@ -160,6 +168,8 @@ pub enum RunTrigger {
 pub enum RunPhase {
     #[default]
     Running,
+    /// Waiting for a slot of its workflow's concurrency limit; not started yet.
+    Queued,
     Succeeded,
     Failed,
     Cancelled,
@@ -169,6 +179,7 @@ impl RunPhase {
     pub fn as_str(self) -> &'static str {
         match self {
             RunPhase::Running => "running",
+            RunPhase::Queued => "queued",
             RunPhase::Succeeded => "succeeded",
             RunPhase::Failed => "failed",
             RunPhase::Cancelled => "cancelled",
@@ -176,7 +187,7 @@ impl RunPhase {
     }
 
     pub fn is_finished(self) -> bool {
-        self != RunPhase::Running
+        !matches!(self, RunPhase::Running | RunPhase::Queued)
     }
 }
 
@@ -256,7 +267,7 @@ pub enum StepPhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStatus {
-    /// `running`, `succeeded`, `failed` or `cancelled`.
+    /// `queued`, `running`, `succeeded`, `failed` or `cancelled`.
     #[serde(default)]
     pub phase: RunPhase,
     /// Why the run failed: names the step, its action and the reason.

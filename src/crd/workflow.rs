@@ -66,6 +66,72 @@ pub struct WorkflowSpec {
     /// How many finished runs to keep.
     #[serde(default)]
     pub history: History,
+    /// Longest a run may take, in milliseconds from its start (at most 7 days). A run
+    /// still unfinished then is stopped and fails with `run timed out after <n> ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 604_800_000))]
+    pub timeout_ms: Option<u64>,
+    /// How many runs may execute at once, per group, and what happens to the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
+}
+
+/// Longest run timeout: 7 days.
+pub const MAX_RUN_TIMEOUT_MS: u64 = 604_800_000;
+
+/// Most runs of one group that may execute at once.
+pub const MAX_CONCURRENCY_LIMIT: u32 = 10_000;
+/// Longest concurrency key template.
+pub const MAX_CONCURRENCY_KEY: usize = 500;
+const _: () = assert!(
+    MAX_RUN_TIMEOUT_MS == 604_800_000
+        && MAX_CONCURRENCY_LIMIT == 10_000
+        && MAX_CONCURRENCY_KEY == 500,
+    "keep the schema bounds of timeoutMs and concurrency in step"
+);
+
+/// Concurrency control of a workflow's runs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Concurrency {
+    /// Runs of one group that may execute at once.
+    #[schemars(range(min = 1, max = 10_000))]
+    pub limit: u32,
+    /// Template over the trigger naming a run's group, e.g.
+    /// `{{ trigger.payload.customer }}`; unset = one group for the whole workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 500))]
+    pub key: Option<String>,
+    /// What a run does when its group is full: `queue` (wait, default),
+    /// `cancel_in_progress` (cancel the group's oldest running runs and start), or
+    /// `cancel_newest` (the new run is cancelled at once).
+    #[serde(default)]
+    pub policy: ConcurrencyPolicy,
+}
+
+/// What a run does when its concurrency group is full.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ConcurrencyPolicy {
+    /// Wait (status `queued`); queued runs start in creation order.
+    #[default]
+    Queue,
+    /// Cancel the oldest running runs of the group to make room.
+    CancelInProgress,
+    /// Cancel the new run at once.
+    CancelNewest,
+}
+
+impl ConcurrencyPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConcurrencyPolicy::Queue => "queue",
+            ConcurrencyPolicy::CancelInProgress => "cancel_in_progress",
+            ConcurrencyPolicy::CancelNewest => "cancel_newest",
+        }
+    }
 }
 
 /// Lifecycle state of a workflow.
@@ -329,10 +395,17 @@ pub struct WorkflowStatus {
 pub struct RunCounts {
     #[serde(default)]
     pub running: u32,
+    /// Runs waiting for a concurrency slot.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub queued: u32,
     #[serde(default)]
     pub succeeded: u32,
     #[serde(default)]
     pub failed: u32,
     #[serde(default)]
     pub cancelled: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -18,7 +18,7 @@ pub fn new_event_id() -> String {
 /// The event kind a final phase fires.
 pub fn final_kind(phase: RunPhase) -> Option<EventKind> {
     match phase {
-        RunPhase::Running => None,
+        RunPhase::Running | RunPhase::Queued => None,
         RunPhase::Succeeded => Some(EventKind::RunSucceeded),
         RunPhase::Failed => Some(EventKind::RunFailed),
         RunPhase::Cancelled => Some(EventKind::RunCancelled),

@@ -3,6 +3,8 @@
 //! and the one path by which steps read Secrets (with redaction of what they read).
 
 pub mod actions;
+pub mod concurrency_key;
+pub mod deadline;
 pub mod events;
 pub mod expr;
 pub mod job;

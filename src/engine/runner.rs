@@ -41,8 +41,14 @@ pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
     if status.steps.is_empty() {
         status.steps = super::reuse::initial_records(&wf.steps, &run.spec.reused_steps);
     }
+    // A run under a concurrency limit starts when it is admitted (it may have waited
+    // since its creation): its run timeout counts from then.
+    let admitted =
+        status.phase == RunPhase::Queued || (run.status.is_none() && wf.concurrency.is_some());
     status.phase = RunPhase::Running;
-    status.started_at.get_or_insert_with(|| run.started_at());
+    status
+        .started_at
+        .get_or_insert_with(|| if admitted { now_ms() } else { run.started_at() });
     status.workflow_generation = Some(wf.generation);
     status
 }
@@ -109,6 +115,20 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
     let writer = StatusWriter::start(api, &run, RunStatus::default());
     writer.update(&status);
 
+    // The run timeout stops the steps the way a cancel does; `timed_out` tells the two
+    // apart at the end.
+    let stop = cancel.child_token();
+    let timed_out = CancellationToken::new();
+    let left = super::deadline::remaining(
+        status.started_at.unwrap_or_else(now_ms),
+        wf.timeout_ms,
+        now_ms(),
+    );
+    if let Some(left) = left {
+        tokio::spawn(stop_at_deadline(left, stop.clone(), timed_out.clone()));
+    }
+    let cancel = &stop;
+
     let mut failure = None;
     let mut cancelled = false;
     // Every secret value read for this run, replaced by `[redacted]` wherever a step's
@@ -121,6 +141,11 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
         if matches!(record.status, StepPhase::Succeeded | StepPhase::Skipped) {
             continue; // finished before a restart
         }
+        // Checked before each step: a run resumed past its deadline starts nothing.
+        if cancel.is_cancelled() {
+            cancelled = true;
+            break;
+        }
         match run_step(
             &engine,
             &run,
@@ -130,7 +155,7 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
             index,
             &mut status,
             &writer,
-            &cancel,
+            cancel,
             &mut redactor,
         )
         .await
@@ -146,7 +171,18 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
             }
         }
     }
+    // Ends the deadline task of a run that finished in time.
+    cancel.cancel();
     match (cancelled, failure) {
+        // Stopped by its timeout, not by a user: the run failed.
+        (true, _) if timed_out.is_cancelled() => finish(
+            &mut status,
+            RunPhase::Failed,
+            Some(super::deadline::timed_out_error(
+                wf.timeout_ms.unwrap_or_default(),
+            )),
+            StepPhase::Cancelled,
+        ),
         (true, _) => finish(&mut status, RunPhase::Cancelled, None, StepPhase::Cancelled),
         (false, Some(error)) => finish(
             &mut status,
@@ -179,6 +215,18 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
     telemetry
         .event(&run, status.phase == RunPhase::Failed, reason, note)
         .await;
+}
+
+/// Stops a run's steps (`stop`) once `left` has passed, marking it `timed_out`; ends
+/// early when the run stops for another reason.
+async fn stop_at_deadline(left: Duration, stop: CancellationToken, timed_out: CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(left) => {
+            timed_out.cancel();
+            stop.cancel();
+        }
+        _ = stop.cancelled() => {}
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -387,4 +435,46 @@ fn prepare(
     )
     .map(|spec| Prepared::Job(Box::new(spec)))
     .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(status: Value, concurrency: Value) -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"workflowRef": "wf", "workflow": {"generation": 1, "name": "W",
+                     "steps": [{"id": "a", "action": "delay"}], "concurrency": concurrency}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn start_of(r: &Run) -> Timestamp {
+        let wf = r.spec.workflow.as_ref().unwrap();
+        initial_status(r, wf).started_at.unwrap()
+    }
+
+    #[test]
+    fn a_run_without_a_limit_started_when_it_was_created() {
+        let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        assert_eq!(start_of(&run(Value::Null, Value::Null)), created);
+    }
+
+    #[test]
+    fn an_admitted_run_starts_now_not_when_it_was_created() {
+        let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let limit = json!({"limit": 1});
+        assert!(start_of(&run(Value::Null, limit.clone())) > created);
+        assert!(start_of(&run(json!({"phase": "queued"}), limit.clone())) > created);
+        // A resumed run keeps the start it recorded: its deadline does not move.
+        let recorded = json!({"phase": "running", "startedAt": "2026-01-01T00:00:05Z"});
+        assert_eq!(
+            start_of(&run(recorded, limit)),
+            "2026-01-01T00:00:05Z".parse::<Timestamp>().unwrap()
+        );
+    }
 }

@@ -51,6 +51,9 @@ pub struct EngineTelemetry {
     pub reconcile_errors: Family<ControllerLabel, Counter>,
     /// Runs this process is executing now.
     pub runs_in_progress: Gauge,
+    /// Runs waiting for a concurrency slot, as the leader's cache shows them (0 on
+    /// followers, which run no controller).
+    pub runs_queued: Gauge,
     recorder: Option<Recorder>,
 }
 
@@ -63,6 +66,7 @@ impl EngineTelemetry {
             step_duration: Family::new_with_constructor(step_histogram),
             reconcile_errors: Family::default(),
             runs_in_progress: Gauge::default(),
+            runs_queued: Gauge::default(),
             recorder: client.map(recorder),
         };
         metrics.with_registry(|r| {
@@ -85,6 +89,11 @@ impl EngineTelemetry {
                 "runs_in_progress",
                 "Runs this process is executing",
                 telemetry.runs_in_progress.clone(),
+            );
+            r.register(
+                "runs_queued",
+                "Runs waiting for a slot of their workflow's concurrency limit",
+                telemetry.runs_queued.clone(),
             );
         });
         telemetry

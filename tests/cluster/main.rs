@@ -7,6 +7,7 @@ mod chaos;
 mod delivery;
 mod durable;
 mod engine;
+mod flow_control;
 mod foundation;
 mod hooks;
 mod hostile;

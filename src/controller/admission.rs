@@ -1,0 +1,419 @@
+//! Concurrency admission: whether a run that has not started may start now, given the
+//! other runs of its concurrency group. Pure; the run controller gathers the group
+//! (its watch cache plus the runs it executes itself) and applies the answer.
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::crd::{Concurrency, ConcurrencyPolicy, Run, RunPhase};
+use crate::engine::concurrency_key;
+
+/// Where a run stands in creation order: creation time (milliseconds), then name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Order {
+    pub created: Timestamp,
+    pub name: String,
+}
+
+/// Another unfinished run of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub order: Order,
+    pub state: MemberState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// Executing (or admitted, its `running` status still on its way); holds a slot.
+    Active { cancel_requested: bool },
+    /// Not started: queued, or not yet decided.
+    Waiting,
+}
+
+/// What to do with the run being admitted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    Start,
+    /// Wait (status `queued`) until a slot frees.
+    Queue,
+    /// Cancel these running runs of the group (by name), then start.
+    CancelOthersThenStart(Vec<String>),
+    /// Record the run as cancelled at once, with this error.
+    CancelSelf(String),
+}
+
+/// Decides the admission of the run at `this` into its group (`others`: the group's
+/// other unfinished runs), under `concurrency`. `group` names the group in messages.
+///
+/// - `queue`: the run starts when the running runs plus the waiting runs created before
+///   it leave a slot, so queued runs start in creation order; otherwise it waits.
+/// - `cancel_newest`: the same test, but a run that would wait is cancelled instead.
+/// - `cancel_in_progress`: the newest `limit` runs of the group (running or waiting)
+///   keep going; the older running ones are cancelled to make room, and a run that is
+///   itself among the older ones (a newer run was admitted first) is cancelled.
+pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Member]) -> Admission {
+    let limit = concurrency.limit.max(1) as usize;
+    match concurrency.policy {
+        ConcurrencyPolicy::Queue | ConcurrencyPolicy::CancelNewest => {
+            let running = others
+                .iter()
+                .filter(|m| matches!(m.state, MemberState::Active { .. }))
+                .count();
+            let ahead = others
+                .iter()
+                .filter(|m| m.state == MemberState::Waiting && m.order < *this)
+                .count();
+            if running + ahead < limit {
+                Admission::Start
+            } else if concurrency.policy == ConcurrencyPolicy::Queue {
+                Admission::Queue
+            } else {
+                Admission::CancelSelf(format!(
+                    "concurrency limit reached: {running} of {limit} runs of {} running \
+                     (policy cancel_newest cancels the new run)",
+                    describe(group)
+                ))
+            }
+        }
+        ConcurrencyPolicy::CancelInProgress => {
+            // Runs already asked to stop hold their slot only for the moment they need.
+            let mut contenders: Vec<(&Order, bool)> = others
+                .iter()
+                .filter_map(|m| match m.state {
+                    MemberState::Active {
+                        cancel_requested: true,
+                    } => None,
+                    MemberState::Active { .. } => Some((&m.order, true)),
+                    MemberState::Waiting => Some((&m.order, false)),
+                })
+                .collect();
+            contenders.push((this, false));
+            contenders.sort_by(|a, b| b.0.cmp(a.0));
+            let (_, older) = contenders.split_at(limit.min(contenders.len()));
+            if older.iter().any(|(order, _)| *order == this) {
+                return Admission::CancelSelf(format!(
+                    "superseded by a newer run of {} (policy cancel_in_progress)",
+                    describe(group)
+                ));
+            }
+            let cancel: Vec<String> = older
+                .iter()
+                .filter(|(_, active)| *active)
+                .map(|(order, _)| order.name.clone())
+                .collect();
+            if cancel.is_empty() {
+                Admission::Start
+            } else {
+                Admission::CancelOthersThenStart(cancel)
+            }
+        }
+    }
+}
+
+/// The concurrency control `run` must pass before it starts: set in its pinned version,
+/// and the run not started yet (no status, or `queued`). A run recorded `running` was
+/// admitted before (by this process or an earlier leader) and resumes without one.
+pub fn needs_admission(run: &Run) -> Option<&Concurrency> {
+    let concurrency = run.spec.workflow.as_ref()?.concurrency.as_ref()?;
+    match run.status.as_ref().map(|s| s.phase) {
+        None | Some(RunPhase::Queued) => Some(concurrency),
+        Some(_) => None,
+    }
+}
+
+/// The concurrency group of `run`: its pinned version's key rendered over its trigger
+/// (no concurrency setting or no key: the workflow's one group).
+pub fn group_of(run: &Run) -> Result<String, String> {
+    let key = run
+        .spec
+        .workflow
+        .as_ref()
+        .and_then(|w| w.concurrency.as_ref())
+        .and_then(|c| c.key.as_deref());
+    concurrency_key::render(key, run)
+}
+
+/// Where `run` stands in creation order.
+pub fn order_of(run: &Run) -> Order {
+    Order {
+        created: crate::crd::timestamps::created_at(&run.metadata),
+        name: run.name_any(),
+    }
+}
+
+/// How `run` counts in its group as the leader sees it (`executing`: this process
+/// executes it); `None`: not at all (finished, or cancelled before it started).
+pub fn classify(run: &Run, executing: bool) -> Option<MemberState> {
+    let cancel_requested = run.spec.cancel;
+    if executing {
+        return Some(MemberState::Active { cancel_requested });
+    }
+    match run.status.as_ref().map(|s| s.phase) {
+        Some(phase) if phase.is_finished() => None,
+        Some(RunPhase::Running) => Some(MemberState::Active { cancel_requested }),
+        // Not started: it will be marked cancelled, or admitted...
+        _ if cancel_requested => None,
+        _ => match run.spec.workflow.as_ref() {
+            Some(wf) if wf.concurrency.is_some() => Some(MemberState::Waiting),
+            // ...or, pinned to a version without a limit, it starts without waiting.
+            Some(_) => Some(MemberState::Active {
+                cancel_requested: false,
+            }),
+            // Unpinned: decided once pinned.
+            None => None,
+        },
+    }
+}
+
+fn describe(group: &str) -> String {
+    if group == crate::engine::concurrency_key::WORKFLOW_GROUP {
+        "this workflow".to_string()
+    } else {
+        format!("concurrency group \"{group}\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(n: i64) -> Order {
+        Order {
+            created: Timestamp::from_millisecond(n).unwrap(),
+            name: format!("r{n}"),
+        }
+    }
+
+    fn active(n: i64) -> Member {
+        Member {
+            order: order(n),
+            state: MemberState::Active {
+                cancel_requested: false,
+            },
+        }
+    }
+
+    fn stopping(n: i64) -> Member {
+        Member {
+            order: order(n),
+            state: MemberState::Active {
+                cancel_requested: true,
+            },
+        }
+    }
+
+    fn waiting(n: i64) -> Member {
+        Member {
+            order: order(n),
+            state: MemberState::Waiting,
+        }
+    }
+
+    fn limit(limit: u32, policy: ConcurrencyPolicy) -> Concurrency {
+        Concurrency {
+            limit,
+            key: None,
+            policy,
+        }
+    }
+
+    fn run_with(status: serde_json::Value, cancel: bool, concurrency: serde_json::Value) -> Run {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n"},
+            "spec": {"workflowRef": "wf", "cancel": cancel, "payload": {"c": "acme"},
+                     "workflow": {"generation": 1, "name": "W", "steps": [], "concurrency": concurrency}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_runs_that_have_not_started_need_admission() {
+        let limited = serde_json::json!({"limit": 1});
+        let none = serde_json::Value::Null;
+        assert!(needs_admission(&run_with(none.clone(), false, limited.clone())).is_some());
+        let queued = serde_json::json!({"phase": "queued"});
+        assert!(needs_admission(&run_with(queued, false, limited.clone())).is_some());
+        let running = serde_json::json!({"phase": "running"});
+        assert!(needs_admission(&run_with(running, false, limited)).is_none());
+        assert!(needs_admission(&run_with(none.clone(), false, none)).is_none());
+    }
+
+    #[test]
+    fn members_count_by_what_they_are_doing() {
+        let limited = serde_json::json!({"limit": 1});
+        let active = MemberState::Active {
+            cancel_requested: false,
+        };
+        let r = |status, cancel| run_with(status, cancel, limited.clone());
+        assert_eq!(
+            classify(&r(serde_json::json!({"phase": "running"}), false), false),
+            Some(active)
+        );
+        assert_eq!(
+            classify(&r(serde_json::json!({"phase": "queued"}), false), false),
+            Some(MemberState::Waiting)
+        );
+        assert_eq!(
+            classify(&r(serde_json::Value::Null, false), false),
+            Some(MemberState::Waiting)
+        );
+        // Admitted here, its running status not seen yet: it holds its slot.
+        assert_eq!(
+            classify(&r(serde_json::Value::Null, false), true),
+            Some(active)
+        );
+        assert_eq!(
+            classify(&r(serde_json::json!({"phase": "succeeded"}), false), false),
+            None
+        );
+        assert_eq!(
+            classify(&r(serde_json::json!({"phase": "queued"}), true), false),
+            None
+        );
+        assert_eq!(
+            classify(&r(serde_json::json!({"phase": "running"}), true), false),
+            Some(MemberState::Active {
+                cancel_requested: true
+            })
+        );
+        // A version without a limit starts at once.
+        assert_eq!(
+            classify(
+                &run_with(serde_json::Value::Null, false, serde_json::Value::Null),
+                false
+            ),
+            Some(active)
+        );
+    }
+
+    #[test]
+    fn groups_come_from_the_pinned_key() {
+        let keyed = serde_json::json!({"limit": 1, "key": "{{ trigger.payload.c }}"});
+        assert_eq!(
+            group_of(&run_with(serde_json::Value::Null, false, keyed)).unwrap(),
+            "acme"
+        );
+        let unkeyed = serde_json::json!({"limit": 1});
+        assert_eq!(
+            group_of(&run_with(serde_json::Value::Null, false, unkeyed)).unwrap(),
+            ""
+        );
+        let broken = serde_json::json!({"limit": 1, "key": "{{ trigger.payload.missing }}"});
+        assert!(group_of(&run_with(serde_json::Value::Null, false, broken)).is_err());
+    }
+
+    #[test]
+    fn queue_starts_while_there_is_room() {
+        let c = limit(2, ConcurrencyPolicy::Queue);
+        assert_eq!(admit(&c, "", &order(5), &[]), Admission::Start);
+        assert_eq!(admit(&c, "", &order(5), &[active(1)]), Admission::Start);
+        assert_eq!(
+            admit(&c, "", &order(5), &[active(1), active(2)]),
+            Admission::Queue
+        );
+    }
+
+    #[test]
+    fn queue_keeps_creation_order() {
+        let c = limit(2, ConcurrencyPolicy::Queue);
+        // One slot free, an older run waits for it: this one waits too.
+        assert_eq!(
+            admit(&c, "", &order(5), &[active(1), waiting(3)]),
+            Admission::Queue
+        );
+        // The older run takes it; a younger waiting run does not count.
+        assert_eq!(
+            admit(&c, "", &order(3), &[active(1), waiting(5)]),
+            Admission::Start
+        );
+        // Two free slots: the second-oldest waiting run may start too.
+        assert_eq!(
+            admit(&c, "", &order(5), &[waiting(3), waiting(7)]),
+            Admission::Start
+        );
+        // Same creation time: the name decides.
+        let twin = Order {
+            created: order(3).created,
+            name: "a".into(),
+        };
+        let c1 = limit(1, ConcurrencyPolicy::Queue);
+        assert_eq!(admit(&c1, "", &twin, &[waiting(3)]), Admission::Start);
+        assert_eq!(
+            admit(
+                &c1,
+                "",
+                &order(3),
+                &[Member {
+                    order: twin,
+                    state: MemberState::Waiting
+                }]
+            ),
+            Admission::Queue
+        );
+    }
+
+    #[test]
+    fn a_run_being_cancelled_holds_its_slot_until_it_stops() {
+        let c = limit(1, ConcurrencyPolicy::Queue);
+        assert_eq!(admit(&c, "", &order(5), &[stopping(1)]), Admission::Queue);
+    }
+
+    #[test]
+    fn cancel_newest_cancels_the_run_that_would_wait() {
+        let c = limit(1, ConcurrencyPolicy::CancelNewest);
+        assert_eq!(admit(&c, "", &order(5), &[]), Admission::Start);
+        match admit(&c, "acme", &order(5), &[active(1)]) {
+            Admission::CancelSelf(e) => {
+                assert!(
+                    e.contains("1 of 1 runs of concurrency group \"acme\""),
+                    "{e}"
+                );
+                assert!(e.contains("cancel_newest"), "{e}");
+            }
+            other => panic!("expected CancelSelf, got {other:?}"),
+        }
+        match admit(&c, "", &order(5), &[waiting(1)]) {
+            Admission::CancelSelf(e) => assert!(e.contains("this workflow"), "{e}"),
+            other => panic!("expected CancelSelf, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cancel_in_progress_keeps_the_newest_runs() {
+        let c = limit(1, ConcurrencyPolicy::CancelInProgress);
+        assert_eq!(admit(&c, "", &order(5), &[]), Admission::Start);
+        assert_eq!(
+            admit(&c, "", &order(5), &[active(1), active(2)]),
+            Admission::CancelOthersThenStart(vec!["r2".into(), "r1".into()])
+        );
+        // Runs already being cancelled are not cancelled again.
+        assert_eq!(admit(&c, "", &order(5), &[stopping(1)]), Admission::Start);
+        // A newer run was admitted first: this one is superseded.
+        match admit(&c, "", &order(5), &[active(9)]) {
+            Admission::CancelSelf(e) => assert!(e.contains("superseded"), "{e}"),
+            other => panic!("expected CancelSelf, got {other:?}"),
+        }
+        // Older waiting runs cancel themselves when they are decided.
+        assert_eq!(admit(&c, "", &order(5), &[waiting(1)]), Admission::Start);
+    }
+
+    #[test]
+    fn cancel_in_progress_only_makes_the_room_it_needs() {
+        let c = limit(3, ConcurrencyPolicy::CancelInProgress);
+        assert_eq!(
+            admit(&c, "", &order(9), &[active(1), active(2)]),
+            Admission::Start
+        );
+        assert_eq!(
+            admit(
+                &c,
+                "",
+                &order(9),
+                &[active(1), active(2), active(3), active(4)]
+            ),
+            Admission::CancelOthersThenStart(vec!["r2".into(), "r1".into()])
+        );
+    }
+}

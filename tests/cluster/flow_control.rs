@@ -1,0 +1,526 @@
+//! Flow control: run timeouts and concurrency limits, against the real API server,
+//! with the run controller in this process or as operator processes (restarts).
+
+use std::time::Duration;
+
+use flowline::crd::{Run, RunPhase, StepPhase};
+use serde_json::{Value, json};
+
+use crate::support::{
+    Process, TestApi, assert_error, eventually, finished_run, ready, spawn_run_controller,
+    step_running,
+};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// An API server and a run controller in this process, and a workflow named `name`
+/// with `settings`; the controller stops when the guard is dropped.
+async fn with_controller(
+    prefix: &str,
+    name: &str,
+    settings: Value,
+) -> (
+    TestApi,
+    String,
+    tokio_util::sync::DropGuard,
+    flowline::telemetry::engine_metrics::EngineTelemetry,
+) {
+    let api = TestApi::start(prefix).await;
+    let (stop, telemetry) = spawn_run_controller(
+        &api.ns,
+        crate::support::guarded_client(),
+        Default::default(),
+    );
+    let wf = workflow(&api, name, settings).await;
+    (api, wf, stop.drop_guard(), telemetry)
+}
+
+/// A workflow created through the API with `settings` patched in.
+async fn workflow(api: &TestApi, name: &str, settings: Value) -> String {
+    let wf = api.create_workflow(name).await;
+    api.patch_workflow(&api.admin_key, &wf, settings).await;
+    wf
+}
+
+fn delay(ms: u64) -> Value {
+    json!([{"id": "work", "action": "delay", "with": {"ms": ms}}])
+}
+
+/// The fields named in a 400's details.
+fn fields(body: &Value) -> Vec<String> {
+    body["error"]["details"]
+        .as_array()
+        .map(|d| {
+            d.iter()
+                .filter_map(|x| x["field"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn run_ids(api: &TestApi, wf: &str, status: &str) -> Vec<String> {
+    let res = api
+        .get(
+            &api.admin_key,
+            &format!("/v1/workflows/{wf}/runs?status={status}&limit=100"),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let page: Value = res.json().await.unwrap();
+    page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The most runs whose step `work` overlapped in time (a step that ended at the
+/// millisecond another started does not overlap it).
+fn most_at_once(runs: &[Run]) -> usize {
+    let mut edges: Vec<(i64, i32)> = Vec::new();
+    for run in runs {
+        let record = &run.status.as_ref().unwrap().steps[0];
+        let start = record.started_at.expect("the step started");
+        let end = record.finished_at.expect("the step finished");
+        edges.push((start.as_millisecond(), 1));
+        edges.push((end.as_millisecond(), -1));
+    }
+    // Ends before starts at the same instant.
+    edges.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// `runs` (in creation order) started in creation order, as far as a limit of `limit`
+/// allows telling: runs admitted together (free slots for all of them) start in either
+/// order, so a run may be overtaken by at most `limit - 1` younger runs, never more.
+fn assert_started_in_creation_order(runs: &[Run], limit: usize) {
+    let starts: Vec<i64> = runs
+        .iter()
+        .map(|r| {
+            r.status
+                .as_ref()
+                .unwrap()
+                .started_at
+                .unwrap()
+                .as_millisecond()
+        })
+        .collect();
+    for (i, start) in starts.iter().enumerate() {
+        let overtaken_by = starts[i + 1..].iter().filter(|s| *s < start).count();
+        assert!(
+            overtaken_by < limit,
+            "run {i} started after {overtaken_by} younger runs: {starts:?}"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn timeout_and_concurrency_are_validated() {
+    let api = TestApi::start("fc-valid").await;
+    let key = api.admin_key.clone();
+    let wf = api.create_workflow("Validated").await;
+    let path = format!("/v1/workflows/{wf}");
+    for (body, field) in [
+        (json!({"timeout_ms": 0}), "timeout_ms"),
+        (json!({"timeout_ms": 604_800_001u64}), "timeout_ms"),
+        (json!({"timeout_ms": "1s"}), "timeout_ms"),
+        (json!({"concurrency": {"limit": 0}}), "concurrency.limit"),
+        (json!({"concurrency": {}}), "concurrency.limit"),
+        (
+            json!({"concurrency": {"limit": 1, "policy": "drop"}}),
+            "concurrency.policy",
+        ),
+        (
+            json!({"concurrency": {"limit": 1, "key": "{{ steps.a.output }}"}}),
+            "concurrency.key",
+        ),
+        (
+            json!({"concurrency": {"limit": 1, "key": "{{ trigger.payload.x"}}),
+            "concurrency.key",
+        ),
+        (
+            json!({"concurrency": {"limit": 1, "group": "x"}}),
+            "concurrency.group",
+        ),
+        (json!({"concurrency": 3}), "concurrency"),
+    ] {
+        let res = api.send("PATCH", &key, &path, Some(body.clone())).await;
+        let err = assert_error(res, 400, "validation_error").await;
+        assert_eq!(fields(&err), [field], "{body}: {err}");
+    }
+    let res = api
+        .send(
+            "PATCH",
+            &key,
+            &path,
+            Some(json!({"timeout_ms": 604_800_000u64, "concurrency": {"limit": 3, "key": "{{ trigger.payload.customer }}", "policy": "cancel_newest"}})),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let view: Value = res.json().await.unwrap();
+    assert_eq!(view["timeout_ms"], 604_800_000u64);
+    assert_eq!(
+        view["concurrency"],
+        json!({"limit": 3, "key": "{{ trigger.payload.customer }}", "policy": "cancel_newest"})
+    );
+    // Null removes both; a concurrency without a key is sent whole, so the key goes.
+    api.patch_workflow(&key, &wf, json!({"concurrency": {"limit": 2}}))
+        .await;
+    let view: Value = api.get(&key, &path).await.json().await.unwrap();
+    assert_eq!(
+        view["concurrency"],
+        json!({"limit": 2, "key": null, "policy": "queue"})
+    );
+    api.patch_workflow(&key, &wf, json!({"timeout_ms": null, "concurrency": null}))
+        .await;
+    let view: Value = api.get(&key, &path).await.json().await.unwrap();
+    assert_eq!(
+        (view["timeout_ms"].clone(), view["concurrency"].clone()),
+        (Value::Null, Value::Null)
+    );
+    // The CRD schema refuses the same bounds from kubectl.
+    let out = api.ns.kubectl(&[
+        "patch",
+        "workflow",
+        &wf,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"timeoutMs":0,"concurrency":{"limit":0}}}"#,
+    ]);
+    assert!(!out.status.success());
+    let stderr = crate::support::text(&out.stderr);
+    assert!(
+        stderr.contains("timeoutMs") && stderr.contains("concurrency.limit"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_run_longer_than_its_timeout_fails_and_cancels_its_steps() {
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-timeout",
+        "Slow",
+        json!({"timeout_ms": 1500, "steps": [
+            {"id": "long", "action": "delay", "with": {"ms": 600_000}},
+            {"id": "after", "action": "transform", "with": {"value": 1}}]}),
+    )
+    .await;
+    let run = api.start_run(&api.admin_key, &wf, None).await;
+    let done = finished_run(&api.ns, &run, MINUTE).await;
+    let status = done.status.unwrap();
+    assert_eq!(status.phase, RunPhase::Failed);
+    assert_eq!(status.error.as_deref(), Some("run timed out after 1500 ms"));
+    let duration = status.duration_ms.unwrap();
+    assert!(
+        (1500..5000).contains(&duration),
+        "stopped after {duration} ms"
+    );
+    let steps: Vec<StepPhase> = status.steps.iter().map(|s| s.status).collect();
+    assert_eq!(steps, [StepPhase::Cancelled, StepPhase::Cancelled]);
+    let failed = status
+        .pending_events
+        .iter()
+        .find(|e| e.kind == flowline::crd::EventKind::RunFailed)
+        .expect("run.failed recorded");
+    assert_eq!(failed.data["error"], "run timed out after 1500 ms");
+    // The API shows it the same way.
+    let view = api.finished_view(&api.admin_key, &run, MINUTE).await;
+    assert_eq!(view["status"], "failed");
+    assert_eq!(view["error"], "run timed out after 1500 ms");
+}
+
+/// The deadline is counted from `status.startedAt`: an operator that takes over a run
+/// mid-step enforces what is left of the timeout, it does not start the clock again.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_restarted_operator_keeps_the_original_deadline() {
+    let api = TestApi::start("fc-deadline").await;
+    let wf = workflow(
+        &api,
+        "Deadline",
+        json!({"timeout_ms": 8000, "steps": delay(600_000)}),
+    )
+    .await;
+    let (first, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let run = api.start_run(&api.admin_key, &wf, None).await;
+    step_running(&api.ns, &run, "work").await;
+    let runs = api.ns.api::<Run>();
+    let started = runs
+        .get(&run)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .started_at
+        .unwrap();
+    // A standby takes over as soon as the first one releases the lease.
+    let (_second, port2) = Process::operator(&api.ns, &["--no-api"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    first.terminate();
+    eventually("the standby to lead", MINUTE, || async {
+        crate::support::metrics_text(port2)
+            .await?
+            .lines()
+            .any(|l| l == "flowline_leader 1")
+            .then_some(())
+    })
+    .await;
+    let status = finished_run(&api.ns, &run, MINUTE).await.status.unwrap();
+    assert_eq!(status.phase, RunPhase::Failed);
+    assert_eq!(status.error.as_deref(), Some("run timed out after 8000 ms"));
+    assert_eq!(status.started_at, Some(started), "the start is kept");
+    let duration = status.duration_ms.unwrap();
+    // Restarting the clock would take at least 3 s + 8 s.
+    assert!(
+        (8000..10_500).contains(&duration),
+        "ended {duration} ms after its start"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn queued_runs_start_in_creation_order_within_the_limit() {
+    let (api, wf, _stop, telemetry) = with_controller(
+        "fc-queue",
+        "Limited",
+        json!({"concurrency": {"limit": 2}, "steps": [
+            {"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]}),
+    )
+    .await;
+    let key = api.admin_key.clone();
+    let mut ids = Vec::new();
+    // The first two take long enough for the other four to be seen waiting, however
+    // slowly this machine creates them.
+    for i in 0..6 {
+        let ms = if i < 2 { 5000 } else { 1000 };
+        let payload = json!({"payload": {"ms": ms}});
+        ids.push(api.start_run(&key, &wf, Some(payload)).await);
+    }
+    // Four wait, visible in the list filter, in kubectl and in the gauge.
+    let queued = eventually("four runs to be queued", MINUTE, || async {
+        let q = run_ids(&api, &wf, "queued").await;
+        (q.len() == 4).then_some(q)
+    })
+    .await;
+    assert_eq!(run_ids(&api, &wf, "running").await.len(), 2);
+    let out = api.ns.kubectl(&["get", "runs", &queued[0]]);
+    assert!(crate::support::text(&out.stdout).contains("queued"));
+    eventually("flowline_runs_queued to count them", MINUTE, || async {
+        (telemetry.runs_queued.get() == 4).then_some(())
+    })
+    .await;
+    let view: Value = api
+        .get(&key, &format!("/v1/runs/{}", queued[0]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["status"], "queued");
+    assert_eq!(view["steps"][0]["status"], "pending");
+
+    let mut done = Vec::new();
+    for id in &ids {
+        let run = finished_run(&api.ns, id, MINUTE).await;
+        assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Succeeded);
+        done.push(run);
+    }
+    assert_eq!(most_at_once(&done), 2, "the limit holds and is used");
+    assert_started_in_creation_order(&done, 2);
+    eventually("the gauge to drop to 0", MINUTE, || async {
+        (telemetry.runs_queued.get() == 0).then_some(())
+    })
+    .await;
+}
+
+/// Queued runs survive an operator restart: none is lost, they start in creation
+/// order, and the limit holds across the hand-over.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_restart_while_runs_are_queued_loses_none_and_keeps_the_limit() {
+    let api = TestApi::start("fc-restart").await;
+    let key = api.admin_key.clone();
+    let wf = workflow(
+        &api,
+        "Limited",
+        json!({"concurrency": {"limit": 2}, "steps": delay(1500)}),
+    )
+    .await;
+    let (first, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let mut ids = Vec::new();
+    for _ in 0..8 {
+        ids.push(api.start_run(&key, &wf, None).await);
+    }
+    eventually("runs to be queued", MINUTE, || async {
+        (run_ids(&api, &wf, "queued").await.len() >= 4).then_some(())
+    })
+    .await;
+    let (_second, port2) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port2).await;
+    first.terminate();
+    let mut done = Vec::new();
+    for id in &ids {
+        let run = finished_run(&api.ns, id, Duration::from_secs(120)).await;
+        assert_eq!(
+            run.status.as_ref().unwrap().phase,
+            RunPhase::Succeeded,
+            "{id}"
+        );
+        done.push(run);
+    }
+    assert!(
+        most_at_once(&done) <= 2,
+        "limit exceeded: {}",
+        most_at_once(&done)
+    );
+    assert_started_in_creation_order(&done, 2);
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_queued_run_can_be_cancelled() {
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-cancel",
+        "One at a time",
+        json!({"concurrency": {"limit": 1}, "steps": delay(600_000)}),
+    )
+    .await;
+    let key = api.admin_key.clone();
+    let first = api.start_run(&key, &wf, None).await;
+    step_running(&api.ns, &first, "work").await;
+    let second = api.start_run(&key, &wf, None).await;
+    eventually("the second run to be queued", MINUTE, || async {
+        (run_ids(&api, &wf, "queued").await == [second.clone()]).then_some(())
+    })
+    .await;
+    let res = api
+        .send("POST", &key, &format!("/v1/runs/{second}/cancel"), None)
+        .await;
+    assert_eq!(res.status(), 202);
+    let status = finished_run(&api.ns, &second, MINUTE).await.status.unwrap();
+    assert_eq!(status.phase, RunPhase::Cancelled);
+    assert_eq!(status.steps[0].status, StepPhase::Cancelled);
+    assert_eq!(status.steps[0].attempts, 0, "it never started");
+    // The first is untouched; a finished run cannot be cancelled again.
+    assert_eq!(
+        run_ids(&api, &wf, "running").await,
+        std::slice::from_ref(&first)
+    );
+    let res = api
+        .send("POST", &key, &format!("/v1/runs/{second}/cancel"), None)
+        .await;
+    assert_error(res, 409, "run_not_running").await;
+    let res = api
+        .send("POST", &key, &format!("/v1/runs/{first}/cancel"), None)
+        .await;
+    assert_eq!(res.status(), 202);
+    finished_run(&api.ns, &first, MINUTE).await;
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn cancel_in_progress_replaces_the_running_run() {
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-cip",
+        "Latest wins",
+        json!({"concurrency": {"limit": 1, "policy": "cancel_in_progress"},
+               "steps": [{"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]}),
+    )
+    .await;
+    let key = api.admin_key.clone();
+    let old = api
+        .start_run(&key, &wf, Some(json!({"payload": {"ms": 600_000}})))
+        .await;
+    step_running(&api.ns, &old, "work").await;
+    let new = api
+        .start_run(&key, &wf, Some(json!({"payload": {"ms": 500}})))
+        .await;
+    let old_status = finished_run(&api.ns, &old, MINUTE).await;
+    assert!(old_status.spec.cancel, "cancel requested on the old run");
+    assert_eq!(old_status.status.unwrap().phase, RunPhase::Cancelled);
+    let new_status = finished_run(&api.ns, &new, MINUTE).await.status.unwrap();
+    assert_eq!(new_status.phase, RunPhase::Succeeded);
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn cancel_newest_cancels_the_new_run_at_once() {
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-cnew",
+        "First wins",
+        json!({"concurrency": {"limit": 1, "policy": "cancel_newest"}, "steps": delay(600_000)}),
+    )
+    .await;
+    let key = api.admin_key.clone();
+    let first = api.start_run(&key, &wf, None).await;
+    step_running(&api.ns, &first, "work").await;
+    let second = api.start_run(&key, &wf, None).await;
+    let view = api.finished_view(&key, &second, MINUTE).await;
+    assert_eq!(view["status"], "cancelled", "{view}");
+    let error = view["error"].as_str().unwrap();
+    assert!(
+        error.contains("concurrency limit reached") && error.contains("cancel_newest"),
+        "{error}"
+    );
+    assert_eq!(
+        run_ids(&api, &wf, "running").await,
+        std::slice::from_ref(&first)
+    );
+    api.send("POST", &key, &format!("/v1/runs/{first}/cancel"), None)
+        .await;
+    finished_run(&api.ns, &first, MINUTE).await;
+}
+
+/// Groups come from the key: different customers do not wait for each other, and a
+/// run whose key cannot be rendered fails saying so.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn keys_make_groups_and_a_bad_key_fails_the_run() {
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-key",
+        "Per customer",
+        json!({"concurrency": {"limit": 1, "key": "{{ trigger.payload.customer }}"}, "steps": delay(600_000)}),
+    )
+    .await;
+    let key = api.admin_key.clone();
+    let acme = api
+        .start_run(&key, &wf, Some(json!({"payload": {"customer": "acme"}})))
+        .await;
+    let globex = api
+        .start_run(&key, &wf, Some(json!({"payload": {"customer": "globex"}})))
+        .await;
+    step_running(&api.ns, &acme, "work").await;
+    step_running(&api.ns, &globex, "work").await;
+    let acme2 = api
+        .start_run(&key, &wf, Some(json!({"payload": {"customer": "acme"}})))
+        .await;
+    eventually("the second acme run to be queued", MINUTE, || async {
+        (run_ids(&api, &wf, "queued").await == [acme2.clone()]).then_some(())
+    })
+    .await;
+    let nobody = api.start_run(&key, &wf, None).await;
+    let view = api.finished_view(&key, &nobody, MINUTE).await;
+    assert_eq!(view["status"], "failed");
+    let error = view["error"].as_str().unwrap();
+    assert!(
+        error.contains("concurrency key could not be rendered")
+            && error.contains("trigger.payload.customer"),
+        "{error}"
+    );
+    for run in [&acme, &globex, &acme2] {
+        api.send("POST", &key, &format!("/v1/runs/{run}/cancel"), None)
+            .await;
+    }
+    for run in [&acme, &globex, &acme2] {
+        finished_run(&api.ns, run, MINUTE).await;
+    }
+}
