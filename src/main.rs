@@ -27,10 +27,12 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(dispatch(cli.command));
-    // Dropping the runtime drops every task still running — a leader's run
+    // Shutting the runtime down drops every task still running — a leader's run
     // executions, delivery attempts, status writers — so that none of them is alive
-    // when the lease is released below and another replica takes over.
-    drop(runtime);
+    // when the lease is released below and another replica takes over. Bounded: a
+    // blocking task (a DNS lookup) that does not end in time is left behind, and the
+    // process exits right after the release anyway.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     match result {
         Ok(Ended::Exit(code)) => code,
         Ok(Ended::Operator(stopped)) => {

@@ -129,6 +129,8 @@ pub struct Caches {
     pub runs: ScopedStore<Run>,
     pub webhooks: ScopedStore<Webhook>,
     pub api_keys: ScopedStore<Secret>,
+    /// Inbound secrets of webhook-triggered workflows (type `flowline.io/hook-secret`).
+    pub hook_secrets: ScopedStore<Secret>,
     pub namespaces: ScopedStore<PartialObjectMeta<Namespace>>,
     synced: Arc<AtomicBool>,
 }
@@ -157,6 +159,8 @@ impl Caches {
     /// listed.
     pub fn start(client: Client, scope: &WatchScope, shutdown: CancellationToken) -> Caches {
         let keys_config = watcher::Config::default().fields(&format!("type={SECRET_TYPE}"));
+        let hook_config =
+            watcher::Config::default().fields(&format!("type={}", super::hook_secret::SECRET_TYPE));
         let each = scope.each();
         fn per_namespace<K>(
             client: &Client,
@@ -198,6 +202,11 @@ impl Caches {
                 whole,
                 &shutdown,
             ),
+            hook_secrets: spawn_scoped(
+                per_namespace(&client, &each, &hook_config),
+                whole,
+                &shutdown,
+            ),
             // Metadata only: the rate limiter needs just the plan annotations.
             namespaces: spawn_scoped(namespace_watches, whole, &shutdown),
             synced: Arc::new(AtomicBool::new(false)),
@@ -209,6 +218,7 @@ impl Caches {
                 waiting.runs.wait_until_ready().await?;
                 waiting.webhooks.wait_until_ready().await?;
                 waiting.api_keys.wait_until_ready().await?;
+                waiting.hook_secrets.wait_until_ready().await?;
                 waiting.namespaces.wait_until_ready().await
             };
             if all.await.is_ok() {

@@ -64,6 +64,14 @@ pub enum ApiError {
         "the event of this delivery is no longer stored (its run or workflow was deleted); it cannot be sent again"
     )]
     EventExpired,
+    #[error("webhook signature rejected: {0}")]
+    InvalidSignature(#[from] super::hook_verify::VerifyError),
+    /// The same answer whether the workflow is unknown, not webhook-triggered or not
+    /// active, so an unauthenticated caller learns nothing about which.
+    #[error("no active webhook-triggered workflow exists with this id")]
+    HookNotFound,
+    #[error("the workflow's trigger is not `webhook`; it has no hook secret")]
+    NotWebhookTriggered,
     #[error("request body is larger than 1 MiB")]
     PayloadTooLarge,
     #[error("rate limit exceeded; retry after {retry_after_secs} s")]
@@ -109,14 +117,16 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthenticated | ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
+            ApiError::HookNotFound => StatusCode::NOT_FOUND,
             ApiError::InsufficientScope(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) | ApiError::RouteNotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::WorkflowActive
             | ApiError::WorkflowPaused
             | ApiError::RunNotRunning(_)
-            | ApiError::EventExpired => StatusCode::CONFLICT,
+            | ApiError::EventExpired
+            | ApiError::NotWebhookTriggered => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -143,6 +153,9 @@ impl ApiError {
             ApiError::WorkflowPaused => "workflow_paused",
             ApiError::RunNotRunning(_) => "run_not_running",
             ApiError::EventExpired => "event_expired",
+            ApiError::InvalidSignature(_) => "invalid_signature",
+            ApiError::HookNotFound => "hook_not_found",
+            ApiError::NotWebhookTriggered => "not_webhook_triggered",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::Unavailable => "unavailable",

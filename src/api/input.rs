@@ -62,12 +62,18 @@ fn text(v: &Value, field: &str, max: usize, required: bool, p: &mut Problems) ->
 pub struct CreateWorkflow {
     pub name: String,
     pub description: Option<String>,
+    /// Absent: `manual`.
+    pub trigger: Option<Trigger>,
 }
 
 pub fn create_workflow(body: Value) -> Result<CreateWorkflow, ApiError> {
     let map = object(body)?;
     let mut p = Problems::default();
-    reject_unknown(&map, &["name", "description"], "", &mut p);
+    reject_unknown(&map, &["name", "description", "trigger"], "", &mut p);
+    let trigger = match map.get("trigger") {
+        None | Some(Value::Null) => None,
+        Some(v) => trigger(v, &mut p),
+    };
     let name = match map.get("name") {
         None | Some(Value::Null) => {
             p.add("name", "is required");
@@ -83,6 +89,7 @@ pub fn create_workflow(body: Value) -> Result<CreateWorkflow, ApiError> {
     Ok(CreateWorkflow {
         name: name.unwrap_or_default(),
         description,
+        trigger,
     })
 }
 
@@ -171,22 +178,24 @@ fn trigger(v: &Value, p: &mut Problems) -> Option<Trigger> {
         return None;
     };
     reject_unknown(map, &["type", "cron", "timezone"], "trigger.", p);
-    match map.get("type").and_then(Value::as_str) {
-        Some("manual") => {
-            for extra in ["cron", "timezone"] {
-                if map.get(extra).is_some_and(|v| !v.is_null()) {
-                    p.add(
-                        format!("trigger.{extra}"),
-                        "is only allowed when trigger.type is schedule",
-                    );
-                }
+    let without_schedule = |type_: TriggerType, p: &mut Problems| {
+        for extra in ["cron", "timezone"] {
+            if map.get(extra).is_some_and(|v| !v.is_null()) {
+                p.add(
+                    format!("trigger.{extra}"),
+                    "is only allowed when trigger.type is schedule",
+                );
             }
-            Some(Trigger {
-                type_: TriggerType::Manual,
-                cron: None,
-                timezone: None,
-            })
         }
+        Some(Trigger {
+            type_,
+            cron: None,
+            timezone: None,
+        })
+    };
+    match map.get("type").and_then(Value::as_str) {
+        Some("manual") => without_schedule(TriggerType::Manual, p),
+        Some("webhook") => without_schedule(TriggerType::Webhook, p),
         Some("schedule") => {
             let cron = match map.get("cron") {
                 Some(Value::String(c)) if is_cron(c) => Some(c.trim().to_string()),
@@ -220,7 +229,7 @@ fn trigger(v: &Value, p: &mut Problems) -> Option<Trigger> {
             })
         }
         _ => {
-            p.add("trigger.type", "must be one of: manual, schedule");
+            p.add("trigger.type", "must be one of: manual, schedule, webhook");
             None
         }
     }
@@ -616,6 +625,37 @@ mod tests {
         assert_eq!(
             create_workflow(json!([1])).err().unwrap().code(),
             "validation_error"
+        );
+    }
+
+    #[test]
+    fn a_webhook_trigger_is_accepted_on_create_and_patch_without_cron() {
+        let created =
+            create_workflow(json!({"name": "In", "trigger": {"type": "webhook"}})).unwrap();
+        assert_eq!(created.trigger.unwrap().type_, TriggerType::Webhook);
+        assert!(
+            create_workflow(json!({"name": "In"}))
+                .unwrap()
+                .trigger
+                .is_none()
+        );
+        let patch = workflow_patch(json!({"trigger": {"type": "webhook", "cron": null}})).unwrap();
+        assert_eq!(patch.trigger.unwrap().type_, TriggerType::Webhook);
+        assert_eq!(
+            fields(
+                workflow_patch(json!({"trigger": {"type": "webhook", "cron": "* * * * *"}}))
+                    .err()
+                    .unwrap()
+            ),
+            ["trigger.cron"]
+        );
+        assert_eq!(
+            fields(
+                create_workflow(json!({"name": "In", "trigger": {"type": "push"}}))
+                    .err()
+                    .unwrap()
+            ),
+            ["trigger.type"]
         );
     }
 

@@ -65,7 +65,7 @@ async fn read_body(req: Request) -> Result<Bytes, ApiError> {
     read_body_any_type(req).await
 }
 
-async fn read_body_any_type(req: Request) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body_any_type(req: Request) -> Result<Bytes, ApiError> {
     if req.headers().contains_key(header::CONTENT_TYPE) && !is_json(&req) {
         return Err(ApiError::UnsupportedMediaType);
     }
@@ -83,7 +83,7 @@ async fn read_body_any_type(req: Request) -> Result<Bytes, ApiError> {
         .map_err(|_| ApiError::PayloadTooLarge)
 }
 
-fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // Before parsing: serde_json's own limit (128) would make a deep body a syntax
     // error, and what it accepts would still be too deep to store and watch safely.
     crate::limits::check_text_depth(bytes).map_err(|e| ApiError::field("body", e.to_string()))?;

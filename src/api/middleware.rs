@@ -33,19 +33,10 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
                 .limit_for(ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()));
             state.limiter.check(p.namespace.clone(), limit, now)
         }
-        None => state.client_limiter.check(
-            budget_key(client_ip(&state, &req)),
-            state.config.unauthenticated_requests,
-            now,
-        ),
+        None => address_decision(&state, &req, now),
     };
-    let mut response = if !decision.allowed {
-        ApiError::RateLimited {
-            retry_after_secs: decision.retry_after(now),
-        }
-        .into_response()
-    } else if !state.caches.is_synced() {
-        ApiError::Unavailable.into_response()
+    let mut response = if let Some(refused) = refusal(&state, &decision, now) {
+        refused
     } else if let Some(p) = principal {
         req.extensions_mut().insert(p);
         next.run(req).await
@@ -54,6 +45,47 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
     };
     add_headers(response.headers_mut(), &decision);
     response
+}
+
+/// Counts a request against its client address's budget of unauthenticated requests.
+fn address_decision(state: &ApiState, req: &Request, now: u64) -> Decision {
+    state.client_limiter.check(
+        budget_key(client_ip(state, req)),
+        state.config.unauthenticated_requests,
+        now,
+    )
+}
+
+/// For routes that authenticate themselves (inbound hooks, verified by signature):
+/// every request spends its address's unauthenticated budget, the one that
+/// requests without a valid key spend, so a flood of forged hooks from one address is
+/// cut off there and never touches an account's budget.
+pub async fn limit_by_address(State(state): State<ApiState>, req: Request, next: Next) -> Response {
+    let now = jiff::Timestamp::now().as_second().max(0) as u64;
+    let decision = address_decision(&state, &req, now);
+    let mut response = match refusal(&state, &decision, now) {
+        Some(refused) => refused,
+        None => next.run(req).await,
+    };
+    add_headers(response.headers_mut(), &decision);
+    response
+}
+
+/// The answer to a request refused before its handler: its budget is spent (429), or
+/// the caches have not listed everything yet (503).
+fn refusal(state: &ApiState, decision: &Decision, now: u64) -> Option<Response> {
+    if !decision.allowed {
+        Some(
+            ApiError::RateLimited {
+                retry_after_secs: decision.retry_after(now),
+            }
+            .into_response(),
+        )
+    } else if !state.caches.is_synced() {
+        Some(ApiError::Unavailable.into_response())
+    } else {
+        None
+    }
 }
 
 fn principal(state: &ApiState, headers: &HeaderMap) -> Option<Principal> {

@@ -6,6 +6,9 @@ pub mod cache;
 pub mod client_ip;
 pub(crate) mod deliveries;
 pub mod error;
+pub(crate) mod hook_secret;
+pub mod hook_verify;
+pub(crate) mod hooks;
 pub mod input;
 pub mod json;
 pub mod key_index;
@@ -34,9 +37,16 @@ pub fn router(state: ApiState) -> Router {
         .merge(webhooks::router())
         .merge(deliveries::router())
         .merge(keys::router())
+        .merge(hook_secret::router())
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(from_fn_with_state(state.clone(), middleware::authenticate))
+        // Added after the layer: hooks carry a signature instead of an API key, and
+        // spend the per-address budget of unauthenticated requests.
+        .merge(hooks::router().layer(from_fn_with_state(
+            state.clone(),
+            middleware::limit_by_address,
+        )))
         // Added after the layer: the description is public.
         .route(
             "/v1/openapi.json",

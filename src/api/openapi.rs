@@ -29,6 +29,9 @@ pub const ERROR_CODES: &[&str] = &[
     "workflow_active",
     "workflow_paused",
     "run_not_running",
+    "invalid_signature",
+    "hook_not_found",
+    "not_webhook_triggered",
     "payload_too_large",
     "rate_limited",
     "unavailable",
@@ -47,6 +50,8 @@ pub struct WorkflowCreate {
     name: String,
     #[schema(max_length = 2000)]
     description: Option<String>,
+    /// Default `manual`. `webhook` makes an inbound secret, returned once as `hook_secret`.
+    trigger: Option<TriggerInput>,
 }
 
 /// A step as written in `PATCH /v1/workflows/{id}`.
@@ -199,6 +204,8 @@ pub struct RunListQuery {
         super::keys::list,
         super::keys::create,
         super::keys::remove,
+        super::hook_secret::rotate,
+        super::hooks::receive,
     )
 )]
 struct ApiDoc;
@@ -240,6 +247,9 @@ pub fn document() -> Value {
         };
         for op in ops.values_mut() {
             let has_body = op.get("requestBody").is_some();
+            // Operations that take no API key (`security: [{}]`, i.e. inbound hooks)
+            // answer neither the key's 401 nor 403.
+            let public = op.get("security") == Some(&json!([{}]));
             let scope = op["description"].as_str().unwrap_or_default().to_string();
             let Some(responses) = op["responses"].as_object_mut() else {
                 continue;
@@ -259,6 +269,9 @@ pub fn document() -> Value {
                 common.push(("400", "Malformed JSON or invalid fields".to_string()));
                 common.push(("413", "Body over 1 MiB".to_string()));
                 common.push(("415", "Body is not JSON".to_string()));
+            }
+            if public {
+                common.retain(|(status, _)| !matches!(*status, "401" | "403"));
             }
             for (status, description) in common {
                 responses
@@ -314,6 +327,9 @@ mod tests {
             ApiError::RunNotRunning("failed"),
             ApiError::PayloadTooLarge,
             ApiError::EventExpired,
+            ApiError::InvalidSignature(super::super::hook_verify::VerifyError::NoMatch),
+            ApiError::HookNotFound,
+            ApiError::NotWebhookTriggered,
             ApiError::RateLimited {
                 retry_after_secs: 1,
             },
@@ -331,7 +347,16 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let ops: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!((paths.len(), ops), (12, 19));
+        assert_eq!((paths.len(), ops), (14, 21));
+        let hook = &doc["paths"]["/v1/hooks/{workflow_id}"]["post"];
+        assert_eq!(hook["security"], json!([{}]), "hooks take no API key");
+        assert!(hook["responses"].get("403").is_none());
+        assert!(
+            hook["responses"]["401"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("invalid_signature")
+        );
         let text = doc.to_string();
         for piece in text.split("#/components/schemas/").skip(1) {
             let name: String = piece

@@ -107,16 +107,7 @@ async fn start(
         return Err(ApiError::WorkflowPaused);
     }
     let run = Run::of_workflow(&wf, &new_id("run"), RunTrigger::Manual, payload, now_ms());
-    let spec_bytes = serde_json::to_vec(&run.spec).map_or(usize::MAX, |b| b.len());
-    if spec_bytes > crate::limits::MAX_RUN_SPEC_BYTES {
-        return Err(ApiError::field(
-            "payload",
-            format!(
-                "the payload and the workflow's steps together take {spec_bytes} bytes; a run \
-                 holds at most 1 MiB of them (make the payload or the steps' inputs smaller)"
-            ),
-        ));
-    }
+    check_spec_size(&run)?;
     let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
     let created = api
         .create(&ApiState::post_params(), &run)
@@ -158,4 +149,19 @@ async fn cancel(
         .map_err(|e| not_found_as(e, Missing::Run))?;
     cache::await_write(&state.caches.runs, &patched).await;
     Ok((StatusCode::ACCEPTED, Json(full(&state, &patched))))
+}
+
+/// A run's spec (payload and pinned steps) must fit the run budget.
+pub(crate) fn check_spec_size(run: &Run) -> ApiResult<()> {
+    let spec_bytes = serde_json::to_vec(&run.spec).map_or(usize::MAX, |b| b.len());
+    if spec_bytes > crate::limits::MAX_RUN_SPEC_BYTES {
+        return Err(ApiError::field(
+            "payload",
+            format!(
+                "the payload and the workflow's steps together take {spec_bytes} bytes; a run \
+                 holds at most 1 MiB of them (make the payload or the steps' inputs smaller)"
+            ),
+        ));
+    }
+    Ok(())
 }

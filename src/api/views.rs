@@ -102,8 +102,8 @@ impl From<&Workflow> for WorkflowView {
     fn from(wf: &Workflow) -> Self {
         let spec = &wf.spec;
         let trigger = match spec.trigger.type_ {
-            TriggerType::Manual => TriggerView {
-                type_: TriggerType::Manual,
+            TriggerType::Manual | TriggerType::Webhook => TriggerView {
+                type_: spec.trigger.type_,
                 cron: None,
                 timezone: None,
             },

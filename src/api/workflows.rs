@@ -15,13 +15,14 @@ use super::views::{WorkflowListItem, WorkflowView};
 use super::auth::{Principal, Scope};
 use super::cache;
 use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
+use super::hook_secret::{self, WorkflowWithSecret};
 use super::input;
 use super::json::ApiJson;
 use super::pagination::{self, SortKey};
 use super::state::ApiState;
 use crate::clock::{format_ts, now_ms};
 use crate::crd::timestamps::{UPDATED_AT_ANNOTATION, created_at, creation_annotations};
-use crate::crd::{Trigger, TriggerType, Workflow, WorkflowSpec, WorkflowState};
+use crate::crd::{TriggerType, Workflow, WorkflowSpec, WorkflowState};
 use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
@@ -93,7 +94,7 @@ async fn show(
 
 #[utoipa::path(post, path = "/v1/workflows", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",
     request_body = crate::api::openapi::WorkflowCreate,
-    responses((status = 201, description = "Created", body = WorkflowView,
+    responses((status = 201, description = "Created; `hook_secret` when the trigger is `webhook`", body = WorkflowWithSecret,
                headers(("Location" = String, description = "Path of the new workflow")))))]
 async fn create(
     State(state): State<ApiState>,
@@ -108,11 +109,7 @@ async fn create(
             name: req.name,
             description: req.description,
             state: WorkflowState::Draft,
-            trigger: Trigger {
-                type_: TriggerType::Manual,
-                cron: None,
-                timezone: None,
-            },
+            trigger: req.trigger.unwrap_or_default(),
             executor: None,
             steps: Vec::new(),
             history: Default::default(),
@@ -125,27 +122,28 @@ async fn create(
         .await
         .map_err(write_error)?;
     cache::await_write(&state.caches.workflows, &created).await;
+    let hook_secret = with_hook_secret(&state, None, &created).await?;
     let id = created.name_any();
     Ok((
         StatusCode::CREATED,
         location(format!("/v1/workflows/{id}")),
-        Json(WorkflowView::from(&created)),
+        hook_secret,
     ))
 }
 
 #[utoipa::path(patch, path = "/v1/workflows/{id}", tag = "workflows", description = "Scope: `write`.",
     params(("id" = String, Path, description = "Workflow id")),
     request_body = crate::api::openapi::WorkflowPatch,
-    responses((status = 200, description = "The updated workflow", body = WorkflowView),
+    responses((status = 200, description = "The updated workflow; `hook_secret` when the trigger became `webhook`", body = WorkflowWithSecret),
               (status = 404, description = "No such workflow")))]
 async fn update(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<Value>,
-) -> ApiResult<Json<WorkflowView>> {
+) -> ApiResult<Json<WorkflowWithSecret>> {
     who.require(Scope::Write)?;
-    find(&state, &who.namespace, &id)?;
+    let before = find(&state, &who.namespace, &id)?.spec.trigger.type_;
     let patch = input::workflow_patch(body)?;
     let mut spec = serde_json::Map::new();
     if let Some(name) = patch.name {
@@ -180,7 +178,29 @@ async fn update(
         .await
         .map_err(|e| not_found_as(e, Missing::Workflow))?;
     cache::await_write(&state.caches.workflows, &updated).await;
-    Ok(Json(WorkflowView::from(&updated)))
+    with_hook_secret(&state, Some(before), &updated).await
+}
+
+/// The response of a write that leaves `wf` in place: the workflow, and a new inbound
+/// secret when its trigger became `webhook` (or it has none). The workflow is written
+/// first because the Secret is owned by it; if storing the secret fails, the error is
+/// returned and the rotate endpoint makes one.
+async fn with_hook_secret(
+    state: &ApiState,
+    before: Option<TriggerType>,
+    wf: &Workflow,
+) -> ApiResult<Json<WorkflowWithSecret>> {
+    let namespace = wf.namespace().unwrap_or_default();
+    let has_secret = hook_secret::current(state, &namespace, &wf.name_any()).is_some();
+    let hook_secret = if hook_secret::needs_secret(before, wf, has_secret) {
+        Some(hook_secret::install(state, wf).await?)
+    } else {
+        None
+    };
+    Ok(Json(WorkflowWithSecret {
+        workflow: WorkflowView::from(wf),
+        hook_secret,
+    }))
 }
 
 #[utoipa::path(delete, path = "/v1/workflows/{id}", tag = "workflows", description = "Scope: `write`. Deletes the workflow and its run history.",

@@ -131,6 +131,8 @@ pub fn plan(
     finished.sort_by_key(|(r, _)| std::cmp::Reverse(r.started_at()));
     let (mut kept_ok, mut kept_failed) = (0u32, 0u32);
     let mut delete = Vec::new();
+    // The earliest time a run held for its webhook-id may go.
+    let mut held_until = None;
     for (run, phase) in finished {
         let (kept, limit) = if phase == RunPhase::Failed {
             (&mut kept_failed, wf.spec.history.failed)
@@ -139,6 +141,8 @@ pub fn plan(
         };
         if *kept < limit {
             *kept += 1;
+        } else if let Some(until) = idempotency_hold(run).filter(|until| now < *until) {
+            held_until = Some(held_until.map_or(until, |at: Timestamp| at.min(until)));
         } else if !settled_events(&delivery, run) {
             waiting = true;
         } else {
@@ -195,6 +199,9 @@ pub fn plan(
             now + jiff::SignedDuration::try_from(undelivered::RECHECK).unwrap_or_default();
         wake_at = Some(wake_at.map_or(recheck, |at| at.min(recheck)));
     }
+    if let Some(until) = held_until {
+        wake_at = Some(wake_at.map_or(until, |at: Timestamp| at.min(until)));
+    }
     Plan {
         status,
         delete,
@@ -203,6 +210,17 @@ pub fn plan(
         start_for_tick,
         wake_at,
     }
+}
+
+/// How long retention keeps a run started by an inbound hook, whatever `history`
+/// says: the run's name is the idempotency record of its `webhook-id`, and a delivery
+/// of the same id within this time must find it (docs/api.md, "Inbound webhooks").
+pub const HOOK_IDEMPOTENCY: jiff::SignedDuration = jiff::SignedDuration::from_hours(24);
+
+/// Until when retention must keep `run` for its `webhook-id`; `None` for runs not
+/// started by a hook.
+fn idempotency_hold(run: &Run) -> Option<Timestamp> {
+    (run.spec.trigger == RunTrigger::Webhook).then(|| run.started_at() + HOOK_IDEMPOTENCY)
 }
 
 /// Whether every event of the run is settled for the webhooks that subscribe to it.
@@ -589,6 +607,41 @@ mod tests {
             &mut ids(),
         );
         assert_eq!(p.delete, ["s1", "s2"]);
+        assert_eq!(p.wake_at, None);
+    }
+
+    #[test]
+    fn retention_keeps_a_hook_run_for_a_day_for_its_webhook_id() {
+        let hook_run = |name: &str, started: &str| {
+            let mut r = (*run(name, "succeeded", started)).clone();
+            r.spec.trigger = RunTrigger::Webhook;
+            Arc::new(r)
+        };
+        let runs = vec![
+            hook_run("h-old", "2026-01-01T00:00:00Z"),
+            hook_run("h-new", "2026-01-01T12:00:00Z"),
+            run("manual", "succeeded", "2026-01-01T11:00:00Z"),
+        ];
+        let plan_at = |now: &str| {
+            let now: Timestamp = now.parse().unwrap();
+            plan(
+                &wf("active", json!(null), (0, 0)),
+                &runs,
+                &[],
+                now,
+                &mut ids(),
+            )
+        };
+        let p = plan_at("2026-01-02T06:00:00Z");
+        assert_eq!(p.delete, ["h-old", "manual"], "h-new is not 24 h old yet");
+        assert_eq!(p.status.run_counts.succeeded, 1);
+        assert_eq!(
+            p.wake_at,
+            Some("2026-01-02T12:00:00Z".parse().unwrap()),
+            "looks again when the hold ends"
+        );
+        let p = plan_at("2026-01-02T12:00:00Z");
+        assert_eq!(p.delete, ["h-old", "manual", "h-new"], "oldest first");
         assert_eq!(p.wake_at, None);
     }
 

@@ -41,6 +41,10 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless_object")]
     pub payload: Option<serde_json::Value>,
+    /// Request headers of a webhook-triggered run (an allow-list, lowercase names),
+    /// available to steps as `trigger.headers.*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
     /// Set to true to cancel the run: in-flight work stops, completed steps stay.
     #[serde(default)]
     pub cancel: bool,
@@ -92,6 +96,8 @@ pub enum RunTrigger {
     #[default]
     Manual,
     Schedule,
+    /// A signed request to `POST /v1/hooks/{workflow}`.
+    Webhook,
 }
 
 /// Status of a run. A run without status has been accepted and is `running`
@@ -151,6 +157,7 @@ impl Run {
                 workflow_ref: workflow_ref.clone(),
                 trigger,
                 payload,
+                headers: None,
                 cancel: false,
                 workflow: Some(WorkflowSnapshot::of(wf)),
             },

@@ -106,8 +106,10 @@ impl WorkflowState {
 #[x_kube(validation = Rule::new("self.type == 'schedule' ? has(self.cron) : !has(self.cron)").message("trigger.cron is required when trigger.type is schedule, and not allowed otherwise"))]
 #[x_kube(validation = Rule::new("self.type == 'schedule' || !has(self.timezone)").message("trigger.timezone is only allowed when trigger.type is schedule"))]
 pub struct Trigger {
-    /// `manual` (runs start only through the API or by creating a Run) or
-    /// `schedule` (runs also start at each cron tick while the workflow is active).
+    /// `manual` (runs start only through the API or by creating a Run),
+    /// `schedule` (runs also start at each cron tick while the workflow is active) or
+    /// `webhook` (runs also start on each signed `POST /v1/hooks/{id}` while the
+    /// workflow is active; the secret is in the Secret `<name>-hook`).
     #[serde(rename = "type")]
     pub type_: TriggerType,
     /// Standard 5-field cron expression, e.g. `*/5 * * * *`. Required for `schedule`.
@@ -139,6 +141,7 @@ pub enum TriggerType {
     #[default]
     Manual,
     Schedule,
+    Webhook,
 }
 
 /// Where a workflow's steps execute.

@@ -64,7 +64,8 @@ pub fn secret_name(hook: &Webhook) -> String {
         .unwrap_or_else(|| format!("{}-signing", hook.name_any()))
 }
 
-fn text(secret: &Secret, key: &str) -> Option<String> {
+/// The non-empty text under `key`, from `data` or (not yet applied) `stringData`.
+pub(crate) fn text(secret: &Secret, key: &str) -> Option<String> {
     secret
         .data
         .as_ref()

@@ -71,15 +71,28 @@ pub fn standard_signature(
         .iter()
         .enumerate()
         .map(|(index, secret)| {
-            let key = decode_secret(secret)
+            let tag = standard_tag(secret, msg_id, timestamp, body)
                 .map_err(|reason| SigningError::InvalidSecret { index, reason })?;
-            let mut mac = new_mac(&key);
-            mac.update(format!("{msg_id}.{timestamp}.").as_bytes());
-            mac.update(body);
-            Ok(format!("v1,{}", BASE64.encode(mac.finalize().into_bytes())))
+            Ok(format!("v1,{}", BASE64.encode(tag)))
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(entries.join(" "))
+}
+
+/// The raw Standard Webhooks tag: HMAC-SHA256 keyed with the decoded secret over
+/// `{msg_id}.{timestamp}.{body}`. Signing and inbound verification share it, so both
+/// sides agree on the signed content by construction.
+pub fn standard_tag(
+    secret: &str,
+    msg_id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> Result<[u8; 32], &'static str> {
+    let key = decode_secret(secret)?;
+    let mut mac = new_mac(&key);
+    mac.update(format!("{msg_id}.{timestamp}.").as_bytes());
+    mac.update(body);
+    Ok(mac.finalize().into_bytes().into())
 }
 
 /// Checks an `X-Service-Signature` value. The tag comparison is constant-time so response
@@ -120,25 +133,31 @@ fn decode_secret(secret: &str) -> Result<Vec<u8>, &'static str> {
     Ok(key)
 }
 
+/// The published example of the Standard Webhooks specification (also the reference
+/// libraries' test vector), shared by the signing and the inbound verification tests.
+#[cfg(test)]
+pub(crate) mod spec_example {
+    pub const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    pub const SPEC_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    pub const SPEC_TS: i64 = 1614265330;
+    pub const SPEC_BODY: &[u8] = br#"{"test": 2432232314}"#;
+    pub const SPEC_SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+    /// base64 of bytes 0x00..=0x1f; the shape `generate_secret` produces.
+    pub const NEW_SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    // Published example from the Standard Webhooks specification.
-    const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    const SPEC_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
-    const SPEC_TS: i64 = 1614265330;
-    const SPEC_BODY: &[u8] = br#"{"test": 2432232314}"#;
-
-    // base64 of bytes 0x00..=0x1f; the shape `generate_secret` produces.
-    const NEW_SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    use super::spec_example::*;
     const BODY: &[u8] = br#"{"type":"run.succeeded"}"#;
 
     // Expected values below were computed independently with Python's hmac module.
     #[test]
     fn standard_signature_matches_spec_example() {
         let sig = standard_signature(&[SPEC_SECRET], SPEC_ID, SPEC_TS, SPEC_BODY).unwrap();
-        assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+        assert_eq!(sig, SPEC_SIGNATURE);
     }
 
     #[test]

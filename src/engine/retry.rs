@@ -2,9 +2,13 @@
 //!
 //! An attempt cut short because the process executing it stopped (a crash, a rollout, a
 //! lost lease) is not the user's failure: it is executed again under the same number,
-//! without using the retry budget, so a step Job of that attempt is found again by name
-//! instead of a second one being started. Steps are therefore at least once. A step that
-//! brings the process down every time fails after [`MAX_INTERRUPTIONS`] re-executions.
+//! without using the retry budget. Steps are therefore at least once. A step that brings
+//! the process down every time fails after [`MAX_INTERRUPTIONS`] re-executions.
+//!
+//! A step running in a Job is not cut short by the process stopping: the Job runs on.
+//! Its attempt is re-attached (the Job found again by name, created only if it is gone),
+//! which is neither a new attempt nor an interruption, so a long Job survives any number
+//! of operator restarts.
 
 use std::time::Duration;
 
@@ -18,6 +22,8 @@ pub const MAX_INTERRUPTIONS: u32 = 3;
 pub enum NextAttempt {
     /// Execute attempt `number`; `interrupted` when it re-executes one that was cut short.
     Run { number: u32, interrupted: bool },
+    /// Wait again for attempt `number`, which runs in a Job that outlived the process.
+    Reattach { number: u32 },
     /// The retry budget is spent: the step fails with its last attempt's error.
     Exhausted,
     /// Interrupted more than [`MAX_INTERRUPTIONS`] times: the step fails.
@@ -25,11 +31,17 @@ pub enum NextAttempt {
 }
 
 /// Decides from the step's record: an attempt that was started (`running`, no retry
-/// scheduled) but is being decided again was interrupted.
-pub fn next_attempt(record: &StepRecord, policy: &RetryPolicy) -> NextAttempt {
+/// scheduled) but is being decided again was interrupted — unless it runs `in_job`, in
+/// which case it is re-attached.
+pub fn next_attempt(record: &StepRecord, policy: &RetryPolicy, in_job: bool) -> NextAttempt {
     let in_flight = record.status == StepPhase::Running
         && record.attempts > 0
         && record.next_attempt_at.is_none();
+    if in_flight && in_job {
+        return NextAttempt::Reattach {
+            number: record.attempts,
+        };
+    }
     if in_flight {
         return if record.interruptions >= MAX_INTERRUPTIONS {
             NextAttempt::TooManyInterruptions
@@ -98,16 +110,16 @@ mod tests {
             interrupted: false,
         };
         assert_eq!(
-            next_attempt(&record(StepPhase::Pending, 0, 0, false), &p),
+            next_attempt(&record(StepPhase::Pending, 0, 0, false), &p, false),
             run(1)
         );
         // Attempt 1 failed and attempt 2 is scheduled (also after a restart).
         assert_eq!(
-            next_attempt(&record(StepPhase::Running, 1, 0, true), &p),
+            next_attempt(&record(StepPhase::Running, 1, 0, true), &p, false),
             run(2)
         );
         assert_eq!(
-            next_attempt(&record(StepPhase::Running, 2, 0, true), &p),
+            next_attempt(&record(StepPhase::Running, 2, 0, true), &p, false),
             NextAttempt::Exhausted
         );
     }
@@ -116,7 +128,7 @@ mod tests {
     fn an_interrupted_attempt_runs_again_under_its_number_without_using_the_budget() {
         let p = policy(1);
         assert_eq!(
-            next_attempt(&record(StepPhase::Running, 1, 0, false), &p),
+            next_attempt(&record(StepPhase::Running, 1, 0, false), &p, false),
             NextAttempt::Run {
                 number: 1,
                 interrupted: true
@@ -125,7 +137,8 @@ mod tests {
         assert_eq!(
             next_attempt(
                 &record(StepPhase::Running, 1, MAX_INTERRUPTIONS - 1, false),
-                &p
+                &p,
+                false
             ),
             NextAttempt::Run {
                 number: 1,
@@ -133,10 +146,38 @@ mod tests {
             }
         );
         assert_eq!(
-            next_attempt(&record(StepPhase::Running, 1, MAX_INTERRUPTIONS, false), &p),
+            next_attempt(
+                &record(StepPhase::Running, 1, MAX_INTERRUPTIONS, false),
+                &p,
+                false
+            ),
             NextAttempt::TooManyInterruptions
         );
         assert!(interrupted_error(MAX_INTERRUPTIONS + 1).contains("interrupted 4 times"));
+    }
+
+    #[test]
+    fn a_job_attempt_in_flight_is_reattached_however_often_the_process_stopped() {
+        let p = policy(1);
+        for interruptions in [0, MAX_INTERRUPTIONS, MAX_INTERRUPTIONS + 5] {
+            assert_eq!(
+                next_attempt(
+                    &record(StepPhase::Running, 1, interruptions, false),
+                    &p,
+                    true
+                ),
+                NextAttempt::Reattach { number: 1 }
+            );
+        }
+        // A scheduled retry of a job step is a new attempt as usual.
+        let p = policy(2);
+        assert_eq!(
+            next_attempt(&record(StepPhase::Running, 1, 0, true), &p, true),
+            NextAttempt::Run {
+                number: 2,
+                interrupted: false
+            }
+        );
     }
 
     fn policy(max: u32) -> RetryPolicy {

@@ -87,7 +87,10 @@ fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, secrets: Value)
         }
     }
     json!({
-        "trigger": {"payload": run.spec.payload.clone().unwrap_or_else(|| json!({}))},
+        "trigger": {
+            "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
+            "headers": run.spec.headers.clone().unwrap_or_default(),
+        },
         "run": {"id": run.name_any()},
         "workflow": {"id": run.spec.workflow_ref, "name": wf.name},
         "steps": steps,
@@ -248,7 +251,7 @@ async fn run_step(
         || wf.executor.unwrap_or(engine.default_executor) == Executor::Job;
     let step_timeout = step.timeout_ms.map(Duration::from_millis);
     loop {
-        let attempt = match retry::next_attempt(&status.steps[index], &policy) {
+        let attempt = match retry::next_attempt(&status.steps[index], &policy, in_job) {
             retry::NextAttempt::Run {
                 number,
                 interrupted,
@@ -257,6 +260,7 @@ async fn run_step(
                 record.interruptions += u32::from(interrupted);
                 number
             }
+            retry::NextAttempt::Reattach { number } => number,
             retry::NextAttempt::Exhausted => {
                 let reason = status.steps[index]
                     .error

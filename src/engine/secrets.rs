@@ -33,8 +33,13 @@ const PLATFORM_TYPES: [&str; 3] = [
     "bootstrap.kubernetes.io/token",
 ];
 
-/// Labels Flowline puts on its own Secrets: API keys, webhook signing secrets.
-const OWN_LABELS: [&str; 2] = ["flowline.io/api-key", "flowline.io/webhook"];
+/// Labels Flowline puts on its own Secrets: API keys, webhook signing secrets, inbound
+/// hook secrets.
+const OWN_LABELS: [&str; 3] = [
+    "flowline.io/api-key",
+    "flowline.io/webhook",
+    "flowline.io/hook",
+];
 
 /// The label (and value) the chart puts on everything it installs, e.g. the bootstrap
 /// admin key.
@@ -325,6 +330,7 @@ mod tests {
         for label in [
             ("flowline.io/api-key", "true"),
             ("flowline.io/webhook", "wh"),
+            ("flowline.io/hook", "wf-1"),
             ("app.kubernetes.io/part-of", "flowline"),
         ] {
             assert!(

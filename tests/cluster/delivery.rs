@@ -4,7 +4,6 @@
 //! Signatures are checked with code independent of Flowline's and with the
 //! `standardwebhooks` package from PyPI run as a process.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,9 +13,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::support::{
-    Process, TestApi, assert_error, eventually, http_client, new_key, ready, repo_root,
-};
+use crate::support::{Process, TestApi, assert_error, eventually, http_client, new_key, ready};
 use flowline::api::auth::Scope;
 
 #[path = "../support/receiver.rs"]
@@ -199,12 +196,6 @@ fn assert_signed(r: &Received, secrets: &[&str]) {
 /// Verifies deliveries with the `standardwebhooks` package (PyPI) in a Python
 /// process; returns its verdict per delivery.
 fn standard_webhooks_verdicts(items: &[(&str, &Received)]) -> Vec<String> {
-    let python = repo_root().join(".flowline/venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} missing: run `make python-deps` (make test does)",
-        python.display()
-    );
     let input: Vec<Value> = items
         .iter()
         .map(|(secret, r)| {
@@ -215,31 +206,7 @@ fn standard_webhooks_verdicts(items: &[(&str, &Received)]) -> Vec<String> {
             json!({"secret": secret, "headers": headers, "body": String::from_utf8(r.body.to_vec()).unwrap()})
         })
         .collect();
-    let mut child = std::process::Command::new(python)
-        .arg(repo_root().join("hack/verify-standard-webhooks.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(&input).unwrap().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    crate::support::python_lines("hack/verify-standard-webhooks.py", &json!(input))
 }
 
 async fn deliveries(api: &TestApi, hook: &str) -> Vec<Value> {

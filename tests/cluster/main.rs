@@ -8,6 +8,7 @@ mod delivery;
 mod durable;
 mod engine;
 mod foundation;
+mod hooks;
 mod hostile;
 mod leader;
 mod replicas;

@@ -601,3 +601,41 @@ pub fn spawn_run_controller(
 pub fn guarded_client() -> flowline::egress::GuardedClient {
     flowline::egress::GuardedClient::new(Default::default()).unwrap()
 }
+
+/// Runs a Python script of the repository with the test venv (which holds the
+/// off-the-shelf `standardwebhooks` package), `input` as JSON on its stdin; returns
+/// its stdout lines. Fails the test when the script fails.
+pub fn python_lines(script: &str, input: &serde_json::Value) -> Vec<String> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let python = repo_root().join(".flowline/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run `make python-deps` (make test does)",
+        python.display()
+    );
+    let mut child = std::process::Command::new(python)
+        .arg(repo_root().join(script))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::support::{TestNamespace, eventually};
 
 /// A workflow controller for one test namespace; stops when dropped.
-struct Controller(CancellationToken);
+pub(crate) struct Controller(CancellationToken);
 
 impl Drop for Controller {
     fn drop(&mut self) {
@@ -19,7 +19,7 @@ impl Drop for Controller {
     }
 }
 
-fn controller(ns: &TestNamespace) -> Controller {
+pub(crate) fn controller(ns: &TestNamespace) -> Controller {
     let stop = CancellationToken::new();
     let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
         &flowline::telemetry::metrics::Metrics::default(),
