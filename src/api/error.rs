@@ -61,6 +61,13 @@ pub enum ApiError {
     #[error("the run is not running (status: {0})")]
     RunNotRunning(&'static str),
     #[error(
+        "this Idempotency-Key already started a run of this workflow with a different request \
+         body (keys are kept 24 h); send the same body to get that run, or use a new key"
+    )]
+    IdempotencyKeyReused,
+    #[error("only a finished run can be retried (status: {0})")]
+    RunNotFinished(&'static str),
+    #[error(
         "the event of this delivery is no longer stored (its run or workflow was deleted); it cannot be sent again"
     )]
     EventExpired,
@@ -125,6 +132,8 @@ impl ApiError {
             ApiError::WorkflowActive
             | ApiError::WorkflowPaused
             | ApiError::RunNotRunning(_)
+            | ApiError::IdempotencyKeyReused
+            | ApiError::RunNotFinished(_)
             | ApiError::EventExpired
             | ApiError::NotWebhookTriggered => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -152,6 +161,8 @@ impl ApiError {
             ApiError::WorkflowActive => "workflow_active",
             ApiError::WorkflowPaused => "workflow_paused",
             ApiError::RunNotRunning(_) => "run_not_running",
+            ApiError::IdempotencyKeyReused => "idempotency_key_reused",
+            ApiError::RunNotFinished(_) => "run_not_finished",
             ApiError::EventExpired => "event_expired",
             ApiError::InvalidSignature(_) => "invalid_signature",
             ApiError::HookNotFound => "hook_not_found",

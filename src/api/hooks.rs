@@ -152,7 +152,12 @@ async fn receive(
     let name = run_name(&namespace, &workflow_id, verified.id);
     let mut run = Run::of_workflow(&wf, &name, RunTrigger::Webhook, Some(payload), now_ms());
     run.spec.headers = Some(recorded_headers(&headers));
-    super::runs::check_spec_size(&run)?;
+    super::runs::check_spec_size(
+        &run,
+        "body",
+        "the body and the workflow's steps together",
+        "send a smaller body or make the steps' inputs smaller",
+    )?;
     let api: Api<Run> = Api::namespaced(state.client.clone(), &namespace);
     match api.create(&ApiState::post_params(), &run).await {
         Ok(created) => {

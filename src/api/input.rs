@@ -484,6 +484,35 @@ pub fn run_request(body: Option<Value>) -> Result<Option<Value>, ApiError> {
     p.finish(payload)
 }
 
+/// Where a retry starts (`POST /v1/runs/{id}/retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryFrom {
+    /// At the first step that did not succeed; the steps before it keep their results.
+    Failed,
+    /// At the first step: everything runs again.
+    Start,
+}
+
+/// The optional body of `POST /v1/runs/{id}/retry`: `{"from": "failed" | "start"}`.
+pub fn retry_request(body: Option<Value>) -> Result<RetryFrom, ApiError> {
+    let Some(body) = body else {
+        return Ok(RetryFrom::Failed);
+    };
+    let map = object(body)?;
+    let mut p = Problems::default();
+    reject_unknown(&map, &["from"], "", &mut p);
+    let from = match map.get("from") {
+        None | Some(Value::Null) => RetryFrom::Failed,
+        Some(v) if v == "failed" => RetryFrom::Failed,
+        Some(v) if v == "start" => RetryFrom::Start,
+        Some(_) => {
+            p.add("from", "must be one of: failed, start");
+            RetryFrom::Failed
+        }
+    };
+    p.finish(from)
+}
+
 pub struct CreateWebhook {
     pub url: String,
     pub events: Vec<EventKind>,
@@ -778,6 +807,33 @@ mod tests {
             fields(run_request(Some(json!({"payload": [1]}))).err().unwrap()),
             ["payload"]
         );
+    }
+
+    #[test]
+    fn a_retry_starts_at_the_failed_step_unless_told_to_start_over() {
+        assert_eq!(retry_request(None).unwrap(), RetryFrom::Failed);
+        assert_eq!(retry_request(Some(json!({}))).unwrap(), RetryFrom::Failed);
+        assert_eq!(
+            retry_request(Some(json!({"from": "failed"}))).unwrap(),
+            RetryFrom::Failed
+        );
+        assert_eq!(
+            retry_request(Some(json!({"from": "start"}))).unwrap(),
+            RetryFrom::Start
+        );
+        for bad in [
+            json!({"from": "middle"}),
+            json!({"from": 1}),
+            json!({"to": "start"}),
+        ] {
+            let field = if bad.get("to").is_some() {
+                "to"
+            } else {
+                "from"
+            };
+            assert_eq!(fields(retry_request(Some(bad)).err().unwrap()), [field]);
+        }
+        assert!(retry_request(Some(json!([]))).is_err());
     }
 
     #[test]

@@ -9,14 +9,17 @@ pub mod error;
 pub(crate) mod hook_secret;
 pub mod hook_verify;
 pub(crate) mod hooks;
+pub mod idempotency;
 pub mod input;
 pub mod json;
 pub mod key_index;
+mod keyed_start;
 pub mod keys;
 mod middleware;
 pub mod openapi;
 pub mod pagination;
 pub mod ratelimit;
+pub(crate) mod retry;
 pub(crate) mod runs;
 pub mod state;
 pub mod views;
@@ -34,6 +37,7 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(workflows::router())
         .merge(runs::router())
+        .merge(retry::router())
         .merge(webhooks::router())
         .merge(deliveries::router())
         .merge(keys::router())

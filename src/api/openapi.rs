@@ -32,6 +32,8 @@ pub const ERROR_CODES: &[&str] = &[
     "invalid_signature",
     "hook_not_found",
     "not_webhook_triggered",
+    "idempotency_key_reused",
+    "run_not_finished",
     "payload_too_large",
     "rate_limited",
     "unavailable",
@@ -117,6 +119,24 @@ pub struct RunCreate {
     payload: Option<Value>,
 }
 
+/// Optional body of `POST /v1/runs/{id}/retry`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RetryCreate {
+    /// `failed` (default): keep the results of the steps before the first step that did
+    /// not succeed and start there; `start`: run every step again.
+    from: Option<RetryStart>,
+}
+
+/// Where a retry starts.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum RetryStart {
+    Failed,
+    Start,
+}
+
 /// Body of `POST /v1/webhooks`.
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -194,6 +214,7 @@ pub struct RunListQuery {
         super::runs::show,
         super::runs::start,
         super::runs::cancel,
+        super::retry::retry,
         super::webhooks::list,
         super::webhooks::show,
         super::webhooks::create,
@@ -325,6 +346,8 @@ mod tests {
             ApiError::WorkflowActive,
             ApiError::WorkflowPaused,
             ApiError::RunNotRunning("failed"),
+            ApiError::IdempotencyKeyReused,
+            ApiError::RunNotFinished("running"),
             ApiError::PayloadTooLarge,
             ApiError::EventExpired,
             ApiError::InvalidSignature(super::super::hook_verify::VerifyError::NoMatch),
@@ -347,7 +370,7 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let ops: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!((paths.len(), ops), (14, 21));
+        assert_eq!((paths.len(), ops), (15, 22));
         let hook = &doc["paths"]["/v1/hooks/{workflow_id}"]["post"];
         assert_eq!(hook["security"], json!([{}]), "hooks take no API key");
         assert!(hook["responses"].get("403").is_none());
@@ -368,6 +391,16 @@ mod tests {
                 "dangling $ref {name}"
             );
         }
+        let start = &doc["paths"]["/v1/workflows/{id}/runs"]["post"];
+        let params = start["parameters"].as_array().unwrap();
+        assert!(
+            params
+                .iter()
+                .any(|p| p["name"] == "Idempotency-Key" && p["in"] == "header"),
+            "{params:?}"
+        );
+        assert!(start["responses"]["200"]["content"]["application/json"].is_object());
+        assert!(start["responses"]["409"].is_object());
         let delete = &doc["paths"]["/v1/workflows/{id}"]["delete"]["responses"];
         assert!(delete["409"]["content"]["application/json"].is_object());
         assert!(delete["204"]["headers"]["X-RateLimit-Remaining"].is_object());

@@ -1,8 +1,9 @@
 //! `/v1/workflows/{id}/runs` and `/v1/runs`.
 
 use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use kube::api::Patch;
@@ -15,6 +16,7 @@ use super::views::{RunListItem, RunView};
 use super::auth::{Principal, Scope};
 use super::cache;
 use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
+use super::idempotency;
 use super::input;
 use super::json::OptionalJson;
 use super::pagination::{self, SortKey};
@@ -23,7 +25,7 @@ use super::views;
 use super::workflows::{find as find_workflow, location};
 use crate::clock::now_ms;
 use crate::crd::timestamps::created_at;
-use crate::crd::{Run, RunPhase, RunTrigger, WorkflowState};
+use crate::crd::{Run, RunPhase, RunTrigger, Workflow, WorkflowState};
 use crate::ids::new_id;
 
 pub fn router() -> Router<ApiState> {
@@ -33,7 +35,7 @@ pub fn router() -> Router<ApiState> {
         .route("/v1/runs/{id}/cancel", post(cancel))
 }
 
-fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Run>> {
+pub(super) fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Run>> {
     cache::get(&state.caches.runs, namespace, id).ok_or(ApiError::NotFound(Missing::Run))
 }
 
@@ -87,39 +89,99 @@ async fn show(
     Ok(Json(full(&state, &*find(&state, &who.namespace, &id)?)))
 }
 
-#[utoipa::path(post, path = "/v1/workflows/{id}/runs", tag = "runs", description = "Scope: `execute`. The body is optional.",
-    params(("id" = String, Path, description = "Workflow id")),
+#[utoipa::path(post, path = "/v1/workflows/{id}/runs", tag = "runs",
+    description = "Scope: `execute`. The body is optional. With an `Idempotency-Key`, a repeated \
+        request (same key, same workflow, same body, within 24 h) answers the run the first one \
+        started, with 200, instead of starting another.",
+    params(("id" = String, Path, description = "Workflow id"),
+           ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
+            pattern = "^[!-~]([ -~]*[!-~])?$",
+            description = "1 to 255 visible ASCII characters; the same key returns the same run for 24 h")),
     request_body(content = Option<crate::api::openapi::RunCreate>, content_type = "application/json"),
     responses((status = 201, description = "The run, running", body = RunView,
                headers(("Location" = String, description = "Path of the new run"))),
+              (status = 200, description = "The run an earlier request with this Idempotency-Key started", body = RunView,
+               headers(("Location" = String, description = "Path of the run"))),
               (status = 404, description = "No such workflow"),
-              (status = 409, description = "The workflow is paused")))]
+              (status = 409, description = "The workflow is paused (`workflow_paused`), or the Idempotency-Key \
+               started a run with a different body (`idempotency_key_reused`)")))]
 async fn start(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(workflow_id): Path<String>,
+    headers: HeaderMap,
     OptionalJson(body): OptionalJson<Value>,
-) -> ApiResult<impl IntoResponse> {
+) -> ApiResult<Response> {
     who.require(Scope::Execute)?;
+    let key = idempotency::key_from(&headers)?;
     let wf = find_workflow(&state, &who.namespace, &workflow_id)?;
     let payload = input::run_request(body)?;
+    let Some(key) = key else {
+        let run = new_run(&wf, &new_id("run"), payload, |_| {})?;
+        let created = create(&state, &who.namespace, &run)
+            .await
+            .map_err(write_error)?;
+        return Ok(answer(&state, StatusCode::CREATED, &created));
+    };
+    super::keyed_start::start(&state, &who.namespace, &wf, payload, key).await
+}
+
+/// A run of `wf` named `name`, completed by `complete`, if it fits: refused when the
+/// workflow is paused or the run spec would exceed its size limit.
+pub(super) fn new_run(
+    wf: &Workflow,
+    name: &str,
+    payload: Option<Value>,
+    complete: impl FnOnce(&mut Run),
+) -> ApiResult<Run> {
     if wf.spec.state == WorkflowState::Paused {
         return Err(ApiError::WorkflowPaused);
     }
-    let run = Run::of_workflow(&wf, &new_id("run"), RunTrigger::Manual, payload, now_ms());
-    check_spec_size(&run)?;
-    let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
-    let created = api
-        .create(&ApiState::post_params(), &run)
-        .await
-        .map_err(write_error)?;
+    let mut run = Run::of_workflow(wf, name, RunTrigger::Manual, payload, now_ms());
+    complete(&mut run);
+    check_spec_size(
+        &run,
+        "payload",
+        "the payload and the workflow's steps together",
+        "make the payload or the steps' inputs smaller",
+    )?;
+    Ok(run)
+}
+
+/// Refuses a run whose spec exceeds [`crate::limits::MAX_RUN_SPEC_BYTES`], as a problem of
+/// `field`: `what` takes the bytes, `advice` says what to do.
+pub(super) fn check_spec_size(run: &Run, field: &str, what: &str, advice: &str) -> ApiResult<()> {
+    let spec_bytes = serde_json::to_vec(&run.spec).map_or(usize::MAX, |b| b.len());
+    if spec_bytes > crate::limits::MAX_RUN_SPEC_BYTES {
+        return Err(ApiError::field(
+            field,
+            format!("{what} take {spec_bytes} bytes; a run holds at most 1 MiB of them ({advice})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates `run` and waits until the cache holds it (read-your-writes).
+pub(super) async fn create(
+    state: &ApiState,
+    namespace: &str,
+    run: &Run,
+) -> Result<Run, kube::Error> {
+    let api: Api<Run> = Api::namespaced(state.client.clone(), namespace);
+    let created = api.create(&ApiState::post_params(), run).await?;
     cache::await_write(&state.caches.runs, &created).await;
-    let id = created.name_any();
-    Ok((
-        StatusCode::CREATED,
+    Ok(created)
+}
+
+/// The run as `GET /v1/runs/{id}` shows it, with `status` and its `Location`.
+pub(super) fn answer(state: &ApiState, status: StatusCode, run: &Run) -> Response {
+    let id = run.name_any();
+    (
+        status,
         location(format!("/v1/runs/{id}")),
-        Json(full(&state, &created)),
-    ))
+        Json(full(state, run)),
+    )
+        .into_response()
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", description = "Scope: `execute`.",
@@ -151,17 +213,31 @@ async fn cancel(
     Ok((StatusCode::ACCEPTED, Json(full(&state, &patched))))
 }
 
-/// A run's spec (payload and pinned steps) must fit the run budget.
-pub(crate) fn check_spec_size(run: &Run) -> ApiResult<()> {
-    let spec_bytes = serde_json::to_vec(&run.spec).map_or(usize::MAX, |b| b.len());
-    if spec_bytes > crate::limits::MAX_RUN_SPEC_BYTES {
-        return Err(ApiError::field(
-            "payload",
-            format!(
-                "the payload and the workflow's steps together take {spec_bytes} bytes; a run \
-                 holds at most 1 MiB of them (make the payload or the steps' inputs smaller)"
-            ),
-        ));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with_payload(bytes: usize) -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": "r"},
+            "spec": {"workflowRef": "wf", "payload": {"p": "x".repeat(bytes)}},
+        }))
+        .unwrap()
     }
-    Ok(())
+
+    #[test]
+    fn a_run_spec_over_1_mib_is_refused_naming_the_field_and_what_to_do() {
+        assert!(check_spec_size(&run_with_payload(1000), "from", "it", "do less").is_ok());
+        match check_spec_size(&run_with_payload(1 << 20), "from", "the parts", "do less") {
+            Err(ApiError::Validation { message, details }) => {
+                assert_eq!(details[0].field, "from");
+                assert!(
+                    message.contains("the parts take 1048649 bytes"),
+                    "{message}"
+                );
+                assert!(message.ends_with("(do less)"), "{message}");
+            }
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+    }
 }

@@ -194,6 +194,8 @@ pub struct StepRecordView {
     pub output: Option<Value>,
     pub output_truncated: bool,
     pub error: Option<String>,
+    /// True when the output was kept from the run this one retries, not produced again.
+    pub reused: bool,
 }
 
 impl From<&StepRecord> for StepRecordView {
@@ -210,6 +212,7 @@ impl From<&StepRecord> for StepRecordView {
             output: r.output.clone(),
             output_truncated: r.output_truncated,
             error: r.error.clone(),
+            reused: r.reused,
         }
     }
 }
@@ -228,12 +231,16 @@ pub struct RunView {
     /// The workflow version (its `metadata.generation`) this run executes: the steps
     /// and settings it had when the run was created; later edits do not change it.
     pub workflow_generation: Option<i64>,
+    /// The `Idempotency-Key` of the request that started the run (`spec.idempotencyKey`).
+    pub idempotency_key: Option<String>,
+    /// The run this one retries (`POST /v1/runs/{id}/retry`).
+    pub retry_of: Option<String>,
     pub error: Option<String>,
     pub steps: Vec<StepRecordView>,
 }
 
 /// The full run. Before the engine has recorded steps, they are listed as `pending`
-/// from the workflow version the run executes (for a Run created without one, the
+/// (or as kept from the run it retries) from the workflow version the run executes (for a Run created without one, the
 /// workflow as it is now): nothing has happened to them yet.
 pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
     let status = run.status.as_ref();
@@ -244,16 +251,10 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
     let steps = match status.filter(|s| !s.steps.is_empty()) {
         Some(s) => s.steps.iter().map(StepRecordView::from).collect(),
         None => declared
-            .into_iter()
-            .flatten()
-            .map(|s| {
-                StepRecordView::from(&StepRecord {
-                    step_id: s.id.clone(),
-                    name: s.display_name().to_string(),
-                    action: Some(s.action),
-                    ..Default::default()
-                })
-            })
+            .map(|steps| crate::engine::reuse::initial_records(steps, &run.spec.reused_steps))
+            .unwrap_or_default()
+            .iter()
+            .map(StepRecordView::from)
             .collect(),
     };
     RunView {
@@ -262,6 +263,8 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
         payload: run.spec.payload.clone().unwrap_or_else(|| json!({})),
         cancel_requested: run.spec.cancel,
         workflow_generation: run.workflow_generation(),
+        idempotency_key: run.spec.idempotency_key.clone(),
+        retry_of: run.spec.retry_of.clone(),
         error: status.and_then(|s| s.error.clone()),
         steps,
     }

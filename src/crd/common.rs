@@ -48,7 +48,7 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
-/// Kinds of event a webhook can subscribe to (contract §7).
+/// Kinds of event a webhook can subscribe to.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, utoipa::ToSchema,
 )]

@@ -12,7 +12,8 @@ mod workflow;
 
 pub use common::{Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object};
 pub use run::{
-    Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord, WorkflowSnapshot,
+    ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord,
+    WorkflowSnapshot,
 };
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,
@@ -28,7 +29,7 @@ use kube::CustomResourceExt;
 /// API group of every Flowline kind.
 pub const GROUP: &str = "flowline.io";
 
-/// Label keys from the contract (§0).
+/// Label keys Flowline sets and reads.
 pub mod labels {
     pub const WORKFLOW: &str = "flowline.io/workflow";
     pub const RUN: &str = "flowline.io/run";

@@ -28,7 +28,11 @@ use super::workflow::{Action, Executor, Step, Workflow};
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.spec.workflowRef == oldSelf.spec.workflowRef").message("spec.workflowRef is immutable"),
     validation = Rule::new("!has(oldSelf.spec.workflow) || (has(self.spec.workflow) && self.spec.workflow == oldSelf.spec.workflow)").message("spec.workflow is immutable once set: a run executes the workflow version it was created with"),
+    validation = Rule::new("has(self.spec.idempotencyKey) == has(oldSelf.spec.idempotencyKey) && (!has(self.spec.idempotencyKey) || self.spec.idempotencyKey == oldSelf.spec.idempotencyKey)").message("spec.idempotencyKey is immutable: it names the request that created the run"),
+    printcolumn(name = "Idempotency-Key", type_ = "string", json_path = ".spec.idempotencyKey", priority = 1),
+    printcolumn(name = "Retry-Of", type_ = "string", json_path = ".spec.retryOf", priority = 1),
 )]
+#[derive(Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RunSpec {
     /// Name of the Workflow (in this namespace) this run executes.
@@ -55,6 +59,43 @@ pub struct RunSpec {
     /// set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<WorkflowSnapshot>,
+    /// The `Idempotency-Key` of the API request that created the run. The API answers
+    /// a repeated request with the same key for the same workflow (within 24 h) with
+    /// this run instead of starting another one; on a Run applied with kubectl it is a
+    /// label for people and tools (the object name already makes `kubectl apply`
+    /// idempotent), and the API treats the run as that key's run all the same.
+    /// Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub idempotency_key: Option<String>,
+    /// The run this one retries (`POST /v1/runs/{id}/retry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub retry_of: Option<String>,
+    /// Results of the run this one retries that it keeps instead of executing the
+    /// steps again: the leading steps of `workflow.steps`, in order. The engine records
+    /// them as finished (`reused: true`) and starts at the first step not listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub reused_steps: Vec<ReusedStep>,
+}
+
+/// A step result a retry keeps from the run it retries.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReusedStep {
+    /// The step's id; it must match the step at the same position of `workflow.steps`.
+    #[schemars(length(min = 1, max = 63))]
+    pub step_id: String,
+    /// `succeeded` or `skipped` (anything else is not reused).
+    pub status: StepPhase,
+    /// The step's output in the run it retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub output: Option<serde_json::Value>,
+    /// True when that output was truncated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
 }
 
 /// What a run executes of its workflow, copied when the run is created.
@@ -157,9 +198,8 @@ impl Run {
                 workflow_ref: workflow_ref.clone(),
                 trigger,
                 payload,
-                headers: None,
-                cancel: false,
                 workflow: Some(WorkflowSnapshot::of(wf)),
+                ..Default::default()
             },
         );
         let meta = run.meta_mut();
@@ -285,6 +325,10 @@ pub struct StepRecord {
     /// When the next attempt is due, while waiting out a retry backoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<Timestamp>,
+    /// True when the result was kept from the run this one retries (`spec.reusedSteps`)
+    /// instead of executing the step again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
 }
 
 fn is_zero(n: &u32) -> bool {

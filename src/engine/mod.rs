@@ -10,6 +10,7 @@ pub mod nesting;
 pub mod output;
 pub mod redact;
 pub mod retry;
+pub mod reuse;
 pub mod runner;
 pub mod secrets;
 pub mod status_writer;

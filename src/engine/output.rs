@@ -371,6 +371,7 @@ mod tests {
             output_truncated: false,
             error: rng.random_bool(0.3).then(|| random_text(rng, 700_000)),
             next_attempt_at: Some(now),
+            reused: rng.random_bool(0.5),
         }
     }
 

@@ -15,8 +15,7 @@ use super::status_writer::StatusWriter;
 use super::{expr, job, retry, secrets, template};
 use crate::clock::now_ms;
 use crate::crd::{
-    Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord,
-    WorkflowSnapshot,
+    Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, WorkflowSnapshot,
 };
 use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
 
@@ -35,21 +34,12 @@ fn millis_between(a: Timestamp, b: Timestamp) -> u64 {
     (b.as_millisecond() - a.as_millisecond()).max(0) as u64
 }
 
-/// The status a run starts from: what is recorded, or fresh pending records of the
-/// workflow version it executes.
+/// The status a run starts from: what is recorded, or fresh records of the workflow
+/// version it executes (pending, or kept from the run it retries).
 pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
     let mut status = run.status.clone().unwrap_or_default();
     if status.steps.is_empty() {
-        status.steps = wf
-            .steps
-            .iter()
-            .map(|s| StepRecord {
-                step_id: s.id.clone(),
-                name: s.display_name().to_string(),
-                action: Some(s.action),
-                ..Default::default()
-            })
-            .collect();
+        status.steps = super::reuse::initial_records(&wf.steps, &run.spec.reused_steps);
     }
     status.phase = RunPhase::Running;
     status.started_at.get_or_insert_with(|| run.started_at());

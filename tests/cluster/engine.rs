@@ -11,7 +11,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{TestNamespace, text};
+use crate::support::{TestNamespace, loopback_client, text};
 
 struct Engine {
     ns: TestNamespace,
@@ -37,16 +37,6 @@ async fn engine_with(prefix: &str, jobs: flowline::engine::job::JobSettings) -> 
         stop,
         telemetry,
     }
-}
-
-/// The steps' client, allowed to reach the test servers on 127.0.0.1 (the guard
-/// refuses loopback by default).
-fn loopback_client() -> flowline::egress::GuardedClient {
-    flowline::egress::GuardedClient::new(flowline::egress::ClientSettings {
-        policy: flowline::egress::DestinationPolicy::from_list("127.0.0.1/32").unwrap(),
-        ..Default::default()
-    })
-    .unwrap()
 }
 
 impl Engine {

@@ -10,8 +10,10 @@ mod engine;
 mod foundation;
 mod hooks;
 mod hostile;
+mod idempotency;
 mod leader;
 mod replicas;
+mod retry;
 #[path = "../support/stall_proxy.rs"]
 mod stall_proxy;
 mod support;

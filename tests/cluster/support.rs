@@ -639,3 +639,18 @@ pub fn python_lines(script: &str, input: &serde_json::Value) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The steps' client, allowed to reach the test servers on 127.0.0.1 (the guard
+/// refuses loopback by default).
+pub fn loopback_client() -> flowline::egress::GuardedClient {
+    flowline::egress::GuardedClient::new(flowline::egress::ClientSettings {
+        policy: flowline::egress::DestinationPolicy::from_list("127.0.0.1/32").unwrap(),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// The message of an error body (empty when there is none).
+pub fn message_of(body: &serde_json::Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
+}

@@ -1,0 +1,184 @@
+//! `POST /v1/runs/{id}/retry`: a new run of a finished run — the same payload, the
+//! same workflow version — that keeps the results of the steps that succeeded before
+//! the first failure, or starts over.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::post;
+use axum::{Extension, Router};
+use jiff::Timestamp;
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+
+use super::auth::{Principal, Scope};
+use super::error::{ApiError, ApiResult, Missing, write_error};
+use super::input::{self, RetryFrom};
+use super::json::OptionalJson;
+use super::runs::{answer, check_spec_size, create, find};
+use super::state::ApiState;
+use super::workflows::find as find_workflow;
+use crate::clock::now_ms;
+use crate::crd::{Run, RunPhase, Workflow, WorkflowState};
+use crate::ids::new_id;
+
+pub fn router() -> Router<ApiState> {
+    Router::new().route("/v1/runs/{id}/retry", post(retry))
+}
+
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs",
+    description = "Scope: `execute`. Starts a new run of a finished run (`succeeded`, `failed` or \
+        `cancelled`) with its payload and the workflow version it executed, linked by `retry_of`. \
+        `from: failed` (the default) keeps the results of the steps that succeeded before the first \
+        step that did not (shown with `reused: true`) and starts there; `from: start` runs every step again.",
+    params(("id" = String, Path, description = "Run id")),
+    request_body(content = Option<crate::api::openapi::RetryCreate>, content_type = "application/json"),
+    responses((status = 201, description = "The new run", body = crate::api::views::RunView,
+               headers(("Location" = String, description = "Path of the new run"))),
+              (status = 404, description = "No such run"),
+              (status = 409, description = "The run has not finished (`run_not_finished`), or its workflow \
+               is paused (`workflow_paused`)")))]
+async fn retry(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+    OptionalJson(body): OptionalJson<Value>,
+) -> ApiResult<Response> {
+    who.require(Scope::Execute)?;
+    let from = input::retry_request(body)?;
+    let cached = find(&state, &who.namespace, &id)?;
+    let phase = cached.phase();
+    // Listed, not `is_finished()`: a phase added later is not retryable unless it says so.
+    if !matches!(
+        phase,
+        RunPhase::Succeeded | RunPhase::Failed | RunPhase::Cancelled
+    ) {
+        return Err(ApiError::RunNotFinished(phase.as_str()));
+    }
+    let wf = find_workflow(&state, &who.namespace, &cached.spec.workflow_ref)?;
+    if wf.spec.state == WorkflowState::Paused {
+        return Err(ApiError::WorkflowPaused);
+    }
+    // The cache keeps only an outline of a run's workflow version; the copy the retry
+    // executes comes whole from the API server.
+    let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
+    let original = api
+        .get_opt(&id)
+        .await?
+        .ok_or(ApiError::NotFound(Missing::Run))?;
+    let run = retry_of(&original, &wf, from, &new_id("run"), now_ms());
+    let advice = if run.spec.reused_steps.is_empty() {
+        "the run it retries is too large to retry"
+    } else {
+        "retry with \"from\": \"start\" to keep no step outputs"
+    };
+    check_spec_size(
+        &run,
+        "from",
+        "the payload, the workflow's steps and the step outputs kept together",
+        advice,
+    )?;
+    let created = create(&state, &who.namespace, &run)
+        .await
+        .map_err(write_error)?;
+    Ok(answer(&state, StatusCode::CREATED, &created))
+}
+
+/// The retry of `original` (a run of `wf`) named `name`: its trigger and payload, the
+/// workflow version it executed, and with [`RetryFrom::Failed`] the results it keeps. A
+/// run that never recorded a version (it never executed a step) is retried with the
+/// workflow's current version and keeps nothing. Pure.
+pub fn retry_of(original: &Run, wf: &Workflow, from: RetryFrom, name: &str, now: Timestamp) -> Run {
+    let mut run = Run::of_workflow(
+        wf,
+        name,
+        original.spec.trigger,
+        original.spec.payload.clone(),
+        now,
+    );
+    run.spec.retry_of = Some(original.name_any());
+    if let Some(version) = &original.spec.workflow {
+        run.spec.workflow = Some(version.clone());
+        if from == RetryFrom::Failed {
+            run.spec.reused_steps = crate::engine::reuse::reusable(original.status.as_ref());
+        }
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workflow(generation: i64, steps: Value) -> Workflow {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "wf", "namespace": "n", "uid": "wf-uid", "generation": generation},
+            "spec": {"name": "W", "steps": steps},
+        }))
+        .unwrap()
+    }
+
+    fn original(wf: &Workflow) -> Run {
+        let mut run = Run::of_workflow(
+            wf,
+            "run-1",
+            crate::crd::RunTrigger::Schedule,
+            Some(json!({"n": 1})),
+            now_ms(),
+        );
+        run.status = Some(
+            serde_json::from_value(json!({"phase": "failed", "steps": [
+                {"stepId": "a", "name": "a", "status": "succeeded", "output": {"v": 1}},
+                {"stepId": "b", "name": "b", "status": "failed", "error": "boom"}]}))
+            .unwrap(),
+        );
+        run
+    }
+
+    #[test]
+    fn a_retry_runs_the_original_version_with_its_payload_and_kept_results() {
+        let v1 = workflow(
+            1,
+            json!([{"id": "a", "action": "transform"}, {"id": "b", "action": "fail"}]),
+        );
+        let first = original(&v1);
+        let edited = workflow(2, json!([{"id": "other", "action": "delay"}]));
+        let retry = retry_of(&first, &edited, RetryFrom::Failed, "run-2", now_ms());
+        assert_eq!(retry.name_any(), "run-2");
+        assert_eq!(retry.spec.retry_of.as_deref(), Some("run-1"));
+        assert_eq!(
+            retry.spec.workflow, first.spec.workflow,
+            "the original's version"
+        );
+        assert_eq!(retry.workflow_generation(), Some(1));
+        assert_eq!(retry.spec.payload, Some(json!({"n": 1})));
+        assert_eq!(retry.spec.trigger, crate::crd::RunTrigger::Schedule);
+        assert!(retry.status.is_none());
+        let kept: Vec<_> = retry
+            .spec
+            .reused_steps
+            .iter()
+            .map(|r| r.step_id.as_str())
+            .collect();
+        assert_eq!(kept, ["a"]);
+        assert_eq!(retry.spec.reused_steps[0].output, Some(json!({"v": 1})));
+        assert_eq!(retry.spec.idempotency_key, None, "a retry is a new request");
+
+        let over = retry_of(&first, &edited, RetryFrom::Start, "run-3", now_ms());
+        assert!(over.spec.reused_steps.is_empty());
+        assert_eq!(over.spec.workflow, first.spec.workflow);
+    }
+
+    #[test]
+    fn an_unpinned_run_is_retried_with_the_current_version_and_keeps_nothing() {
+        let v1 = workflow(1, json!([{"id": "a", "action": "transform"}]));
+        let mut first = original(&v1);
+        first.spec.workflow = None;
+        let now = workflow(3, json!([{"id": "a", "action": "transform"}]));
+        let retry = retry_of(&first, &now, RetryFrom::Failed, "run-2", now_ms());
+        assert_eq!(retry.workflow_generation(), Some(3));
+        assert!(retry.spec.reused_steps.is_empty());
+    }
+}
