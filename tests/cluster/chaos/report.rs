@@ -91,7 +91,7 @@ pub struct Figures<'a> {
     pub events: &'a Events,
     pub calls: Calls,
     pub self_exits: u32,
-    /// From the last restart until every run had finished.
+    /// From the end of the load and the disturbances until every run had finished.
     pub settled: Duration,
     pub wall: Duration,
     pub logs: &'a std::path::Path,
@@ -178,7 +178,8 @@ pub fn render(f: &Figures) -> String {
     );
     let _ = writeln!(
         out,
-        "  operator exits on its own: {}; settled {} after the last restart; wall time {}",
+        "  operator exits on its own: {}; every run finished {} after the load and the \
+         disturbances ended; wall time {}",
         f.self_exits,
         secs(Some(f.settled)),
         secs(Some(f.wall))

@@ -22,7 +22,7 @@ pub struct Settings {
     pub lease_seconds: u64,
     /// Runs created per second.
     pub rate: f64,
-    /// How long after the last restart every run must have finished.
+    /// How long after the load and the disturbances ended every run must have finished.
     pub settle: Duration,
 }
 

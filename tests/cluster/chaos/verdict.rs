@@ -29,8 +29,9 @@ pub struct Verdict {
     max_dup: f64,
 }
 
-/// Settles the runs `names` (each must finish within the settle bound after `last`,
-/// the last disturbance) with `operators` kept running, then counts.
+/// Settles the runs `names` (each must finish within the settle bound after `quiet`,
+/// when the load and the disturbances were over) with `operators` kept running, then
+/// counts.
 pub async fn conclude(
     stage: &Stage,
     operators: &mut [&mut Operators],
