@@ -177,7 +177,13 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
                 ));
             }
         };
-        tokio::spawn(candidacy.lead(client.clone(), shutdown.clone(), start));
+        // The lease gets a client (and so connections) of its own: a renewal must not
+        // queue behind the burst of reads and writes a new leader's catch-up makes, or
+        // the leader misses its renew deadline under load and exits.
+        let lease_client = crate::kubeutil::client()
+            .await
+            .context("connecting the leader election's client")?;
+        tokio::spawn(candidacy.lead(lease_client, shutdown.clone(), start));
     }
     server
         .await
