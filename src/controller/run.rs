@@ -504,9 +504,7 @@ async fn mark_queued(ctx: &Context, run: &Run) {
     status.phase = RunPhase::Queued;
     status.started_at = None;
     let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
-    StatusWriter::start(api, run, RunStatus::default())
-        .finish(&status)
-        .await;
+    write_once(api, run, status).await;
 }
 
 /// Records a final status for a run that is not (or no longer) executing here.
@@ -542,7 +540,15 @@ async fn end_without_executing(
         crate::engine::events::record(&mut status, kind, run, workflow_name);
     }
     let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
-    StatusWriter::start(api, run, status.clone())
+    write_once(api, run, status).await;
+}
+
+/// One status write by the controller itself (not an execution): conditional on the
+/// Run as read, under an execution id of its own like every writer of a run's status.
+async fn write_once(api: Api<Run>, run: &Run, mut status: RunStatus) {
+    status.execution_id = Some(crate::ids::new_id("exec"));
+    let fence = CancellationToken::new();
+    StatusWriter::start(api, run, RunStatus::default(), &fence)
         .finish(&status)
         .await;
 }

@@ -291,6 +291,14 @@ pub struct RunStatus {
     /// Standard conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Which execution wrote this status: a random id per execution of the run. Status
+    /// writes are conditional on the Run's resourceVersion; when one conflicts, the
+    /// writer reads the Run and goes on only if the status is still its own (or the one
+    /// it started from), so a late write of a process that lost its lease can never
+    /// replace a newer execution's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub execution_id: Option<String>,
     /// Events recorded but not yet delivered to every matching webhook.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_events: Vec<PendingEvent>,

@@ -111,8 +111,12 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
     let namespace = run.namespace().unwrap_or_default();
     let api: Api<Run> = Api::namespaced(engine.client.clone(), &namespace);
     let mut status = initial_status(&run, wf);
+    // This execution's fencing token (see `RunStatus::execution_id`).
+    status.execution_id = Some(crate::ids::new_id("exec"));
     super::events::record(&mut status, EventKind::RunStarted, &run, &wf.name);
-    let writer = StatusWriter::start(api, &run, RunStatus::default());
+    // Fenced (another execution wrote the status): stop as a cancel does; the final
+    // write is then skipped.
+    let writer = StatusWriter::start(api, &run, RunStatus::default(), &cancel);
     writer.update(&status);
 
     // The run timeout stops the steps the way a cancel does; `timed_out` tells the two
@@ -195,7 +199,10 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
     if let Some(kind) = super::events::final_kind(status.phase) {
         super::events::record(&mut status, kind, &run, &wf.name);
     }
-    writer.finish(&status).await;
+    if !writer.finish(&status).await {
+        tracing::info!(run = %run.name_any(), "execution stopped: the run is gone or executed elsewhere");
+        return;
+    }
     let phase = status.phase.as_str();
     tracing::info!(run = %run.name_any(), phase, "run finished");
     let telemetry = &engine.telemetry;

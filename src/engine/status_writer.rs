@@ -47,43 +47,116 @@ struct Target {
     holder: Holder,
     name: String,
     budget: usize,
+    /// The Run's resourceVersion and status writer when this writer started.
+    start_version: Option<String>,
+    start_execution: Option<String>,
+}
+
+impl Target {
+    fn fresh_progress(&self) -> Progress {
+        Progress::new(
+            self.budget,
+            self.start_version.clone(),
+            self.start_execution.clone(),
+        )
+    }
 }
 
 /// What earlier writes learned, carried from the flusher to the final write: how far
 /// statuses must be shrunk to be accepted, and whether the Run is gone.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Progress {
     /// Bytes a status may take; lowered each time one is refused as too large.
     budget: usize,
     /// How many times that happened.
     shrink: u32,
     gone: bool,
+    /// The resourceVersion the next write is conditional on.
+    version: Option<String>,
+    /// The execution whose status the Run holds as far as this writer knows: the one it
+    /// started from, then its own once a write landed.
+    holder_execution: Option<String>,
+    /// Another execution wrote the status: this one must stop.
+    fenced: bool,
 }
 
 impl Progress {
-    fn new(budget: usize) -> Self {
+    fn new(budget: usize, version: Option<String>, holder_execution: Option<String>) -> Self {
         Progress {
             budget,
             shrink: 0,
             gone: false,
+            version,
+            holder_execution,
+            fenced: false,
         }
     }
 }
 
+/// What a conflicting write learns from the Run as it is now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AfterConflict {
+    /// Only the spec or metadata changed (a cancel, say): write again on this version.
+    Retry { version: Option<String> },
+    /// Another execution wrote the status: stop writing and executing.
+    Fenced,
+    /// The Run is gone.
+    Gone,
+}
+
+/// Decides after a write conflicted: `fresh` is the Run read back, `holder` the
+/// execution whose status the writer expects it to hold. Pure.
+pub fn after_conflict(fresh: Option<&Run>, holder: Option<&str>) -> AfterConflict {
+    let Some(fresh) = fresh else {
+        return AfterConflict::Gone;
+    };
+    let stored = fresh
+        .status
+        .as_ref()
+        .and_then(|s| s.execution_id.as_deref());
+    if stored == holder {
+        AfterConflict::Retry {
+            version: fresh.resource_version(),
+        }
+    } else {
+        AfterConflict::Fenced
+    }
+}
+
 impl Target {
-    async fn patch(&self, status: &RunStatus) -> Result<(), kube::Error> {
+    /// One write, conditional on `version` (when known); the new version on success.
+    async fn patch(
+        &self,
+        status: &RunStatus,
+        version: Option<&str>,
+    ) -> Result<Option<String>, kube::Error> {
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
+        let body = match version {
+            Some(v) => json!({"metadata": {"resourceVersion": v}, "status": status}),
+            None => json!({"status": status}),
+        };
         self.api
-            .patch_status(
-                &self.name,
-                &params,
-                &Patch::Merge(json!({"status": status})),
-            )
+            .patch_status(&self.name, &params, &Patch::Merge(body))
             .await
-            .map(drop)
+            .map(|run| run.resource_version())
+    }
+
+    /// After a conflict: reads the Run and decides; a failed read is retried like a
+    /// failed write (None).
+    async fn reread(&self, progress: &Progress) -> Option<AfterConflict> {
+        match self.api.get_opt(&self.name).await {
+            Ok(fresh) => Some(after_conflict(
+                fresh.as_ref(),
+                progress.holder_execution.as_deref(),
+            )),
+            Err(err) => {
+                tracing::warn!(run = %self.name, error = %err, "reading the Run after a conflict failed");
+                None
+            }
+        }
     }
 
     /// Writes the newest status from `latest` until one lands or the Run is gone.
@@ -97,9 +170,33 @@ impl Target {
         let mut waited = 0;
         while !progress.gone {
             let status = output::bound(latest(), progress.budget);
-            let Err(err) = self.patch(&status).await else {
-                return;
+            let err = match self.patch(&status, progress.version.as_deref()).await {
+                Ok(version) => {
+                    progress.version = version;
+                    progress.holder_execution = status.execution_id.clone();
+                    return;
+                }
+                Err(err) => err,
             };
+            if matches!(&err, kube::Error::Api(s) if s.code == 409) {
+                match self.reread(progress).await {
+                    Some(AfterConflict::Retry { version }) => {
+                        progress.version = version;
+                        continue;
+                    }
+                    Some(AfterConflict::Fenced) => {
+                        tracing::warn!(run = %self.name, "another execution wrote this run's status; this one stops");
+                        progress.fenced = true;
+                        progress.gone = true;
+                        return;
+                    }
+                    Some(AfterConflict::Gone) => {
+                        progress.gone = true;
+                        return;
+                    }
+                    None => {}
+                }
+            }
             let rejection = write_failure::classify(&err);
             let next = write_failure::decide(rejection, progress.shrink, waited, rand::random());
             tracing::warn!(run = %self.name, error = %err, ?rejection, ?next, "status write failed");
@@ -122,22 +219,27 @@ impl Target {
 }
 
 impl StatusWriter {
-    /// Starts a writer for `run`; the first change is written at once, later ones at
+    /// Starts a writer for `run` as read by the caller (its resourceVersion is the
+    /// first write's condition); the first change is written at once, later ones at
     /// most every [`FLUSH_INTERVAL`]. The status budget leaves room for the Run's
-    /// metadata and spec (its payload).
-    pub fn start(api: Api<Run>, run: &Run, initial: RunStatus) -> Self {
+    /// metadata and spec (its payload). `fence` is cancelled when another execution
+    /// turns out to have written the status: the caller must stop executing.
+    pub fn start(api: Api<Run>, run: &Run, initial: RunStatus, fence: &CancellationToken) -> Self {
         let target = Target {
             api,
             namespace: run.namespace().unwrap_or_default(),
             holder: Holder::new(HolderKind::Run, &run.metadata),
             name: run.name_any(),
             budget: output::status_budget(run),
+            start_version: run.resource_version(),
+            start_execution: run.status.as_ref().and_then(|s| s.execution_id.clone()),
         };
+        let fence = fence.clone();
         let (tx, mut rx) = watch::channel(initial);
         let closing = CancellationToken::new();
         let (stop, flush_target) = (closing.clone(), target.clone());
         let flusher = tokio::spawn(async move {
-            let mut progress = Progress::new(flush_target.budget);
+            let mut progress = flush_target.fresh_progress();
             loop {
                 // Closing wins over a pending change: the final write carries the
                 // newest status anyway, so flushing first would only cost a write.
@@ -150,6 +252,9 @@ impl StatusWriter {
                 flush_target
                     .write_until_landed(latest, &mut progress, &stop)
                     .await;
+                if progress.fenced {
+                    fence.cancel();
+                }
                 if progress.gone {
                     break;
                 }
@@ -175,21 +280,27 @@ impl StatusWriter {
     /// Records the final status and waits until it is written (or the Run is gone).
     /// The flusher stops without waiting out its interval or a backoff, but a write it
     /// has in flight completes first, so the final write is always the last one.
-    pub async fn finish(self, status: &RunStatus) {
+    /// Returns whether the final status was written.
+    pub async fn finish(self, status: &RunStatus) -> bool {
         self.closing.cancel();
         let mut progress = match self.flusher.await {
             Ok(progress) => progress,
-            Err(_) => Progress::new(self.target.budget),
+            Err(_) => self.target.fresh_progress(),
         };
         let never = CancellationToken::new();
         self.target
             .write_until_landed(|| status.clone(), &mut progress, &never)
             .await;
-        if progress.gone {
+        if progress.fenced {
+            tracing::info!(run = %self.target.name, "another execution owns the run; its final status was not written");
+            // Its events are not in the Run: they must not hold delivery back.
+            crate::delivery::unseen::gone(&self.target.namespace, &self.target.holder);
+        } else if progress.gone {
             tracing::info!(run = %self.target.name, "the run is gone; its final status was not written");
             // Its events can never be seen now: they must not hold delivery back.
             crate::delivery::unseen::gone(&self.target.namespace, &self.target.holder);
         }
+        !progress.gone
     }
 }
 
@@ -294,6 +405,51 @@ mod tests {
 
     /// Finishes `writer` with `status`; a writer that never lands the final status
     /// fails the test instead of hanging it.
+    fn stored(version: &str, execution: Option<&str>) -> Run {
+        let mut r = run();
+        r.metadata.resource_version = Some(version.into());
+        r.status = Some(RunStatus {
+            execution_id: execution.map(str::to_string),
+            ..Default::default()
+        });
+        r
+    }
+
+    #[test]
+    fn a_conflict_is_retried_only_while_the_status_is_still_this_writers() {
+        // A cancel (spec) or a label changed the version: write again on the new one.
+        assert_eq!(
+            after_conflict(Some(&stored("8", Some("exec-me"))), Some("exec-me")),
+            AfterConflict::Retry {
+                version: Some("8".into())
+            }
+        );
+        // Before this writer's first write landed it holds what it started from.
+        assert_eq!(
+            after_conflict(Some(&stored("9", Some("exec-old"))), Some("exec-old")),
+            AfterConflict::Retry {
+                version: Some("9".into())
+            }
+        );
+        assert_eq!(
+            after_conflict(Some(&stored("9", None)), None),
+            AfterConflict::Retry {
+                version: Some("9".into())
+            }
+        );
+        // Another execution wrote (a new leader; or a late write of an old one that
+        // landed first): this writer is fenced off.
+        assert_eq!(
+            after_conflict(Some(&stored("10", Some("exec-other"))), Some("exec-me")),
+            AfterConflict::Fenced
+        );
+        assert_eq!(
+            after_conflict(Some(&stored("10", Some("exec-other"))), None),
+            AfterConflict::Fenced
+        );
+        assert_eq!(after_conflict(None, Some("exec-me")), AfterConflict::Gone);
+    }
+
     async fn finish_within_30s(writer: StatusWriter, status: &RunStatus) {
         tokio::time::timeout(Duration::from_secs(30), writer.finish(status))
             .await
@@ -311,7 +467,7 @@ mod tests {
             scripted_api(|_, len| (if len > ACCEPTED { 413 } else { 200 }, Duration::ZERO));
         let final_status = failed_with_outputs(5, 60_000);
         finish_within_30s(
-            StatusWriter::start(api, &run(), RunStatus::default()),
+            StatusWriter::start(api, &run(), RunStatus::default(), &CancellationToken::new()),
             &final_status,
         )
         .await;
@@ -340,7 +496,7 @@ mod tests {
         let (api, recorded) =
             scripted_api(|index, _| (if index < 5 { 413 } else { 200 }, Duration::ZERO));
         finish_within_30s(
-            StatusWriter::start(api, &run(), RunStatus::default()),
+            StatusWriter::start(api, &run(), RunStatus::default(), &CancellationToken::new()),
             &failed_with_outputs(2, 10_000),
         )
         .await;
@@ -366,7 +522,7 @@ mod tests {
             scripted_api(|index, _| (if index < 3 { 503 } else { 200 }, Duration::ZERO));
         let final_status = failed_with_outputs(1, 10);
         finish_within_30s(
-            StatusWriter::start(api, &run(), RunStatus::default()),
+            StatusWriter::start(api, &run(), RunStatus::default(), &CancellationToken::new()),
             &final_status,
         )
         .await;
@@ -381,7 +537,8 @@ mod tests {
     #[tokio::test]
     async fn a_run_that_is_gone_is_not_written_again() {
         let (api, recorded) = scripted_api(|_, _| (404, Duration::ZERO));
-        let writer = StatusWriter::start(api, &run(), RunStatus::default());
+        let writer =
+            StatusWriter::start(api, &run(), RunStatus::default(), &CancellationToken::new());
         writer.update(&failed_with_outputs(1, 10));
         finish_within_30s(writer, &failed_with_outputs(1, 10)).await;
         assert_eq!(
@@ -400,7 +557,8 @@ mod tests {
             1 => (200, Duration::from_millis(300)),
             _ => (200, Duration::ZERO),
         });
-        let writer = StatusWriter::start(api, &run(), RunStatus::default());
+        let writer =
+            StatusWriter::start(api, &run(), RunStatus::default(), &CancellationToken::new());
         let status = |steps| failed_with_outputs(steps, 10);
         let requests = |n| {
             let recorded = recorded.clone();
