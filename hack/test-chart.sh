@@ -98,6 +98,9 @@ cleanup() {
   if [ -n "$servicemonitor_crd_created" ]; then
     kubectl delete crd servicemonitors.monitoring.coreos.com --ignore-not-found >/dev/null 2>&1
   fi
+  # kubectl caches API discovery: with the copies still cached, a later `kubectl get
+  # workflow x` in another test resolves to the (gone) throwaway group. Refresh it.
+  kubectl api-resources >/dev/null 2>&1
   rm -rf "$tmp"
   if [ "$rc" = 0 ]; then
     log "chart-test passed in $((SECONDS - started))s"

@@ -58,23 +58,6 @@ fn fields(body: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn run_ids(api: &TestApi, wf: &str, status: &str) -> Vec<String> {
-    let res = api
-        .get(
-            &api.admin_key,
-            &format!("/v1/workflows/{wf}/runs?status={status}&limit=100"),
-        )
-        .await;
-    assert_eq!(res.status(), 200);
-    let page: Value = res.json().await.unwrap();
-    page["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// The most runs whose step `work` overlapped in time (a step that ended at the
 /// millisecond another started does not overlap it).
 fn most_at_once(runs: &[Run]) -> usize {
@@ -307,11 +290,11 @@ async fn queued_runs_start_in_creation_order_within_the_limit() {
     }
     // Four wait, visible in the list filter, in kubectl and in the gauge.
     let queued = eventually("four runs to be queued", MINUTE, || async {
-        let q = run_ids(&api, &wf, "queued").await;
+        let q = api.run_ids(&wf, "status=queued").await;
         (q.len() == 4).then_some(q)
     })
     .await;
-    assert_eq!(run_ids(&api, &wf, "running").await.len(), 2);
+    assert_eq!(api.run_ids(&wf, "status=running").await.len(), 2);
     let out = api.ns.kubectl(&["get", "runs", &queued[0]]);
     assert!(crate::support::text(&out.stdout).contains("queued"));
     eventually("flowline_runs_queued to count them", MINUTE, || async {
@@ -361,7 +344,7 @@ async fn a_restart_while_runs_are_queued_loses_none_and_keeps_the_limit() {
         ids.push(api.start_run(&key, &wf, None).await);
     }
     eventually("runs to be queued", MINUTE, || async {
-        (run_ids(&api, &wf, "queued").await.len() >= 4).then_some(())
+        (api.run_ids(&wf, "status=queued").await.len() >= 4).then_some(())
     })
     .await;
     let (_second, port2) = Process::operator(&api.ns, &["--no-api"]);
@@ -399,7 +382,7 @@ async fn a_queued_run_can_be_cancelled() {
     step_running(&api.ns, &first, "work").await;
     let second = api.start_run(&key, &wf, None).await;
     eventually("the second run to be queued", MINUTE, || async {
-        (run_ids(&api, &wf, "queued").await == [second.clone()]).then_some(())
+        (api.run_ids(&wf, "status=queued").await == [second.clone()]).then_some(())
     })
     .await;
     let res = api
@@ -412,7 +395,7 @@ async fn a_queued_run_can_be_cancelled() {
     assert_eq!(status.steps[0].attempts, 0, "it never started");
     // The first is untouched; a finished run cannot be cancelled again.
     assert_eq!(
-        run_ids(&api, &wf, "running").await,
+        api.run_ids(&wf, "status=running").await,
         std::slice::from_ref(&first)
     );
     let res = api
@@ -472,7 +455,7 @@ async fn cancel_newest_cancels_the_new_run_at_once() {
         "{error}"
     );
     assert_eq!(
-        run_ids(&api, &wf, "running").await,
+        api.run_ids(&wf, "status=running").await,
         std::slice::from_ref(&first)
     );
     api.send("POST", &key, &format!("/v1/runs/{first}/cancel"), None)
@@ -504,7 +487,7 @@ async fn keys_make_groups_and_a_bad_key_fails_the_run() {
         .start_run(&key, &wf, Some(json!({"payload": {"customer": "acme"}})))
         .await;
     eventually("the second acme run to be queued", MINUTE, || async {
-        (run_ids(&api, &wf, "queued").await == [acme2.clone()]).then_some(())
+        (api.run_ids(&wf, "status=queued").await == [acme2.clone()]).then_some(())
     })
     .await;
     let nobody = api.start_run(&key, &wf, None).await;

@@ -65,23 +65,6 @@ async fn accepted_run(res: reqwest::Response) -> String {
     body["run_id"].as_str().unwrap().to_string()
 }
 
-/// Run ids of a workflow, through the API.
-async fn run_ids(api: &TestApi, workflow: &str) -> Vec<String> {
-    let res = api
-        .get(
-            &api.admin_key,
-            &format!("/v1/workflows/{workflow}/runs?limit=100"),
-        )
-        .await;
-    let page: Value = res.json().await.unwrap();
-    page["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// Creates an active webhook-triggered workflow with one transform step that echoes
 /// the payload's `order` and the recorded `webhook-id`; returns (id, secret).
 async fn webhook_workflow(api: &TestApi) -> (String, String) {
@@ -164,7 +147,7 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
     assert_eq!(replayed, run);
     let resent = send_signed(&api, &wf, &secret, "msg_first", r#"{"order": "B"}"#).await;
     assert_eq!(accepted_run(resent).await, run);
-    assert_eq!(run_ids(&api, &wf).await, std::slice::from_ref(&run));
+    assert_eq!(api.run_ids(&wf, "").await, std::slice::from_ref(&run));
 
     // Bad requests: 401 invalid_signature each, and no run.
     let wrong_secret = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -207,7 +190,7 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
         );
     }
     assert_eq!(
-        run_ids(&api, &wf).await,
+        api.run_ids(&wf, "").await,
         std::slice::from_ref(&run),
         "no run from a bad request"
     );
@@ -221,7 +204,7 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
     assert_error(res, 400, "validation_error").await;
     let res = send_signed(&api, &wf, &secret, "msg_array", "[1, 2]").await;
     assert_error(res, 400, "validation_error").await;
-    assert_eq!(run_ids(&api, &wf).await, std::slice::from_ref(&run));
+    assert_eq!(api.run_ids(&wf, "").await, std::slice::from_ref(&run));
 
     // Rotation: the old secret stops verifying at once, the new one works.
     let res = api
@@ -240,7 +223,7 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
     assert_error(res, 401, "invalid_signature").await;
     let second = accepted_run(send_signed(&api, &wf, new_secret, "msg_after", body).await).await;
     assert_ne!(second, run);
-    let mut ids = run_ids(&api, &wf).await;
+    let mut ids = api.run_ids(&wf, "").await;
     ids.sort();
     let mut expected = vec![run, second];
     expected.sort();
@@ -283,7 +266,7 @@ async fn retention_keeps_a_hook_run_so_its_webhook_id_still_answers() {
     );
     let again = send_signed(&api, &wf, &secret, "msg_keep", body).await;
     assert_eq!(accepted_run(again).await, hooked);
-    assert_eq!(run_ids(&api, &wf).await, std::slice::from_ref(&hooked));
+    assert_eq!(api.run_ids(&wf, "").await, std::slice::from_ref(&hooked));
     stop.cancel();
 }
 
@@ -301,7 +284,7 @@ async fn concurrent_deliveries_of_one_message_start_one_run() {
     }
     ids.dedup();
     assert_eq!(ids.len(), 1, "every delivery answers the same run: {ids:?}");
-    assert_eq!(run_ids(&api, &wf).await, ids);
+    assert_eq!(api.run_ids(&wf, "").await, ids);
 }
 
 #[tokio::test]
@@ -342,7 +325,7 @@ async fn unknown_manual_paused_and_draft_workflows_answer_the_same_404() {
         answers.windows(2).all(|w| w[0] == w[1]),
         "identical bodies: {answers:?}"
     );
-    assert!(run_ids(&api, &paused).await.is_empty());
+    assert!(api.run_ids(&paused, "").await.is_empty());
     // Other methods: the usual 405 body, with the budget's headers.
     let res = api
         .http
@@ -456,5 +439,5 @@ async fn a_flood_of_forged_hooks_spends_only_its_address_budget() {
     // The account's own budget is untouched.
     let res = api.get(&api.admin_key, "/v1/workflows").await;
     assert_eq!(res.status(), 200);
-    assert!(run_ids(&api, &wf).await.is_empty());
+    assert!(api.run_ids(&wf, "").await.is_empty());
 }

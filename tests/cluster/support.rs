@@ -374,6 +374,25 @@ impl TestApi {
             .to_string()
     }
 
+    /// Ids of the runs of `workflow` (first page of 100) as the admin sees them, with
+    /// `filter` (e.g. `status=queued`, or empty) as extra query parameters.
+    pub async fn run_ids(&self, workflow: &str, filter: &str) -> Vec<String> {
+        let res = self
+            .get(
+                &self.admin_key,
+                &format!("/v1/workflows/{workflow}/runs?limit=100&{filter}"),
+            )
+            .await;
+        assert_eq!(res.status(), 200);
+        let page: serde_json::Value = res.json().await.unwrap();
+        page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// The run as `key` sees it (`GET /v1/runs/{run}`), once it has finished.
     pub async fn finished_view(&self, key: &str, run: &str, within: Duration) -> serde_json::Value {
         eventually(&format!("run {run} to finish"), within, || async {
