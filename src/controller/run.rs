@@ -362,6 +362,15 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     {
         return Ok(next);
     }
+    // A new run of a group that is full: recorded `queued` straight from the cache,
+    // without reading the workflow or the run again (1 request instead of 3, which
+    // matters when many runs arrive at once). The write is conditional on the cached
+    // version, so a stale cache costs a conflict and a fresh look, never a wrong status;
+    // the paused check comes when its turn does.
+    if token.is_none() && !run.spec.cancel && run.status.is_none() && ctx.still_queued(run) {
+        mark_queued(&ctx, run).await;
+        return Ok(next);
+    }
     // decide() needs the workflow only for a run that is neither finished nor
     // executing here: skip the round trip otherwise.
     let workflow = if run.phase().is_finished() || token.is_some() {
