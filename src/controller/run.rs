@@ -228,40 +228,46 @@ impl Context {
                 cancel_others,
             }
         };
-        let Some(concurrency) = admission::needs_admission(run) else {
-            return start(self, &mut self.lock(), Vec::new());
-        };
-        let group = match admission::group_of(run) {
-            Ok(group) => group,
-            Err(error) => return Admitted::End(RunPhase::Failed, error),
-        };
         let mut executing = self.lock();
-        let others = self
-            .queue
-            .members(run, &group, |uid| executing.contains_key(uid));
-        match admission::admit(concurrency, &group, &admission::order_of(run), &others) {
-            Admission::Start => start(self, &mut executing, Vec::new()),
-            Admission::CancelOthersThenStart(names) => start(self, &mut executing, names),
-            Admission::Queue => Admitted::Queue,
-            Admission::CancelSelf(error) => Admitted::End(RunPhase::Cancelled, error),
+        match self.admission_with(run, &executing) {
+            None | Some(Ok(Admission::Start)) => start(self, &mut executing, Vec::new()),
+            Some(Ok(Admission::CancelOthersThenStart(names))) => start(self, &mut executing, names),
+            Some(Ok(Admission::Queue)) => Admitted::Queue,
+            Some(Ok(Admission::CancelSelf(error))) => Admitted::End(RunPhase::Cancelled, error),
+            Some(Err(error)) => Admitted::End(RunPhase::Failed, error),
         }
     }
 
-    /// Whether a queued run would still have to wait, judged from the cache alone: the
-    /// periodic resync of every queued run then costs no request.
-    fn still_queued(&self, run: &Run) -> bool {
-        let Some(concurrency) = admission::needs_admission(run) else {
-            return false;
+    /// What concurrency control says of `run` now, from the cache and the registry
+    /// (`executing`, held by the caller): None for a run not under it, an error when its
+    /// group key cannot be rendered.
+    fn admission_with(
+        &self,
+        run: &Run,
+        executing: &HashMap<String, Execution>,
+    ) -> Option<Result<Admission, String>> {
+        let concurrency = admission::needs_admission(run)?;
+        let group = match admission::group_of(run) {
+            Ok(group) => group,
+            Err(error) => return Some(Err(error)),
         };
-        let Ok(group) = admission::group_of(run) else {
-            return false;
-        };
-        let executing = self.lock();
         let others = self
             .queue
             .members(run, &group, |uid| executing.contains_key(uid));
-        admission::admit(concurrency, &group, &admission::order_of(run), &others)
-            == Admission::Queue
+        Some(Ok(admission::admit(
+            concurrency,
+            &group,
+            &admission::order_of(run),
+            &others,
+        )))
+    }
+
+    /// Whether a run would have to wait, judged from the cache alone.
+    fn still_queued(&self, run: &Run) -> bool {
+        matches!(
+            self.admission_with(run, &self.lock()),
+            Some(Ok(Admission::Queue))
+        )
     }
 
     /// Stops the executions [`stops_for`] picks for a deletion.
@@ -355,20 +361,21 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         ctx.queue.wake_group(run);
     }
     let token = ctx.token(&uid);
+    // A run that has to wait, judged from the cache alone: a queued run whose group is
+    // still full costs no request (the periodic resync of every queued run); a new run
+    // of a full group is recorded `queued` without reading the workflow or the run again
+    // (1 request instead of 3, which matters when many runs arrive at once). That write
+    // is conditional on the cached version, so a stale cache costs a conflict and a
+    // fresh look, never a wrong status; the paused check comes when its turn does.
+    let unstarted = run.status.is_none();
     if token.is_none()
         && !run.spec.cancel
-        && run.phase() == RunPhase::Queued
+        && (unstarted || run.phase() == RunPhase::Queued)
         && ctx.still_queued(run)
     {
-        return Ok(next);
-    }
-    // A new run of a group that is full: recorded `queued` straight from the cache,
-    // without reading the workflow or the run again (1 request instead of 3, which
-    // matters when many runs arrive at once). The write is conditional on the cached
-    // version, so a stale cache costs a conflict and a fresh look, never a wrong status;
-    // the paused check comes when its turn does.
-    if token.is_none() && !run.spec.cancel && run.status.is_none() && ctx.still_queued(run) {
-        mark_queued(&ctx, run).await;
+        if unstarted {
+            mark_queued(&ctx, run).await;
+        }
         return Ok(next);
     }
     // decide() needs the workflow only for a run that is neither finished nor

@@ -342,11 +342,7 @@ impl TestApi {
                 Some(serde_json::json!({"name": name})),
             )
             .await;
-        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-        res.json::<serde_json::Value>().await.unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        created_id(res).await
     }
 
     /// Patches a workflow through the API as `key`; asserts it was accepted.
@@ -367,11 +363,7 @@ impl TestApi {
         let res = self
             .send("POST", key, &format!("/v1/workflows/{workflow}/runs"), body)
             .await;
-        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-        res.json::<serde_json::Value>().await.unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        created_id(res).await
     }
 
     /// Ids of the runs of `workflow` (first page of 100) as the admin sees them, with
@@ -402,6 +394,15 @@ impl TestApi {
         })
         .await
     }
+}
+
+/// The `id` of a 201 answer; fails the test on any other status.
+pub async fn created_id(res: reqwest::Response) -> String {
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    res.json::<serde_json::Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 /// A new key for the namespace (not yet necessarily visible to a server).
@@ -667,6 +668,18 @@ pub fn loopback_client() -> flowline::egress::GuardedClient {
         ..Default::default()
     })
     .unwrap()
+}
+
+/// [`assert_error`], and its message says `fragment`.
+pub async fn assert_error_saying(
+    res: reqwest::Response,
+    status: u16,
+    code: &str,
+    fragment: &str,
+) -> serde_json::Value {
+    let body = assert_error(res, status, code).await;
+    assert!(message_of(&body).contains(fragment), "{body}");
+    body
 }
 
 /// The message of an error body (empty when there is none).
