@@ -11,6 +11,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -408,9 +409,33 @@ pub async fn run(
     let workflows: Api<Lenient<Workflow>> =
         crate::kubeutil::scoped_api(&client, namespace.as_deref());
     let runs: Api<Lenient<Run>> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
-    // The runs of every workflow, for counts and retention.
-    let (reader, run_events) = lenient::reflector(runs.clone(), watcher::Config::default());
-    undecodable::spawn_watch(run_events, Some(client.clone()), shutdown.clone(), |_| {});
+    // The runs of every workflow, for counts and retention. A run's change wakes its
+    // workflow from this same stream, after the cache holds the change: a separate
+    // `owns` watch could wake the workflow before the cache saw the run finish, and
+    // nothing would wake it again.
+    let (reader, run_events) = lenient::reflector(runs, watcher::Config::default());
+    let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
+    let mut listed = false;
+    undecodable::spawn_watch(
+        run_events,
+        Some(client.clone()),
+        shutdown.clone(),
+        move |event| {
+            // The first listing wakes nothing: every workflow is reconciled when the
+            // controller starts, after this cache is full. A later re-listing may
+            // carry changes the watch missed, so it wakes their workflows.
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                listed = true;
+            }
+            if !listed {
+                return;
+            }
+            for workflow in owning_workflows(event) {
+                // The controller is gone only at shutdown.
+                let _ = wake.send(workflow);
+            }
+        },
+    );
     // The webhooks, for what their deliveries have settled.
     let hooks: Api<Lenient<Webhook>> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
     let (webhooks, hook_events) = lenient::reflector(hooks, watcher::Config::default());
@@ -421,8 +446,11 @@ pub async fn run(
         webhooks: webhooks.clone(),
         telemetry,
     });
+    let woken = futures::stream::unfold(woken, |mut rx| async move {
+        rx.recv().await.map(|workflow| (workflow, rx))
+    });
     let controller = Controller::new(workflows, watcher::Config::default())
-        .owns(runs, watcher::Config::default())
+        .reconcile_on(woken)
         .graceful_shutdown_on(shutdown.cancelled_owned());
     // Retention counts need every run, and what every webhook settled: start
     // reconciling once both caches are full.
@@ -438,6 +466,33 @@ pub async fn run(
             futures::future::ready(())
         })
         .await;
+}
+
+/// The workflows owning the run of a watch event (by controller owner reference, as
+/// `Controller::owns` maps them).
+fn owning_workflows(
+    event: &Result<watcher::Event<Lenient<Run>>, watcher::Error>,
+) -> Vec<ObjectRef<Lenient<Workflow>>> {
+    let run = match event {
+        Ok(
+            watcher::Event::Apply(run)
+            | watcher::Event::InitApply(run)
+            | watcher::Event::Delete(run),
+        ) => run,
+        _ => return Vec::new(),
+    };
+    let namespace = run.namespace();
+    run.owner_references()
+        .iter()
+        .filter(|o| o.controller == Some(true) && o.kind == "Workflow")
+        .map(|o| {
+            let workflow = ObjectRef::new(&o.name);
+            match &namespace {
+                Some(ns) => workflow.within(ns),
+                None => workflow,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -465,6 +520,31 @@ mod tests {
             }))
             .unwrap(),
         )
+    }
+
+    #[test]
+    fn a_run_event_wakes_the_workflow_that_controls_the_run() {
+        let owned: Lenient<Run> = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n", "ownerReferences": [
+                {"apiVersion": "flowline.io/v1", "kind": "Workflow", "name": "wf", "uid": "u1", "controller": true},
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "u2", "controller": false},
+            ]},
+            "spec": {"workflowRef": "wf"},
+        }))
+        .unwrap();
+        let wake = |event| owning_workflows(&Ok(event));
+        let expected = vec![ObjectRef::<Lenient<Workflow>>::new("wf").within("n")];
+        assert_eq!(wake(watcher::Event::Apply(owned.clone())), expected);
+        assert_eq!(wake(watcher::Event::Delete(owned.clone())), expected);
+        assert_eq!(wake(watcher::Event::InitApply(owned)), expected);
+        assert!(wake(watcher::Event::InitDone).is_empty());
+        let orphan: Lenient<Run> = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "o", "namespace": "n"}, "spec": {"workflowRef": "wf"},
+        }))
+        .unwrap();
+        assert!(wake(watcher::Event::Apply(orphan)).is_empty());
     }
 
     fn ids() -> impl FnMut() -> String {
