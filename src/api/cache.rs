@@ -111,8 +111,12 @@ fn whole<K>(_: &mut K) {}
 
 /// The API shows a run's pinned workflow version only as its generation and the steps'
 /// ids, names and actions: the step definitions (`with`, `when`, retry, timeout) stay
-/// in the API server, out of the cache.
-fn outline_pinned_steps(run: &mut Run) {
+/// in the API server, out of the cache. Nor does it serve the Kubernetes conditions
+/// (they restate the phase and error for kubectl).
+fn outline_run(run: &mut Run) {
+    if let Some(status) = run.status.as_mut() {
+        status.conditions = Vec::new();
+    }
     if let Some(pinned) = run.spec.workflow.as_mut() {
         for step in &mut pinned.steps {
             step.with = None;
@@ -193,7 +197,7 @@ impl Caches {
             workflows: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
             runs: spawn_scoped(
                 per_namespace(&client, &each, &plain),
-                outline_pinned_steps,
+                outline_run,
                 &shutdown,
             ),
             webhooks: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
@@ -309,7 +313,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_run_cache_keeps_an_outline_of_the_pinned_steps() {
+    fn the_run_cache_keeps_an_outline_of_the_pinned_steps_and_no_conditions() {
         let mut run: Run = serde_json::from_value(json!({
             "apiVersion": "flowline.io/v1", "kind": "Run",
             "metadata": {"name": "r", "namespace": "n"},
@@ -317,9 +321,11 @@ mod tests {
                 {"id": "a", "name": "Fetch", "action": "http.request", "when": "true",
                  "timeoutMs": 5, "retry": {"maxAttempts": 2},
                  "with": {"url": "https://example.com", "body": "x".repeat(1000)}}]}},
+            "status": {"phase": "running", "conditions": [{"type": "Succeeded", "status": "Unknown",
+                "reason": "Running", "lastTransitionTime": "2026-11-23T08:00:00Z"}]},
         }))
         .unwrap();
-        outline_pinned_steps(&mut run);
+        outline_run(&mut run);
         let pinned = run.spec.workflow.as_ref().unwrap();
         assert_eq!(pinned.generation, 3);
         let step = &pinned.steps[0];
@@ -327,5 +333,6 @@ mod tests {
         assert_eq!(step.action, crate::crd::Action::HttpRequest);
         assert!(step.with.is_none() && step.when.is_none());
         assert!(step.retry.is_none() && step.timeout_ms.is_none());
+        assert!(run.status.unwrap().conditions.is_empty());
     }
 }

@@ -354,6 +354,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     };
     let next = requeue_for(run);
+    super::run_labels::sync(&ctx.client, run).await?;
     let namespace = run.namespace().unwrap_or_default();
     let uid = run.uid().unwrap_or_default();
     if run.phase().is_finished() {

@@ -21,7 +21,7 @@ use super::schedule::{self, Schedule};
 use super::undelivered;
 use crate::crd::{
     Condition, ConditionStatus, EventKind, PendingEvent, Run, RunPhase, RunTrigger, TriggerType,
-    Webhook, Workflow, WorkflowState, WorkflowStatus,
+    Webhook, Workflow, WorkflowState, WorkflowStatus, set_condition,
 };
 use crate::delivery::settled::Outstanding;
 use crate::delivery::{outbox, unseen};
@@ -183,19 +183,17 @@ pub fn plan(
         status.last_schedule_time = None;
     }
     let (ready_status, reason, message) = ready;
-    let keep_time = previous
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status == ready_status && c.reason == reason)
-        .map(|c| c.last_transition_time);
-    status.conditions = vec![Condition {
-        type_: "Ready".into(),
-        status: ready_status,
-        reason,
-        message,
-        last_transition_time: keep_time.unwrap_or(now),
-        observed_generation: wf.metadata.generation,
-    }];
+    set_condition(
+        &mut status.conditions,
+        Condition {
+            type_: "Ready".into(),
+            status: ready_status,
+            reason,
+            message,
+            last_transition_time: now,
+            observed_generation: wf.metadata.generation,
+        },
+    );
     if waiting {
         let recheck =
             now + jiff::SignedDuration::try_from(undelivered::RECHECK).unwrap_or_default();

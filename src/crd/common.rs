@@ -26,26 +26,56 @@ pub enum ConditionStatus {
     Unknown,
 }
 
-/// A standard Kubernetes condition (`metav1.Condition` shape), so tools such as
-/// `kubectl wait --for=condition=Ready` understand it.
+/// A standard Kubernetes condition (`metav1.Condition` shape and bounds), so tools
+/// such as `kubectl wait --for=condition=Ready` understand it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// Condition type in CamelCase, e.g. `Ready`.
     #[serde(rename = "type")]
+    #[schemars(length(min = 1, max = 316))]
     pub type_: String,
     /// Whether the condition holds.
     pub status: ConditionStatus,
     /// Machine-readable reason in CamelCase.
+    #[schemars(length(min = 1, max = 1024))]
     pub reason: String,
     /// Human-readable explanation.
     #[serde(default)]
+    #[schemars(length(max = 32768))]
     pub message: String,
     /// When the status last changed.
     pub last_transition_time: Timestamp,
     /// The `metadata.generation` the condition was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The schema of a `conditions` list: a list-map keyed by `type` (one condition per
+/// type, merged by type under server-side apply), bounded like `metav1.Condition`s.
+pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": generator.subschema_for::<Condition>(),
+        "maxItems": 8,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+    })
+}
+
+/// Sets `condition` in `conditions` (replacing the one of its type), keeping the
+/// previous transition time while its status stays the same, as
+/// `meta.SetStatusCondition` does. Pure.
+pub fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(previous) => {
+            if previous.status == condition.status {
+                condition.last_transition_time = previous.last_transition_time;
+            }
+            *previous = condition;
+        }
+        None => conditions.push(condition),
+    }
 }
 
 /// Kinds of event a webhook can subscribe to.
@@ -115,4 +145,47 @@ pub struct PendingEvent {
     /// The event's `data` object.
     #[schemars(schema_with = "schemaless_object")]
     pub data: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(type_: &str, status: ConditionStatus, reason: &str, at: i64) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message: String::new(),
+            last_transition_time: Timestamp::from_second(at).unwrap(),
+            observed_generation: None,
+        }
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let mut list = vec![condition("Ready", ConditionStatus::True, "A", 1)];
+        set_condition(
+            &mut list,
+            condition("Succeeded", ConditionStatus::Unknown, "Running", 2),
+        );
+        assert_eq!(list.len(), 2, "another type is added");
+        set_condition(
+            &mut list,
+            condition("Succeeded", ConditionStatus::Unknown, "Queued", 3),
+        );
+        assert_eq!(list[1].reason, "Queued");
+        assert_eq!(list[1].last_transition_time.as_second(), 2, "same status");
+        set_condition(
+            &mut list,
+            condition("Succeeded", ConditionStatus::True, "Succeeded", 4),
+        );
+        assert_eq!(
+            list[1].last_transition_time.as_second(),
+            4,
+            "status changed"
+        );
+        assert_eq!(list.len(), 2, "one condition per type");
+        assert_eq!(list[0].reason, "A");
+    }
 }

@@ -10,7 +10,9 @@ pub mod timestamps;
 mod webhook;
 mod workflow;
 
-pub use common::{Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object};
+pub use common::{
+    Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
+};
 pub use run::{
     ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord,
     WorkflowSnapshot,
@@ -35,7 +37,9 @@ pub mod labels {
     pub const WORKFLOW: &str = "flowline.io/workflow";
     pub const RUN: &str = "flowline.io/run";
     pub const STEP: &str = "flowline.io/step";
-    pub const STATUS: &str = "flowline.io/status";
+    /// On a Run: its phase (`running`, `queued`, `succeeded`, `failed`, `cancelled`),
+    /// kept in step with its status by the run controller, for `kubectl get runs -l`.
+    pub const PHASE: &str = "flowline.io/phase";
 }
 
 /// Every CRD Flowline owns, in the order they are installed.
@@ -104,6 +108,61 @@ mod tests {
             "unsigned formats left in the CRDs"
         );
         assert!(yaml.contains("format: int64"));
+    }
+
+    /// Paths of schema nodes without a description, under `path`.
+    fn undescribed(node: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        if node
+            .get("description")
+            .is_none_or(|d| d.as_str().is_none_or(str::is_empty))
+        {
+            out.push(path.to_string());
+        }
+        if let Some(properties) = node.get("properties").and_then(|p| p.as_object()) {
+            for (name, child) in properties {
+                // apiVersion, kind and metadata are described by the API server.
+                if path.is_empty() && matches!(name.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                undescribed(child, &format!("{path}.{name}"), out);
+            }
+        }
+        // A list's own description explains its items; their fields need theirs.
+        if let Some(fields) = node
+            .pointer("/items/properties")
+            .and_then(|p| p.as_object())
+        {
+            for (name, child) in fields {
+                undescribed(child, &format!("{path}[].{name}"), out);
+            }
+        }
+    }
+
+    #[test]
+    fn kubectl_explain_describes_every_kind_and_field() {
+        for crd in all() {
+            let schema = serde_json::to_value(
+                crd.spec.versions[0]
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref())
+                    .unwrap(),
+            )
+            .unwrap();
+            let mut missing = Vec::new();
+            undescribed(&schema, "", &mut missing);
+            assert!(
+                missing.is_empty(),
+                "{}: no description at {missing:?}",
+                crd.spec.names.kind
+            );
+            let top = schema["description"].as_str().unwrap();
+            assert!(
+                !top.contains("Auto-generated"),
+                "{}: {top}",
+                crd.spec.names.kind
+            );
+        }
     }
 
     #[test]

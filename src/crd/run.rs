@@ -20,12 +20,15 @@ use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
     plural = "runs",
     shortname = "flrun",
     category = "flowline",
+    doc = "One execution of a workflow: the workflow version it executes, its trigger and payload, and in its status the outcome and one record per step.",
     namespaced,
     status = "RunStatus",
-    printcolumn(name = "Workflow", type_ = "string", json_path = ".spec.workflowRef"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Duration(ms)", type_ = "integer", json_path = ".status.durationMs"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Succeeded\")].reason"),
+    printcolumn(name = "Started", type_ = "date", json_path = ".status.startedAt"),
+    printcolumn(name = "Completed", type_ = "date", json_path = ".status.finishedAt"),
+    printcolumn(name = "Workflow", type_ = "string", json_path = ".spec.workflowRef", priority = 1),
+    printcolumn(name = "Duration(ms)", type_ = "integer", json_path = ".status.durationMs", priority = 1),
     validation = Rule::new("self.spec.workflowRef == oldSelf.spec.workflowRef").message("spec.workflowRef is immutable"),
     validation = Rule::new("!has(oldSelf.spec.workflow) || (has(self.spec.workflow) && self.spec.workflow == oldSelf.spec.workflow)").message("spec.workflow is immutable once set: a run executes the workflow version it was created with"),
     validation = Rule::new("has(self.spec.idempotencyKey) == has(oldSelf.spec.idempotencyKey) && (!has(self.spec.idempotencyKey) || self.spec.idempotencyKey == oldSelf.spec.idempotencyKey)").message("spec.idempotencyKey is immutable: it names the request that created the run"),
@@ -215,7 +218,17 @@ impl Run {
         );
         let meta = run.meta_mut();
         meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
-        meta.labels = Some([(super::labels::WORKFLOW.to_string(), workflow_ref)].into());
+        // A run without status is running (see `phase`).
+        meta.labels = Some(
+            [
+                (super::labels::WORKFLOW.to_string(), workflow_ref),
+                (
+                    super::labels::PHASE.to_string(),
+                    RunPhase::Running.as_str().to_string(),
+                ),
+            ]
+            .into(),
+        );
         meta.annotations = Some(super::timestamps::creation_annotations(created));
         run
     }
@@ -288,9 +301,15 @@ pub struct RunStatus {
     /// One record per workflow step, in order.
     #[serde(default)]
     pub steps: Vec<StepRecord>,
-    /// Standard conditions.
+    /// Standard conditions: `Succeeded` (`Unknown` while queued or running, then
+    /// `True`, or `False` with the reason `Failed` or `Cancelled` and the error), so
+    /// `kubectl wait --for=condition=Succeeded` works.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::conditions_schema")]
     pub conditions: Vec<Condition>,
+    /// The Run's `metadata.generation` this status was written for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// Which execution wrote this status: a random id per execution of the run. Status
     /// writes are conditional on the Run's resourceVersion; when one conflicts, the
     /// writer reads the Run and goes on only if the status is still its own (or the one
@@ -325,10 +344,13 @@ pub struct StepRecord {
     /// crash, a rollout, a lost lease) and was executed again; not an attempt of its own.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub interruptions: u32,
+    /// When the step's first attempt started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Timestamp>,
+    /// When the step reached a final status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Timestamp>,
+    /// `finishedAt - startedAt` in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
     /// Output of the action (capped at 64 KiB; see `outputTruncated`).

@@ -7,7 +7,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::EventKind;
+use super::common::{Condition, EventKind};
 
 /// An outbound notification endpoint. Deliveries are signed with the secret held in
 /// the Secret named by `secretRef`, which the Webhook owns.
@@ -19,11 +19,22 @@ use super::common::EventKind;
     plural = "webhooks",
     shortname = "flhook",
     category = "flowline",
+    doc = "A receiver of HMAC-signed event notifications (run and workflow events) and the state of its deliveries.",
     namespaced,
     status = "WebhookStatus",
     printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
     printcolumn(name = "Events", type_ = "string", json_path = ".spec.events"),
-    printcolumn(name = "Enabled", type_ = "boolean", json_path = ".status.enabled"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Enabled",
+        type_ = "boolean",
+        json_path = ".status.enabled",
+        priority = 1
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -104,6 +115,14 @@ pub struct WebhookStatus {
     /// Redelivery requests (annotation `flowline.io/redeliver`) already carried out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handled_redeliveries: Vec<String>,
+    /// Standard conditions: `Ready` is `True` (reason `Delivering`) while deliveries
+    /// are enabled, `False` (reason `Disabled`, with why) once they are not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// The Webhook's `metadata.generation` this status was written for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 /// An event whose retry series continues after a restart.
@@ -138,6 +157,8 @@ impl Default for WebhookStatus {
             retrying: Vec::new(),
             acknowledged: Vec::new(),
             handled_redeliveries: Vec::new(),
+            conditions: Vec::new(),
+            observed_generation: None,
         }
     }
 }

@@ -26,11 +26,17 @@ const _: () = assert!(
     plural = "workflows",
     shortname = "flw",
     category = "flowline",
+    doc = "An automation workflow: a trigger (manual, schedule or inbound webhook) and the steps a run executes. Its runs are owned by it.",
     namespaced,
     status = "WorkflowStatus",
     printcolumn(name = "Display Name", type_ = "string", json_path = ".spec.name"),
     printcolumn(name = "State", type_ = "string", json_path = ".spec.state"),
     printcolumn(name = "Trigger", type_ = "string", json_path = ".spec.trigger.type"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Last Run", type_ = "date", json_path = ".status.lastRunAt"),
     printcolumn(
         name = "Age",
@@ -374,6 +380,7 @@ pub struct WorkflowStatus {
     pub observed_state: Option<WorkflowState>,
     /// Standard conditions (`Ready`).
     #[serde(default)]
+    #[schemars(schema_with = "super::common::conditions_schema")]
     pub conditions: Vec<Condition>,
     /// When the newest run started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -393,15 +400,19 @@ pub struct WorkflowStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunCounts {
+    /// Runs executing now.
     #[serde(default)]
     pub running: u32,
     /// Runs waiting for a concurrency slot.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub queued: u32,
+    /// Succeeded runs kept (retention deletes the oldest beyond `spec.history`).
     #[serde(default)]
     pub succeeded: u32,
+    /// Failed runs kept.
     #[serde(default)]
     pub failed: u32,
+    /// Cancelled runs kept.
     #[serde(default)]
     pub cancelled: u32,
 }

@@ -5,6 +5,7 @@
 pub mod lane;
 pub mod ledger;
 pub mod outbox;
+pub mod ready;
 pub mod schedule;
 pub mod secrets;
 pub mod sender;

@@ -25,8 +25,8 @@ use super::outbox::{self, Event};
 use super::schedule::{self, RetrySchedule};
 use super::secrets::{ROTATED_ANNOTATION, SecretCache};
 use super::sender::{Attempted, Outgoing, SendError, Sender};
-use super::settled;
 use super::unseen::{self, Cut, HolderKind};
+use super::{ready, settled};
 use crate::crd::{DeliveryAttempt, Run, Webhook, WebhookStatus, Workflow};
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::telemetry::delivery_metrics::DeliveryMetrics;
@@ -330,6 +330,9 @@ impl Worker {
                 }
                 state.hook = hook.clone();
                 state.lane.set_context(hook.clone());
+                // A changed spec (or a status never written) gets its Ready condition
+                // and observed generation written.
+                state.dirty |= ready::stale(&state.status, hook.metadata.generation);
                 (spec_changed, false)
             }
             _ => {
@@ -360,6 +363,7 @@ impl Worker {
             // The stores are synced and every event was just offered: what the status
             // lists that the scan did not match no longer exists.
             state.dirty |= state.ledger.synced();
+            state.dirty |= ready::stale(&state.status, hook.metadata.generation);
         }
         self.redeliveries(&r);
     }
@@ -714,6 +718,11 @@ impl HookState {
     fn status_to_write(&mut self, cut: Cut, in_grace: bool) -> WebhookStatus {
         self.ledger.advance(cut, in_grace);
         self.ledger.write_into(&mut self.status);
+        ready::apply(
+            &mut self.status,
+            self.hook.metadata.generation,
+            Timestamp::now(),
+        );
         self.status.recent_attempts = self.recent.iter().cloned().collect();
         self.status.clone()
     }

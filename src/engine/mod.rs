@@ -13,6 +13,7 @@ pub mod output;
 pub mod redact;
 pub mod retry;
 pub mod reuse;
+pub mod run_condition;
 pub mod runner;
 pub mod secrets;
 pub mod status_writer;

@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use kube::Api;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
@@ -21,9 +22,9 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::output;
 use super::write_failure::{self, Next};
-use crate::crd::{Run, RunStatus};
+use super::{output, run_condition};
+use crate::crd::{Condition, Run, RunStatus};
 use crate::delivery::unseen::{Holder, HolderKind};
 
 /// Field manager of every status write of the controllers.
@@ -47,18 +48,25 @@ struct Target {
     holder: Holder,
     name: String,
     budget: usize,
-    /// The Run's resourceVersion and status writer when this writer started.
+    /// The Run's resourceVersion, status writer, generation and conditions when this
+    /// writer started.
     start_version: Option<String>,
     start_execution: Option<String>,
+    start_generation: Option<i64>,
+    start_conditions: Vec<Condition>,
 }
 
 impl Target {
     fn fresh_progress(&self) -> Progress {
-        Progress::new(
-            self.budget,
-            self.start_version.clone(),
-            self.start_execution.clone(),
-        )
+        Progress {
+            generation: self.start_generation,
+            conditions: self.start_conditions.clone(),
+            ..Progress::new(
+                self.budget,
+                self.start_version.clone(),
+                self.start_execution.clone(),
+            )
+        }
     }
 }
 
@@ -78,6 +86,10 @@ struct Progress {
     holder_execution: Option<String>,
     /// Another execution wrote the status: this one must stop.
     fenced: bool,
+    /// The Run's generation as last read, for `observedGeneration`.
+    generation: Option<i64>,
+    /// The conditions last written (their transition times carry over).
+    conditions: Vec<Condition>,
 }
 
 impl Progress {
@@ -89,6 +101,8 @@ impl Progress {
             version,
             holder_execution,
             fenced: false,
+            generation: None,
+            conditions: Vec::new(),
         }
     }
 }
@@ -96,8 +110,12 @@ impl Progress {
 /// What a conflicting write learns from the Run as it is now.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AfterConflict {
-    /// Only the spec or metadata changed (a cancel, say): write again on this version.
-    Retry { version: Option<String> },
+    /// Only the spec or metadata changed (a cancel, say): write again on this version
+    /// (of this generation).
+    Retry {
+        version: Option<String>,
+        generation: Option<i64>,
+    },
     /// Another execution wrote the status: stop writing and executing.
     Fenced,
     /// The Run is gone.
@@ -117,6 +135,7 @@ pub fn after_conflict(fresh: Option<&Run>, holder: Option<&str>) -> AfterConflic
     if stored == holder {
         AfterConflict::Retry {
             version: fresh.resource_version(),
+            generation: fresh.metadata.generation,
         }
     } else {
         AfterConflict::Fenced
@@ -169,19 +188,28 @@ impl Target {
     ) {
         let mut waited = 0;
         while !progress.gone {
-            let status = output::bound(latest(), progress.budget);
+            // Conditions restate the bounded status (its capped error), within the
+            // room the budget leaves for them.
+            let mut status = output::bound(latest(), progress.budget);
+            status.conditions = progress.conditions.clone();
+            run_condition::apply(&mut status, progress.generation, Timestamp::now());
             let err = match self.patch(&status, progress.version.as_deref()).await {
                 Ok(version) => {
                     progress.version = version;
                     progress.holder_execution = status.execution_id.clone();
+                    progress.conditions = status.conditions;
                     return;
                 }
                 Err(err) => err,
             };
             if matches!(&err, kube::Error::Api(s) if s.code == 409) {
                 match self.reread(progress).await {
-                    Some(AfterConflict::Retry { version }) => {
+                    Some(AfterConflict::Retry {
+                        version,
+                        generation,
+                    }) => {
                         progress.version = version;
+                        progress.generation = generation;
                         continue;
                     }
                     Some(AfterConflict::Fenced) => {
@@ -233,6 +261,12 @@ impl StatusWriter {
             budget: output::status_budget(run),
             start_version: run.resource_version(),
             start_execution: run.status.as_ref().and_then(|s| s.execution_id.clone()),
+            start_generation: run.metadata.generation,
+            start_conditions: run
+                .status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default(),
         };
         let fence = fence.clone();
         let (tx, mut rx) = watch::channel(initial);
@@ -421,20 +455,23 @@ mod tests {
         assert_eq!(
             after_conflict(Some(&stored("8", Some("exec-me"))), Some("exec-me")),
             AfterConflict::Retry {
-                version: Some("8".into())
+                version: Some("8".into()),
+                generation: None,
             }
         );
         // Before this writer's first write landed it holds what it started from.
         assert_eq!(
             after_conflict(Some(&stored("9", Some("exec-old"))), Some("exec-old")),
             AfterConflict::Retry {
-                version: Some("9".into())
+                version: Some("9".into()),
+                generation: None,
             }
         );
         assert_eq!(
             after_conflict(Some(&stored("9", None)), None),
             AfterConflict::Retry {
-                version: Some("9".into())
+                version: Some("9".into()),
+                generation: None,
             }
         );
         // Another execution wrote (a new leader; or a late write of an old one that
@@ -528,10 +565,17 @@ mod tests {
         .await;
         let log = statuses(&recorded);
         assert_eq!(log.len(), 4, "three failures, then the write that landed");
+        // Each write carries the Succeeded condition the writer derives.
+        let without_conditions = |s: &RunStatus| RunStatus {
+            conditions: Vec::new(),
+            ..s.clone()
+        };
         assert!(
-            log.iter().all(|s| *s == final_status),
+            log.iter().all(|s| without_conditions(s) == final_status),
             "retried unchanged: not about size"
         );
+        assert!(log.iter().all(|s| s.conditions.len() == 1
+            && s.conditions[0].status == crate::crd::ConditionStatus::False));
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ mod foundation;
 mod hooks;
 mod hostile;
 mod idempotency;
+mod kubernetes_surface;
 mod leader;
 mod replicas;
 mod retry;

@@ -1,0 +1,164 @@
+//! The kinds as kubectl users and generic tools see them: the `Succeeded` condition of
+//! a Run (`kubectl wait`), phase and workflow labels (`kubectl get -l`), printer
+//! columns, and a Webhook's `Ready` condition and observed generation. Everything
+//! here goes through kubectl against an operator process, as a cluster admin would.
+
+use crate::support::{Process, TestNamespace, kubectl_path, ready, text};
+use std::process::Command;
+
+fn applied(ns: &TestNamespace, manifest: &str) {
+    let out = ns.kubectl_apply(manifest);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// `kubectl wait … --for=<condition> <object>` in `ns`; the output when it held.
+fn wait_for(ns: &TestNamespace, condition: &str, object: &str) -> String {
+    let out = Command::new(kubectl_path())
+        .args([
+            "-n",
+            &ns.name,
+            "wait",
+            "--timeout=90s",
+            "--for",
+            condition,
+            object,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl wait --for {condition} {object}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+fn get(ns: &TestNamespace, args: &[&str]) -> String {
+    let out = ns.kubectl(&[&["get"], args].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+fn workflow(name: &str, action: &str) -> String {
+    format!(
+        "apiVersion: flowline.io/v1\nkind: Workflow\nmetadata:\n  name: {name}\nspec:\n  name: {name}\n  \
+         state: active\n  steps:\n  - id: only\n    action: {action}\n    with: {{message: boom, value: 1}}\n"
+    )
+}
+
+fn run(name: &str, workflow: &str) -> String {
+    format!(
+        "apiVersion: flowline.io/v1\nkind: Run\nmetadata:\n  name: {name}\nspec:\n  workflowRef: {workflow}\n"
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn kubectl_waits_for_runs_and_selects_them_by_phase_and_workflow() {
+    let ns = TestNamespace::new("k8s-runs").await;
+    let (_operator, port) = Process::operator(&ns, &[]);
+    ready(port).await;
+    applied(&ns, &workflow("works", "transform"));
+    applied(&ns, &workflow("breaks", "fail"));
+    applied(&ns, &run("works-1", "works"));
+    applied(&ns, &run("breaks-1", "breaks"));
+
+    wait_for(&ns, "condition=Succeeded", "run/works-1");
+    wait_for(&ns, "condition=Succeeded=False", "run/breaks-1");
+    let reason = get(
+        &ns,
+        &[
+            "run/breaks-1",
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Succeeded")].reason}|{.status.conditions[?(@.type=="Succeeded")].message}|{.status.observedGeneration}|{.metadata.generation}"#,
+        ],
+    );
+    let parts: Vec<&str> = reason.split('|').collect();
+    assert_eq!(parts[0], "Failed");
+    assert!(parts[1].contains("boom"), "the run's error: {}", parts[1]);
+    assert_eq!(
+        parts[2], parts[3],
+        "observedGeneration is the Run's generation"
+    );
+
+    // The phase label follows the status (its write comes right after the status's).
+    crate::support::eventually(
+        "the phase labels to follow the runs' statuses",
+        std::time::Duration::from_secs(30),
+        || async {
+            let failed = get(
+                &ns,
+                &["runs", "-l", "flowline.io/phase=failed", "-o", "name"],
+            );
+            let succeeded = get(
+                &ns,
+                &[
+                    "runs",
+                    "-l",
+                    "flowline.io/phase=succeeded,flowline.io/workflow=works",
+                    "-o",
+                    "name",
+                ],
+            );
+            (failed.trim() == "run.flowline.io/breaks-1"
+                && succeeded.trim() == "run.flowline.io/works-1")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        get(
+            &ns,
+            &["runs", "-l", "flowline.io/phase=running", "-o", "name"]
+        )
+        .trim(),
+        "",
+        "no run is left labelled running"
+    );
+
+    let table = get(&ns, &["runs"]);
+    let header = table.lines().next().unwrap_or_default();
+    for column in ["STATUS", "REASON", "STARTED", "COMPLETED"] {
+        assert!(header.contains(column), "{column} in {header}");
+    }
+    let failed_row = table.lines().find(|l| l.starts_with("breaks-1")).unwrap();
+    assert!(
+        failed_row.contains("failed") && failed_row.contains("Failed"),
+        "{failed_row}"
+    );
+    let wide = get(&ns, &["runs", "-o", "wide"]);
+    assert!(
+        wide.lines().next().unwrap_or_default().contains("WORKFLOW"),
+        "{wide}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_webhook_is_ready_for_its_current_generation() {
+    let ns = TestNamespace::new("k8s-hook").await;
+    let (_operator, port) = Process::operator(&ns, &[]);
+    ready(port).await;
+    let hook = |events: &str| {
+        format!(
+            "apiVersion: flowline.io/v1\nkind: Webhook\nmetadata:\n  name: wh\nspec:\n  url: https://receiver.example.com/hook\n  events: [{events}]\n"
+        )
+    };
+    applied(&ns, &hook("run.failed"));
+    wait_for(&ns, "condition=Ready", "webhook/wh");
+    wait_for(&ns, "jsonpath={.status.observedGeneration}=1", "webhook/wh");
+    applied(&ns, &hook("run.failed, run.succeeded"));
+    wait_for(&ns, "jsonpath={.status.observedGeneration}=2", "webhook/wh");
+    let ready_column = get(
+        &ns,
+        &[
+            "webhooks",
+            "wh",
+            "--no-headers",
+            "-o",
+            "custom-columns=R:.status.conditions[0].reason",
+        ],
+    );
+    assert_eq!(ready_column.trim(), "Delivering");
+}
