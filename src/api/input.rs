@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use super::auth::Scope;
 use super::error::{ApiError, FieldError};
+use crate::controller::schedule::Schedule;
 use crate::crd::{
     Action, Concurrency, ConcurrencyPolicy, EventKind, Executor, MAX_CONCURRENCY_KEY,
     MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, RetryPolicy, Step, Trigger, TriggerType,
@@ -214,10 +215,14 @@ fn trigger(v: &Value, p: &mut Problems) -> Option<Trigger> {
         Some("schedule") => {
             let cron = match map.get("cron") {
                 Some(Value::String(c)) if is_cron(c) => Some(c.trim().to_string()),
-                Some(Value::String(_)) => {
+                Some(Value::String(c)) => {
+                    let why = match Schedule::parse(c.trim(), None) {
+                        Err(e) => format!(": {e}"),
+                        Ok(_) => String::new(),
+                    };
                     p.add(
                         "trigger.cron",
-                        "must be a 5-field cron expression, e.g. */5 * * * *",
+                        format!("must be a 5-field cron expression, e.g. */5 * * * *{why}"),
                     );
                     None
                 }
@@ -250,14 +255,10 @@ fn trigger(v: &Value, p: &mut Problems) -> Option<Trigger> {
     }
 }
 
-/// Shape check of a standard 5-field cron expression.
+/// Whether `expr` is a standard 5-field cron expression the schedule controller
+/// accepts: the same parser decides both, so nothing accepted here fails later.
 pub fn is_cron(expr: &str) -> bool {
-    let fields: Vec<&str> = expr.split_whitespace().collect();
-    fields.len() == 5
-        && fields.iter().all(|f| {
-            f.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "*,/-?".contains(c))
-        })
+    expr.split_whitespace().count() == 5 && Schedule::parse(expr.trim(), None).is_ok()
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -842,6 +843,27 @@ mod tests {
         assert_eq!(fields(err.err().unwrap()), ["trigger.timezone"]);
         let err = workflow_patch(json!({"trigger": {"type": "manual", "cron": "* * * * *"}}));
         assert_eq!(fields(err.err().unwrap()), ["trigger.cron"]);
+    }
+
+    #[test]
+    fn a_cron_the_schedule_controller_would_reject_is_refused_here() {
+        for cron in [
+            "61 * * * *",
+            "* 25 * * *",
+            "* * 32 * *",
+            "*/0 * * * *",
+            "* * * * * *",
+        ] {
+            let err = workflow_patch(json!({"trigger": {"type": "schedule", "cron": cron}}));
+            assert_eq!(fields(err.err().unwrap()), ["trigger.cron"], "{cron}");
+            assert!(Schedule::parse(cron, None).is_err() || cron.split(' ').count() != 5);
+        }
+        for cron in ["*/5 * * * *", "0 9 * * MON-FRI", "15 3 1 JAN *"] {
+            assert!(
+                workflow_patch(json!({"trigger": {"type": "schedule", "cron": cron}})).is_ok(),
+                "{cron}"
+            );
+        }
     }
 
     #[test]
