@@ -84,6 +84,17 @@ bench-engine: cluster install-crds ## Run engine: step overhead, runs/s and writ
 bench-delivery: cluster install-crds ## Webhook delivery: 50k events to a local HTTPS sink vs a raw hyper client, writes per 1,000
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench delivery
 
+# bench-scale sizes (see benches/scale.rs): the issue's 10k workflows and 100k runs by
+# default; smaller ones for a quick look, e.g. make bench-scale SCALE_RUNS=10000.
+SCALE_WORKFLOWS ?= 10000
+SCALE_RUNS ?= 100000
+
+.PHONY: bench-scale
+bench-scale: cluster install-crds ## Many workflows and finished runs: API memory and cold start, /v1 vs apiserver reads, controller start-up, etcd bytes per run
+	$(CARGO) build --release --quiet
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_SCALE_WORKFLOWS=$(SCALE_WORKFLOWS) FLOWLINE_SCALE_RUNS=$(SCALE_RUNS) \
+	  $(CARGO) bench --bench scale
+
 .PHONY: crds
 crds: ## Regenerate crds/ from the Rust types
 	$(CARGO) run --quiet -- crdgen > crds/flowline.yaml

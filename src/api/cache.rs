@@ -109,20 +109,29 @@ where
 /// Keeps nothing out.
 fn whole<K>(_: &mut K) {}
 
-/// The API shows a run's pinned workflow version only as its generation and the steps'
-/// ids, names and actions: the step definitions (`with`, `when`, retry, timeout) stay
-/// in the API server, out of the cache. Nor does it serve the Kubernetes conditions
-/// (they restate the phase and error for kubectl).
-fn outline_run(run: &mut Run) {
-    if let Some(status) = run.status.as_mut() {
-        status.conditions = Vec::new();
+/// The run cache holds summaries: what run lists, their filters, idempotency lookups
+/// and event lookups read (metadata, the spec's references and key, phase and times,
+/// event ids). A run's payload, pinned steps, step records and errors are read from
+/// the API server by `GET /v1/runs/{id}`, so the cache stays small however large runs
+/// and history grow (docs/api.md, "What the API caches").
+fn summarize_run(run: &mut Run) {
+    // A kubectl-applied run's idempotency digest is that of its payload: keep the
+    // digest, not the payload.
+    if run.spec.idempotency_key.is_some() {
+        let digest = super::idempotency::digest_of(run);
+        run.annotations_mut()
+            .insert(super::idempotency::DIGEST_ANNOTATION.into(), digest);
     }
-    if let Some(pinned) = run.spec.workflow.as_mut() {
-        for step in &mut pinned.steps {
-            step.with = None;
-            step.when = None;
-            step.retry = None;
-            step.timeout_ms = None;
+    run.spec.payload = None;
+    run.spec.headers = None;
+    run.spec.workflow = None;
+    run.spec.reused_steps = Vec::new();
+    if let Some(status) = run.status.as_mut() {
+        status.steps = Vec::new();
+        status.error = None;
+        status.conditions = Vec::new();
+        for event in &mut status.pending_events {
+            event.data = serde_json::Value::Null;
         }
     }
 }
@@ -197,7 +206,7 @@ impl Caches {
             workflows: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
             runs: spawn_scoped(
                 per_namespace(&client, &each, &plain),
-                outline_run,
+                summarize_run,
                 &shutdown,
             ),
             webhooks: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
@@ -313,26 +322,44 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_run_cache_keeps_an_outline_of_the_pinned_steps_and_no_conditions() {
+    fn the_run_cache_keeps_a_summary() {
         let mut run: Run = serde_json::from_value(json!({
             "apiVersion": "flowline.io/v1", "kind": "Run",
-            "metadata": {"name": "r", "namespace": "n"},
-            "spec": {"workflowRef": "wf", "workflow": {"generation": 3, "name": "W", "steps": [
-                {"id": "a", "name": "Fetch", "action": "http.request", "when": "true",
-                 "timeoutMs": 5, "retry": {"maxAttempts": 2},
+            "metadata": {"name": "r", "namespace": "n", "labels": {"flowline.io/workflow": "wf"}},
+            "spec": {"workflowRef": "wf", "idempotencyKey": "k-1", "payload": {"big": "x".repeat(1000)},
+                "workflow": {"generation": 3, "name": "W", "steps": [
+                {"id": "a", "name": "Fetch", "action": "http.request",
                  "with": {"url": "https://example.com", "body": "x".repeat(1000)}}]}},
-            "status": {"phase": "running", "conditions": [{"type": "Succeeded", "status": "Unknown",
-                "reason": "Running", "lastTransitionTime": "2026-11-23T08:00:00Z"}]},
+            "status": {"phase": "failed", "startedAt": "2026-11-23T08:00:00Z", "error": "boom",
+                "steps": [{"stepId": "a", "name": "Fetch", "status": "failed", "attempts": 1,
+                           "output": {"body": "x".repeat(1000)}, "error": "boom"}],
+                "pendingEvents": [{"id": "evt_1", "kind": "run.failed",
+                    "timestamp": "2026-11-23T08:00:01Z", "data": {"error": "boom"}}],
+                "conditions": [{"type": "Succeeded", "status": "False",
+                "reason": "Failed", "lastTransitionTime": "2026-11-23T08:00:00Z"}]},
         }))
         .unwrap();
-        outline_run(&mut run);
-        let pinned = run.spec.workflow.as_ref().unwrap();
-        assert_eq!(pinned.generation, 3);
-        let step = &pinned.steps[0];
-        assert_eq!((step.id.as_str(), step.display_name()), ("a", "Fetch"));
-        assert_eq!(step.action, crate::crd::Action::HttpRequest);
-        assert!(step.with.is_none() && step.when.is_none());
-        assert!(step.retry.is_none() && step.timeout_ms.is_none());
-        assert!(run.status.unwrap().conditions.is_empty());
+        let digest = super::super::idempotency::digest_of(&run);
+        let listed = crate::api::views::RunListItem::from(&run);
+        summarize_run(&mut run);
+        let summary = crate::api::views::RunListItem::from(&run);
+        assert_eq!(
+            serde_json::to_value(&summary).unwrap(),
+            serde_json::to_value(&listed).unwrap(),
+            "a list shows the same"
+        );
+        assert_eq!(
+            super::super::idempotency::digest_of(&run),
+            digest,
+            "same idempotency digest"
+        );
+        assert!(run.spec.payload.is_none() && run.spec.workflow.is_none());
+        let status = run.status.as_ref().unwrap();
+        assert!(status.steps.is_empty() && status.error.is_none() && status.conditions.is_empty());
+        assert_eq!(
+            status.pending_events[0].id, "evt_1",
+            "event lookups still find it"
+        );
+        assert!(serde_json::to_vec(&run).unwrap().len() < 700);
     }
 }

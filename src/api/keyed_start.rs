@@ -71,7 +71,8 @@ pub(super) async fn start(
             Holder::Run(run) => match idempotency::decide(Some(&run), &req) {
                 Outcome::Replay => {
                     cache::await_write(&state.caches.runs, &*run).await;
-                    return Ok(answer(state, StatusCode::OK, &run));
+                    let whole = super::runs::read_whole(state, namespace, &run.name_any()).await?;
+                    return Ok(answer(state, StatusCode::OK, &whole));
                 }
                 Outcome::Reused => return Err(ApiError::IdempotencyKeyReused),
                 Outcome::Next(next) => name = next,

@@ -27,6 +27,7 @@ use crate::clock::now_ms;
 use crate::crd::timestamps::created_at;
 use crate::crd::{Run, RunTrigger, Workflow, WorkflowState};
 use crate::ids::new_id;
+use crate::kubeutil::lenient::Lenient;
 
 pub fn router() -> Router<ApiState> {
     Router::new()
@@ -89,7 +90,22 @@ async fn show(
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunView>> {
     who.require(Scope::Read)?;
-    Ok(Json(full(&state, &*find(&state, &who.namespace, &id)?)))
+    find(&state, &who.namespace, &id)?;
+    Ok(Json(full(
+        &state,
+        &read_whole(&state, &who.namespace, &id).await?,
+    )))
+}
+
+/// The whole run from the API server: the cache holds summaries only (see
+/// `cache::summarize_run`). A run that is gone, or stored in a shape this version
+/// cannot read (the cache leaves those out too), is not found.
+pub(super) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> ApiResult<Run> {
+    let api: Api<Lenient<Run>> = Api::namespaced(state.client.clone(), namespace);
+    match api.get_opt(id).await? {
+        Some(Lenient::Decoded(run)) => Ok(std::sync::Arc::unwrap_or_clone(run)),
+        _ => Err(ApiError::NotFound(Missing::Run)),
+    }
 }
 
 #[utoipa::path(post, path = "/v1/workflows/{id}/runs", tag = "runs",

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
 
 use crate::clock::format_ts;
 
@@ -62,6 +62,26 @@ pub fn updated_at(meta: &ObjectMeta) -> Timestamp {
     newest.max(created)
 }
 
+/// Drops an object's managedFields but for what [`updated_at`] reads from them (the
+/// newest non-status write time), for caches: managedFields list every field each
+/// writer set, often outweighing the object itself.
+pub fn compact_managed_fields(meta: &mut ObjectMeta) {
+    let Some(fields) = meta.managed_fields.take() else {
+        return;
+    };
+    let newest = fields
+        .into_iter()
+        .filter(|f| f.subresource.as_deref() != Some("status"))
+        .filter_map(|f| f.time)
+        .max_by_key(|t| t.0);
+    meta.managed_fields = newest.map(|time| {
+        vec![ManagedFieldsEntry {
+            time: Some(time),
+            ..Default::default()
+        }]
+    });
+}
+
 /// Annotations every object Flowline creates carries.
 pub fn creation_annotations(at: Timestamp) -> BTreeMap<String, String> {
     let t = format_ts(at);
@@ -93,6 +113,31 @@ mod tests {
             "2026-01-01T00:00:30.000Z",
             "status writes do not count"
         );
+    }
+
+    #[test]
+    fn compacted_managed_fields_keep_the_update_time_only() {
+        let mut meta: ObjectMeta = serde_json::from_value(json!({
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "managedFields": [
+                {"manager": "kubectl", "operation": "Apply", "time": "2026-01-01T00:00:30Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:steps": {}}}},
+                {"manager": "flowline-api", "operation": "Update", "time": "2026-01-01T00:00:20Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:name": {}}}},
+                {"manager": "flowline-controller", "operation": "Update", "subresource": "status",
+                 "time": "2026-01-01T00:05:00Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}
+            ]
+        }))
+        .unwrap();
+        let before = updated_at(&meta);
+        compact_managed_fields(&mut meta);
+        assert_eq!(updated_at(&meta), before);
+        let kept = meta.managed_fields.as_ref().unwrap();
+        assert_eq!(kept.len(), 1);
+        assert!(kept[0].fields_v1.is_none() && kept[0].manager.is_none());
+        let mut bare = ObjectMeta::default();
+        compact_managed_fields(&mut bare);
+        assert!(bare.managed_fields.is_none());
     }
 
     #[test]

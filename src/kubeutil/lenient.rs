@@ -307,7 +307,9 @@ where
 }
 
 /// [`reflector`] whose store keeps each decoded object as `compact` leaves it: a cache
-/// drops what its reader never serves, so memory follows what is served.
+/// drops what its reader never serves, so memory follows what is served. Every store
+/// drops managedFields but for the last spec write time
+/// ([`crate::crd::timestamps::compact_managed_fields`]).
 pub fn compact_reflector<K>(
     api: Api<Lenient<K>>,
     config: watcher::Config,
@@ -323,7 +325,9 @@ where
     let watch = watcher(api, config).modify(move |object| {
         if let Lenient::Decoded(decoded) = object {
             // Freshly decoded, so not shared: no copy is made.
-            compact(Arc::make_mut(decoded));
+            let decoded = Arc::make_mut(decoded);
+            crate::crd::timestamps::compact_managed_fields(decoded.meta_mut());
+            compact(decoded);
         }
     });
     let events = reflector::reflector(writer, watch).default_backoff();
