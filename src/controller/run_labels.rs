@@ -53,6 +53,7 @@ pub async fn sync(client: &Client, run: &Run) -> Result<(), kube::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
 
     fn run(labels: Value, phase: Option<&str>) -> Run {
         let mut run = json!({
@@ -85,6 +86,79 @@ mod tests {
             Some("queued"),
         );
         assert_eq!(patch(&labelled), None);
+    }
+
+    /// A Kubernetes client whose API server answers every request with `code`, and
+    /// the requests it got (method, path, body).
+    fn api_answering(code: u16) -> (Client, Arc<Mutex<Vec<(String, String, Value)>>>) {
+        use http_body_util::BodyExt;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let log = log.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = body.collect().await?.to_bytes();
+                log.lock().unwrap().push((
+                    parts.method.to_string(),
+                    parts.uri.path().to_string(),
+                    serde_json::from_slice(&body).unwrap_or(Value::Null),
+                ));
+                let answer = if code < 300 {
+                    serde_json::to_value(run(json!({}), Some("failed")))?
+                } else {
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "no", "code": code})
+                };
+                Ok::<_, tower::BoxError>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(bytes::Bytes::from(
+                            serde_json::to_vec(&answer)?,
+                        )))?,
+                )
+            }
+        });
+        (Client::new(service, "n"), seen)
+    }
+
+    #[tokio::test]
+    async fn sync_patches_the_labels_and_returns_a_failure() {
+        let stale = run(
+            json!({"flowline.io/phase": "running", "flowline.io/workflow": "wf"}),
+            Some("failed"),
+        );
+        let (client, seen) = api_answering(200);
+        sync(&client, &stale).await.unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].0, "PATCH");
+        assert_eq!(seen[0].1, "/apis/flowline.io/v1/namespaces/n/runs/r");
+        assert_eq!(
+            seen[0].2,
+            json!({"metadata": {"labels": {"flowline.io/phase": "failed"}}})
+        );
+
+        let (gone, _) = api_answering(404);
+        sync(&gone, &stale)
+            .await
+            .expect("a run that is gone needs no labels");
+        let (failing, _) = api_answering(500);
+        assert!(
+            sync(&failing, &stale).await.is_err(),
+            "a failed write is not swallowed"
+        );
+
+        let fresh = run(
+            json!({"flowline.io/phase": "failed", "flowline.io/workflow": "wf"}),
+            Some("failed"),
+        );
+        let (idle, seen) = api_answering(200);
+        sync(&idle, &fresh).await.unwrap();
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "labels in step cost no request"
+        );
     }
 
     #[test]
