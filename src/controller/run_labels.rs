@@ -90,7 +90,10 @@ mod tests {
 
     /// A Kubernetes client whose API server answers every request with `code`, and
     /// the requests it got (method, path, body).
-    fn api_answering(code: u16) -> (Client, Arc<Mutex<Vec<(String, String, Value)>>>) {
+    /// The requests a mocked API server got: method, path, body.
+    type Seen = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+    fn api_answering(code: u16) -> (Client, Seen) {
         use http_body_util::BodyExt;
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
