@@ -437,8 +437,8 @@ for verb in get list watch create patch delete; do
     can_i yes "$ns_rel" "$sa_api" "$verb" "$r" -n "$ns_other"
   done
 done
-for verb in list watch create patch; do can_i yes "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
-for verb in get delete; do can_i no "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
+for verb in get list watch create patch; do can_i yes "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
+for verb in delete; do can_i no "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
 for r in workflows runs webhooks; do
   for verb in get patch update; do
     can_i no "$ns_rel" "$sa_api" "$verb" "$r.flowline.io" --subresource status -n "$ns_other"
@@ -455,11 +455,15 @@ can_i no "$ns_rel" "$sa_api" get "leases.coordination.k8s.io/$fullname-controlle
 for verb in get list watch; do can_i yes "$ns_rel" "$sa_api" "$verb" namespaces; done
 # The controller: status writes, step Jobs, Secrets by name only.
 for verb in get list watch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" workflows.flowline.io -n "$ns_other"; done
-for verb in get list watch create delete; do can_i yes "$ns_rel" "$sa_ctl" "$verb" runs.flowline.io -n "$ns_other"; done
+for verb in get list watch create patch delete; do can_i yes "$ns_rel" "$sa_ctl" "$verb" runs.flowline.io -n "$ns_other"; done
 for verb in list watch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" webhooks.flowline.io -n "$ns_other"; done
 for r in workflows runs webhooks; do
   can_i yes "$ns_rel" "$sa_ctl" patch "$r.flowline.io" --subresource status -n "$ns_other"
-  # Spec belongs to the API and to whoever applies the objects.
+done
+# Workflow and Webhook specs belong to the API and to whoever applies the objects. A
+# Run is patched by the controller: pinned to its workflow version, cancelled when
+# superseded (cancel_in_progress), labelled with its phase.
+for r in workflows webhooks; do
   can_i no "$ns_rel" "$sa_ctl" patch "$r.flowline.io" -n "$ns_other"
 done
 can_i no "$ns_rel" "$sa_ctl" create workflows.flowline.io -n "$ns_other"
