@@ -334,28 +334,20 @@ async fn main() {
     let samples = 300;
     let wf_name = |i: usize| workflows[(i * 7919) % workflows.len()].name_any();
     let run_name = |i: usize| format!("run-{:06}", (i * 104_729) % runs_n);
+    // One /v1 read of `path`, answered 200 and read to the end.
+    let v1_read = |path: String| {
+        let req = http.get(format!("{base}{path}")).bearer_auth(&key);
+        async move {
+            let res = req.send().await.unwrap();
+            assert_eq!(res.status(), 200);
+            res.bytes().await.unwrap();
+        }
+    };
     let v1_list = latencies(samples, |i| {
-        let req = http
-            .get(format!("{base}/v1/workflows/{}/runs?limit=20", wf_name(i)))
-            .bearer_auth(&key);
-        async move {
-            let res = req.send().await.unwrap();
-            assert_eq!(res.status(), 200);
-            res.bytes().await.unwrap();
-        }
+        v1_read(format!("/v1/workflows/{}/runs?limit=20", wf_name(i)))
     })
     .await;
-    let v1_get = latencies(samples, |i| {
-        let req = http
-            .get(format!("{base}/v1/runs/{}", run_name(i)))
-            .bearer_auth(&key);
-        async move {
-            let res = req.send().await.unwrap();
-            assert_eq!(res.status(), 200);
-            res.bytes().await.unwrap();
-        }
-    })
-    .await;
+    let v1_get = latencies(samples, |i| v1_read(format!("/v1/runs/{}", run_name(i)))).await;
     let k8s_list = latencies(samples, |i| {
         let (run_api, wf) = (run_api.clone(), wf_name(i));
         async move {

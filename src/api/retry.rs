@@ -8,11 +8,11 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::{Extension, Router};
 use jiff::Timestamp;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use serde_json::Value;
 
 use super::auth::{Principal, Scope};
-use super::error::{ApiError, ApiResult, Missing, write_error};
+use super::error::{ApiError, ApiResult, write_error};
 use super::input::{self, RetryFrom};
 use super::json::OptionalJson;
 use super::runs::{answer, check_spec_size, create, find};
@@ -59,13 +59,9 @@ async fn retry(
     if wf.spec.state == WorkflowState::Paused {
         return Err(ApiError::WorkflowPaused);
     }
-    // The cache keeps only an outline of a run's workflow version; the copy the retry
-    // executes comes whole from the API server.
-    let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
-    let original = api
-        .get_opt(&id)
-        .await?
-        .ok_or(ApiError::NotFound(Missing::Run))?;
+    // The cache keeps only a summary of a run; the workflow version the retry executes
+    // and the outputs it keeps come whole from the API server.
+    let original = super::runs::read_whole(&state, &who.namespace, &id).await?;
     let run = retry_of(&original, &wf, from, &new_id("run"), now_ms());
     let advice = if run.spec.reused_steps.is_empty() {
         "the run it retries is too large to retry"

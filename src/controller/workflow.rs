@@ -185,14 +185,14 @@ pub fn plan(
     let (ready_status, reason, message) = ready;
     set_condition(
         &mut status.conditions,
-        Condition {
-            type_: "Ready".into(),
-            status: ready_status,
+        Condition::new(
+            "Ready",
+            ready_status,
             reason,
             message,
-            last_transition_time: now,
-            observed_generation: wf.metadata.generation,
-        },
+            wf.metadata.generation,
+            now,
+        ),
     );
     if waiting {
         let recheck =

@@ -51,6 +51,28 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
+impl Condition {
+    /// A condition of `type_` computed `now` for the object at `generation` (its
+    /// transition time is kept by [`set_condition`] while the status stays).
+    pub fn new(
+        type_: &str,
+        status: ConditionStatus,
+        reason: impl Into<String>,
+        message: String,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message,
+            last_transition_time: now,
+            observed_generation: generation,
+        }
+    }
+}
+
 /// The schema of a `conditions` list: a list-map keyed by `type` (one condition per
 /// type, merged by type under server-side apply), bounded like `metav1.Condition`s.
 pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
@@ -152,14 +174,8 @@ mod tests {
     use super::*;
 
     fn condition(type_: &str, status: ConditionStatus, reason: &str, at: i64) -> Condition {
-        Condition {
-            type_: type_.into(),
-            status,
-            reason: reason.into(),
-            message: String::new(),
-            last_transition_time: Timestamp::from_second(at).unwrap(),
-            observed_generation: None,
-        }
+        let at = Timestamp::from_second(at).unwrap();
+        Condition::new(type_, status, reason, String::new(), None, at)
     }
 
     #[test]

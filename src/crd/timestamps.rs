@@ -44,13 +44,7 @@ pub fn updated_at(meta: &ObjectMeta) -> Timestamp {
         .as_ref()
         .and_then(|a| a.get(UPDATED_AT_ANNOTATION))
         .and_then(|v| v.parse().ok());
-    let managed = meta
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|f| f.subresource.as_deref() != Some("status"))
-        .filter_map(|f| f.time.as_ref().map(k8s_time))
-        .max();
+    let managed = newest_spec_write(meta);
     let newest = match (annotated, managed) {
         // managedFields have second precision: prefer the precise annotation when
         // both fall in the same second.
@@ -66,20 +60,23 @@ pub fn updated_at(meta: &ObjectMeta) -> Timestamp {
 /// newest non-status write time), for caches: managedFields list every field each
 /// writer set, often outweighing the object itself.
 pub fn compact_managed_fields(meta: &mut ObjectMeta) {
-    let Some(fields) = meta.managed_fields.take() else {
-        return;
-    };
-    let newest = fields
-        .into_iter()
-        .filter(|f| f.subresource.as_deref() != Some("status"))
-        .filter_map(|f| f.time)
-        .max_by_key(|t| t.0);
+    let newest = newest_spec_write(meta);
     meta.managed_fields = newest.map(|time| {
         vec![ManagedFieldsEntry {
-            time: Some(time),
+            time: Some(Time(time)),
             ..Default::default()
         }]
     });
+}
+
+/// The newest non-status managedFields time: the last write of spec or metadata.
+fn newest_spec_write(meta: &ObjectMeta) -> Option<Timestamp> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.as_deref() != Some("status"))
+        .filter_map(|f| f.time.as_ref().map(k8s_time))
+        .max()
 }
 
 /// Annotations every object Flowline creates carries.

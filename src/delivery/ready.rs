@@ -22,14 +22,7 @@ pub fn apply(status: &mut WebhookStatus, generation: Option<i64>, now: Timestamp
     };
     set_condition(
         &mut status.conditions,
-        Condition {
-            type_: READY.into(),
-            status: condition_status,
-            reason: reason.into(),
-            message,
-            last_transition_time: now,
-            observed_generation: generation,
-        },
+        Condition::new(READY, condition_status, reason, message, generation, now),
     );
     status.observed_generation = generation;
 }

@@ -37,14 +37,14 @@ pub fn apply(status: &mut RunStatus, generation: Option<i64>, now: Timestamp) {
     let (condition_status, reason, message) = succeeded(status);
     set_condition(
         &mut status.conditions,
-        Condition {
-            type_: SUCCEEDED.into(),
-            status: condition_status,
-            reason: reason.into(),
+        Condition::new(
+            SUCCEEDED,
+            condition_status,
+            reason,
             message,
-            last_transition_time: now,
-            observed_generation: generation,
-        },
+            generation,
+            now,
+        ),
     );
     status.observed_generation = generation;
 }

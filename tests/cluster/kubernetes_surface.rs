@@ -3,28 +3,24 @@
 //! columns, and a Webhook's `Ready` condition and observed generation. Everything
 //! here goes through kubectl against an operator process, as a cluster admin would.
 
-use crate::support::{Process, TestNamespace, kubectl_path, ready, text};
-use std::process::Command;
+use crate::support::{Process, TestNamespace, ready, text};
 
 fn applied(ns: &TestNamespace, manifest: &str) {
     let out = ns.kubectl_apply(manifest);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
+/// A namespace with an operator process reconciling it, ready.
+async fn operated(prefix: &str) -> (TestNamespace, Process) {
+    let ns = TestNamespace::new(prefix).await;
+    let (operator, port) = Process::operator(&ns, &[]);
+    ready(port).await;
+    (ns, operator)
+}
+
 /// `kubectl wait … --for=<condition> <object>` in `ns`; the output when it held.
 fn wait_for(ns: &TestNamespace, condition: &str, object: &str) -> String {
-    let out = Command::new(kubectl_path())
-        .args([
-            "-n",
-            &ns.name,
-            "wait",
-            "--timeout=90s",
-            "--for",
-            condition,
-            object,
-        ])
-        .output()
-        .unwrap();
+    let out = ns.kubectl(&["wait", "--timeout=90s", "--for", condition, object]);
     assert!(
         out.status.success(),
         "kubectl wait --for {condition} {object}: {}{}",
@@ -56,9 +52,7 @@ fn run(name: &str, workflow: &str) -> String {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn kubectl_waits_for_runs_and_selects_them_by_phase_and_workflow() {
-    let ns = TestNamespace::new("k8s-runs").await;
-    let (_operator, port) = Process::operator(&ns, &[]);
-    ready(port).await;
+    let (ns, _operator) = operated("k8s-runs").await;
     applied(&ns, &workflow("works", "transform"));
     applied(&ns, &workflow("breaks", "fail"));
     applied(&ns, &run("works-1", "works"));
@@ -137,9 +131,7 @@ async fn kubectl_waits_for_runs_and_selects_them_by_phase_and_workflow() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn a_webhook_is_ready_for_its_current_generation() {
-    let ns = TestNamespace::new("k8s-hook").await;
-    let (_operator, port) = Process::operator(&ns, &[]);
-    ready(port).await;
+    let (ns, _operator) = operated("k8s-hook").await;
     let hook = |events: &str| {
         format!(
             "apiVersion: flowline.io/v1\nkind: Webhook\nmetadata:\n  name: wh\nspec:\n  url: https://receiver.example.com/hook\n  events: [{events}]\n"
