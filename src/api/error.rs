@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 /// A field-level validation problem (`details[]` of a `validation_error`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FieldError {
     pub field: String,
     pub message: String,
@@ -191,17 +191,31 @@ impl From<kube::Error> for ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
+/// The body of every error response; also its schema (`Error`) in the OpenAPI document.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody<'a> {
     error: ErrorObject<'a>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ErrorObject<'a> {
+    #[schema(schema_with = error_code_schema)]
     code: &'a str,
+    /// Human text; never internals.
     message: String,
+    /// For `validation_error`: each problem with the path of its field (`steps[1].action`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<FieldError>>, nullable = false)]
     details: Option<&'a [FieldError]>,
+}
+
+/// `code` is one of the documented codes.
+fn error_code_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(super::openapi::ERROR_CODES.iter().copied()))
+        .build()
 }
 
 impl IntoResponse for ApiError {

@@ -140,7 +140,7 @@ fn owned_secret(wf: &Workflow, value: &str) -> Secret {
     }
 }
 
-#[utoipa::path(post, path = "/v1/workflows/{id}/hook-secret/rotate", tag = "workflows",
+#[utoipa::path(post, path = "/v1/workflows/{id}/hook-secret/rotate", operation_id = "workflows.rotateHookSecret", tag = "workflows",
     description = "Scope: `write`. Replaces the inbound secret of a webhook-triggered workflow; the previous one stops verifying at once.",
     params(("id" = String, Path, description = "Workflow id")),
     responses((status = 200, description = "The new secret, shown only here", body = HookSecret),

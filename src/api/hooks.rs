@@ -111,7 +111,7 @@ pub fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
         .collect()
 }
 
-#[utoipa::path(post, path = "/v1/hooks/{workflow_id}", tag = "hooks",
+#[utoipa::path(post, path = "/v1/hooks/{workflow_id}", operation_id = "hooks.receive", tag = "hooks",
     description = "No API key: signed with the workflow's inbound secret (Standard Webhooks: \
         `webhook-id`, `webhook-timestamp`, `webhook-signature`). Starts a run of an active \
         webhook-triggered workflow with the body (a JSON object) as `trigger.payload`. A repeated \

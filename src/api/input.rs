@@ -1,22 +1,270 @@
-//! Request bodies: parsed from JSON by hand so every problem is reported with the
-//! exact field (`steps[1].action`) instead of a serde message.
+//! Request bodies. Each body is a type that serde reads (`deny_unknown_fields`, so an
+//! unknown field is refused) and utoipa documents: the type the handlers deserialize is
+//! the schema in `/v1/openapi.json`. A shape problem (unknown field, wrong type, unknown
+//! enum value) is a `validation_error` naming the field's path (`steps[1].action`); then
+//! the rules a schema cannot say (cron, time zones, DNS labels, an action's inputs,
+//! duplicates) are checked, every problem reported with its path.
 
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 use super::auth::Scope;
 use super::error::{ApiError, FieldError};
 use crate::controller::schedule::Schedule;
 use crate::crd::{
     Action, Concurrency, ConcurrencyPolicy, EventKind, Executor, MAX_CONCURRENCY_KEY,
-    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, RetryPolicy, Step, Trigger, TriggerType,
+    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, Step, Trigger, TriggerType,
     WorkflowState,
 };
 
-const MAX_NAME: usize = 200;
-const MAX_DESCRIPTION: usize = 2000;
-const MAX_STEPS: usize = crate::crd::MAX_STEPS;
+pub const MAX_NAME: usize = 200;
+pub const MAX_DESCRIPTION: usize = 2000;
+pub const MAX_WHEN: usize = 1000;
+pub const MAX_WEBHOOK_URL: usize = 2048;
+pub const MAX_STEP_TIMEOUT_MS: u64 = 86_400_000;
+pub const MAX_ATTEMPTS: u32 = 20;
+pub const MAX_BACKOFF_MS: u64 = 3_600_000;
+const _: () = assert!(
+    MAX_NAME == 200
+        && MAX_DESCRIPTION == 2000
+        && MAX_WHEN == 1000
+        && MAX_WEBHOOK_URL == 2048
+        && MAX_STEP_TIMEOUT_MS == 86_400_000
+        && MAX_ATTEMPTS == 20
+        && MAX_BACKOFF_MS == 3_600_000
+        && MAX_STEPS == 100
+        && MAX_RUN_TIMEOUT_MS == 604_800_000
+        && MAX_CONCURRENCY_LIMIT == 10_000
+        && MAX_CONCURRENCY_KEY == 500,
+    "keep the #[schema(...)] bounds below in step"
+);
 
-/// Collects field problems while a body is read.
+/// Body of `POST /v1/workflows`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "Order sync", "description": "Copies new orders to the ledger",
+    "trigger": {"type": "schedule", "cron": "*/5 * * * *", "timezone": "Europe/Paris"}})))]
+pub struct WorkflowCreate {
+    /// Display name; any text.
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
+    pub name: String,
+    #[schema(max_length = 2000)]
+    pub description: Option<String>,
+    /// Default `manual`. `webhook` makes an inbound secret, returned once as `hook_secret`.
+    pub trigger: Option<TriggerInput>,
+}
+
+/// `trigger` of a workflow.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerInput {
+    #[serde(rename = "type")]
+    pub type_: TriggerType,
+    /// Five-field cron expression; required for `schedule`, refused otherwise.
+    #[schema(pattern = "^[0-9A-Za-z*,/?-]+( [0-9A-Za-z*,/?-]+){4}$")]
+    pub cron: Option<String>,
+    /// IANA time zone, e.g. `Europe/Paris`; only for `schedule` (default `UTC`).
+    pub timezone: Option<String>,
+}
+
+/// Body of `PATCH /v1/workflows/{id}`: at least one of these fields; each given field
+/// replaces the stored one.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = WorkflowPatch, min_properties = 1,
+    examples(json!({"state": "active", "steps": [
+        {"id": "fetch", "action": "http.request", "with": {"url": "https://shop.example/orders"},
+         "retry": {"max_attempts": 3}, "timeout_ms": 30000},
+        {"id": "count", "action": "transform", "with": {"value": "{{ steps.fetch.output.body.total }}"}}]})))]
+pub struct WorkflowPatchBody {
+    #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false, min_length = 1, max_length = 200, pattern = r"\S")]
+    pub name: Option<String>,
+    /// `null` removes the description.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>, max_length = 2000)]
+    pub description: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false)]
+    pub state: Option<WorkflowState>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false)]
+    pub trigger: Option<TriggerInput>,
+    /// `null` returns to the operator's default executor.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<Executor>)]
+    pub executor: Option<Option<Executor>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(nullable = false, max_items = 100)]
+    pub steps: Option<Vec<StepInput>>,
+    /// Longest a run may take, in milliseconds from its start (at most 7 days); `null`
+    /// removes the limit.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 604_800_000)]
+    pub timeout_ms: Option<Option<u64>>,
+    /// How many runs may execute at once; `null` removes the limit.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<ConcurrencyInput>)]
+    pub concurrency: Option<Option<ConcurrencyInput>>,
+}
+
+/// A step as written in `PATCH /v1/workflows/{id}`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepInput {
+    /// Unique in the workflow; later steps read `steps.<id>.output`.
+    #[schema(
+        pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        min_length = 1,
+        max_length = 63
+    )]
+    pub id: String,
+    /// Display name; defaults to the id.
+    #[schema(max_length = 200)]
+    pub name: Option<String>,
+    pub action: Action,
+    /// Inputs of the action; string values may hold `{{ … }}` templates.
+    /// `http.request`: `url` (required), `method`, `headers`, `query`, `body`,
+    /// `expect_status`. `transform`: `value` (required). `delay`: `ms` (required).
+    /// `fail`: `message`. `container`: `image` (required), `command`, `args`, `env`.
+    #[schema(value_type = Option<Object>)]
+    pub with: Option<Map<String, Value>>,
+    pub retry: Option<RetryInput>,
+    /// Timeout of one attempt, in milliseconds.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub timeout_ms: Option<u64>,
+    /// Boolean expression over the template context; false skips the step.
+    #[schema(min_length = 1, max_length = 1000, pattern = r"\S")]
+    pub when: Option<String>,
+}
+
+/// `retry` of a step; absent fields take their defaults (1 attempt, 1000 ms, factor 2).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryInput {
+    /// Attempts in all, the first included.
+    #[schema(minimum = 1, maximum = 20)]
+    pub max_attempts: Option<u32>,
+    /// Delay before the second attempt, in milliseconds.
+    #[schema(minimum = 0, maximum = 3_600_000)]
+    pub backoff_ms: Option<u64>,
+    /// Factor the delay grows by after each attempt (jitter is added).
+    #[schema(minimum = 1, maximum = 10)]
+    pub backoff_factor: Option<f64>,
+}
+
+/// `concurrency` of a workflow.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyInput {
+    /// Runs of one group that may execute at once.
+    #[schema(minimum = 1, maximum = 10_000)]
+    pub limit: u32,
+    /// Template over the trigger, e.g. `{{ trigger.payload.customer }}`; absent = one
+    /// group per workflow.
+    #[schema(min_length = 1, max_length = 500, pattern = r"\S")]
+    pub key: Option<String>,
+    /// Default `queue`.
+    pub policy: Option<ConcurrencyPolicy>,
+}
+
+/// Optional body of `POST /v1/workflows/{id}/runs`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"payload": {"order_id": 42}})))]
+pub struct RunCreate {
+    /// Readable by the steps as `trigger.payload`.
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<Map<String, Value>>,
+}
+
+/// Optional body of `POST /v1/runs/{id}/retry`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"from": "failed"})))]
+pub struct RetryCreate {
+    /// Default `failed`.
+    pub from: Option<RetryFrom>,
+}
+
+/// Where a retry starts (`POST /v1/runs/{id}/retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = RetryStart)]
+pub enum RetryFrom {
+    /// At the first step that did not succeed; the steps before it keep their results.
+    Failed,
+    /// At the first step: everything runs again.
+    Start,
+}
+
+/// Body of `POST /v1/webhooks`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"url": "https://hooks.example/flowline", "events": ["run.failed", "run.succeeded"]})))]
+pub struct WebhookCreate {
+    /// `https://` address that receives the events.
+    #[schema(format = "uri", max_length = 2048)]
+    pub url: String,
+    /// Event kinds to deliver, each at most once.
+    #[schema(min_items = 1, max_items = 6)]
+    pub events: Vec<EventKind>,
+    /// Only this workflow's events; omit for all workflows.
+    #[schema(min_length = 1, max_length = 253)]
+    pub workflow_id: Option<String>,
+}
+
+/// Body of `POST /v1/api-keys`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"name": "ci", "scopes": ["read", "execute"]})))]
+pub struct ApiKeyCreate {
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
+    pub name: String,
+    #[schema(min_items = 1)]
+    pub scopes: Vec<Scope>,
+}
+
+/// A field that may be absent but not `null` (`#[serde(default)]` gives `None` when
+/// absent; `null` is refused by `T`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// A field where `null` means something (`Some(None)`): absent is `None`.
+fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// Reads `body` as `T`. The first shape problem is a `validation_error` on its path.
+fn shaped<T: DeserializeOwned>(body: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(|err| {
+        let path = err.path().to_string();
+        let message = err.into_inner().to_string();
+        ApiError::field(field_of(&path, &message), message)
+    })
+}
+
+/// The path a shape error is about. serde_path_to_error's path ends at the offending
+/// field, but for a missing one it is the object's, and serde names the field only in
+/// its message.
+fn field_of(path: &str, message: &str) -> String {
+    let missing = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    match (path, missing) {
+        (".", Some(name)) => name.to_string(),
+        (".", None) => "body".to_string(),
+        (path, Some(name)) => format!("{path}.{name}"),
+        (path, None) => path.to_string(),
+    }
+}
+
+/// Collects field problems while a body is checked.
 #[derive(Default)]
 struct Problems(Vec<FieldError>);
 
@@ -34,32 +282,13 @@ impl Problems {
     }
 }
 
-fn object(body: Value) -> Result<Map<String, Value>, ApiError> {
-    match body {
-        Value::Object(map) => Ok(map),
-        _ => Err(ApiError::field("body", "must be a JSON object")),
+/// Checks a text's length (in characters) and, when `required`, that it is not blank.
+fn text(s: &str, field: &str, max: usize, required: bool, p: &mut Problems) {
+    if required && s.trim().is_empty() {
+        p.add(field, "must not be empty");
+    } else if s.chars().count() > max {
+        p.add(field, format!("must be at most {max} characters"));
     }
-}
-
-fn reject_unknown(map: &Map<String, Value>, known: &[&str], prefix: &str, p: &mut Problems) {
-    for key in map.keys().filter(|k| !known.contains(&k.as_str())) {
-        p.add(
-            format!("{prefix}{key}"),
-            format!("unknown field; allowed: {}", known.join(", ")),
-        );
-    }
-}
-
-fn text(v: &Value, field: &str, max: usize, required: bool, p: &mut Problems) -> Option<String> {
-    match v {
-        Value::String(s) if required && s.trim().is_empty() => p.add(field, "must not be empty"),
-        Value::String(s) if s.chars().count() > max => {
-            p.add(field, format!("must be at most {max} characters"))
-        }
-        Value::String(s) => return Some(s.clone()),
-        _ => p.add(field, "must be a string"),
-    }
-    None
 }
 
 pub struct CreateWorkflow {
@@ -70,28 +299,16 @@ pub struct CreateWorkflow {
 }
 
 pub fn create_workflow(body: Value) -> Result<CreateWorkflow, ApiError> {
-    let map = object(body)?;
+    let body: WorkflowCreate = shaped(body)?;
     let mut p = Problems::default();
-    reject_unknown(&map, &["name", "description", "trigger"], "", &mut p);
-    let trigger = match map.get("trigger") {
-        None | Some(Value::Null) => None,
-        Some(v) => trigger(v, &mut p),
-    };
-    let name = match map.get("name") {
-        None | Some(Value::Null) => {
-            p.add("name", "is required");
-            None
-        }
-        Some(v) => text(v, "name", MAX_NAME, true, &mut p),
-    };
-    let description = match map.get("description") {
-        None | Some(Value::Null) => None,
-        Some(v) => text(v, "description", MAX_DESCRIPTION, false, &mut p),
-    };
-    p.finish(())?;
-    Ok(CreateWorkflow {
-        name: name.unwrap_or_default(),
-        description,
+    text(&body.name, "name", MAX_NAME, true, &mut p);
+    if let Some(d) = &body.description {
+        text(d, "description", MAX_DESCRIPTION, false, &mut p);
+    }
+    let trigger = body.trigger.map(|t| trigger(t, &mut p));
+    p.finish(CreateWorkflow {
+        name: body.name,
+        description: body.description,
         trigger,
     })
 }
@@ -114,144 +331,94 @@ pub struct WorkflowPatch {
 }
 
 pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
-    let map = object(body)?;
-    let mut p = Problems::default();
-    reject_unknown(
-        &map,
-        &[
-            "name",
-            "description",
-            "state",
-            "trigger",
-            "executor",
-            "steps",
-            "timeout_ms",
-            "concurrency",
-        ],
-        "",
-        &mut p,
-    );
-    let mut patch = WorkflowPatch::default();
-    if let Some(v) = map.get("name") {
-        patch.name = text(v, "name", MAX_NAME, true, &mut p);
-    }
-    if let Some(v) = map.get("description") {
-        patch.description = Some(match v {
-            Value::Null => None,
-            v => text(v, "description", MAX_DESCRIPTION, false, &mut p),
-        });
-    }
-    if let Some(v) = map.get("state") {
-        patch.state = match v.as_str() {
-            Some("draft") => Some(WorkflowState::Draft),
-            Some("active") => Some(WorkflowState::Active),
-            Some("paused") => Some(WorkflowState::Paused),
-            _ => {
-                p.add("state", "must be one of: draft, active, paused");
-                None
-            }
-        };
-    }
-    if let Some(v) = map.get("trigger") {
-        patch.trigger = trigger(v, &mut p);
-    }
-    if let Some(v) = map.get("executor") {
-        patch.executor = match v {
-            Value::Null => Some(None),
-            Value::String(s) if s == "inline" => Some(Some(Executor::Inline)),
-            Value::String(s) if s == "job" => Some(Some(Executor::Job)),
-            _ => {
-                p.add(
-                    "executor",
-                    "must be one of: inline, job (or null for the operator default)",
-                );
-                None
-            }
-        };
-    }
-    if let Some(v) = map.get("steps") {
-        patch.steps = steps(v, &mut p);
-    }
-    if let Some(v) = map.get("timeout_ms") {
-        patch.timeout_ms = run_timeout(v, &mut p);
-    }
-    if let Some(v) = map.get("concurrency") {
-        patch.concurrency = concurrency(v, &mut p);
-    }
-    if map.is_empty() {
-        p.add(
+    if body.as_object().is_some_and(Map::is_empty) {
+        return Err(ApiError::field(
             "body",
             "give at least one of: name, description, state, trigger, executor, steps, \
              timeout_ms, concurrency",
+        ));
+    }
+    let body: WorkflowPatchBody = shaped(body)?;
+    let mut p = Problems::default();
+    if let Some(name) = &body.name {
+        text(name, "name", MAX_NAME, true, &mut p);
+    }
+    if let Some(Some(d)) = &body.description {
+        text(d, "description", MAX_DESCRIPTION, false, &mut p);
+    }
+    if let Some(Some(ms)) = body.timeout_ms
+        && !(1..=MAX_RUN_TIMEOUT_MS).contains(&ms)
+    {
+        p.add(
+            "timeout_ms",
+            format!(
+                "must be an integer from 1 to {MAX_RUN_TIMEOUT_MS} (7 days), or null for no \
+                 run timeout"
+            ),
         );
     }
+    let patch = WorkflowPatch {
+        name: body.name,
+        description: body.description,
+        state: body.state,
+        trigger: body.trigger.map(|t| trigger(t, &mut p)),
+        executor: body.executor,
+        steps: body.steps.map(|s| steps(s, &mut p)),
+        timeout_ms: body.timeout_ms,
+        concurrency: body.concurrency.map(|c| c.map(|c| concurrency(c, &mut p))),
+    };
     p.finish(patch)
 }
 
-fn trigger(v: &Value, p: &mut Problems) -> Option<Trigger> {
-    let Value::Object(map) = v else {
-        p.add("trigger", "must be an object");
-        return None;
-    };
-    reject_unknown(map, &["type", "cron", "timezone"], "trigger.", p);
-    let without_schedule = |type_: TriggerType, p: &mut Problems| {
-        for extra in ["cron", "timezone"] {
-            if map.get(extra).is_some_and(|v| !v.is_null()) {
+fn trigger(t: TriggerInput, p: &mut Problems) -> Trigger {
+    if t.type_ != TriggerType::Schedule {
+        for (extra, given) in [
+            ("cron", t.cron.is_some()),
+            ("timezone", t.timezone.is_some()),
+        ] {
+            if given {
                 p.add(
                     format!("trigger.{extra}"),
                     "is only allowed when trigger.type is schedule",
                 );
             }
         }
-        Some(Trigger {
-            type_,
+        return Trigger {
+            type_: t.type_,
             cron: None,
             timezone: None,
-        })
-    };
-    match map.get("type").and_then(Value::as_str) {
-        Some("manual") => without_schedule(TriggerType::Manual, p),
-        Some("webhook") => without_schedule(TriggerType::Webhook, p),
-        Some("schedule") => {
-            let cron = match map.get("cron") {
-                Some(Value::String(c)) if is_cron(c) => Some(c.trim().to_string()),
-                Some(Value::String(c)) => {
-                    let why = match Schedule::parse(c.trim(), None) {
-                        Err(e) => format!(": {e}"),
-                        Ok(_) => String::new(),
-                    };
-                    p.add(
-                        "trigger.cron",
-                        format!("must be a 5-field cron expression, e.g. */5 * * * *{why}"),
-                    );
-                    None
-                }
-                _ => {
-                    p.add("trigger.cron", "is required when trigger.type is schedule");
-                    None
-                }
+        };
+    }
+    let cron = match t.cron {
+        Some(c) if is_cron(&c) => Some(c.trim().to_string()),
+        Some(c) => {
+            let why = match Schedule::parse(c.trim(), None) {
+                Err(e) => format!(": {e}"),
+                Ok(_) => String::new(),
             };
-            let timezone = match map.get("timezone") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(tz)) if jiff::tz::db().get(tz).is_ok() => Some(tz.clone()),
-                Some(_) => {
-                    p.add(
-                        "trigger.timezone",
-                        "must be an IANA time zone, e.g. Europe/Paris",
-                    );
-                    None
-                }
-            };
-            Some(Trigger {
-                type_: TriggerType::Schedule,
-                cron,
-                timezone,
-            })
-        }
-        _ => {
-            p.add("trigger.type", "must be one of: manual, schedule, webhook");
+            p.add(
+                "trigger.cron",
+                format!("must be a 5-field cron expression, e.g. */5 * * * *{why}"),
+            );
             None
         }
+        None => {
+            p.add("trigger.cron", "is required when trigger.type is schedule");
+            None
+        }
+    };
+    if let Some(tz) = &t.timezone
+        && jiff::tz::db().get(tz).is_err()
+    {
+        p.add(
+            "trigger.timezone",
+            "must be an IANA time zone, e.g. Europe/Paris",
+        );
+    }
+    Trigger {
+        type_: TriggerType::Schedule,
+        cron,
+        timezone: t.timezone,
     }
 }
 
@@ -272,126 +439,57 @@ fn is_dns_label(s: &str) -> bool {
         && bytes[bytes.len() - 1] != b'-'
 }
 
-fn action(s: &str) -> Option<Action> {
-    [
-        Action::HttpRequest,
-        Action::Transform,
-        Action::Delay,
-        Action::Fail,
-        Action::Container,
-    ]
-    .into_iter()
-    .find(|a| a.as_str() == s)
-}
-
-fn steps(v: &Value, p: &mut Problems) -> Option<Vec<Step>> {
-    let Value::Array(items) = v else {
-        p.add("steps", "must be an array");
-        return None;
-    };
+fn steps(items: Vec<StepInput>, p: &mut Problems) -> Vec<Step> {
     if items.len() > MAX_STEPS {
         p.add("steps", format!("at most {MAX_STEPS} steps"));
-        return None;
+        return Vec::new();
     }
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
+    let mut out: Vec<Step> = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
         let at = format!("steps[{i}]");
-        if let Some(step) = step(item, &at, p) {
-            if out.iter().any(|s: &Step| s.id == step.id) {
-                p.add(
-                    format!("{at}.id"),
-                    format!("duplicate step id {:?}", step.id),
-                );
-            }
-            out.push(step);
-        }
-    }
-    Some(out)
-}
-
-fn step(v: &Value, at: &str, p: &mut Problems) -> Option<Step> {
-    let Value::Object(map) = v else {
-        p.add(at, "must be an object");
-        return None;
-    };
-    let before = p.0.len();
-    reject_unknown(
-        map,
-        &[
-            "id",
-            "name",
-            "action",
-            "with",
-            "retry",
-            "timeout_ms",
-            "when",
-        ],
-        &format!("{at}."),
-        p,
-    );
-    let id = match map.get("id").and_then(Value::as_str) {
-        Some(id) if is_dns_label(id) => id.to_string(),
-        _ => {
+        if out.iter().any(|s| s.id == item.id) {
             p.add(
                 format!("{at}.id"),
-                "is required and must be a DNS label (lowercase letters, digits, '-')",
+                format!("duplicate step id {:?}", item.id),
             );
-            String::new()
         }
-    };
-    let name = match map.get("name") {
-        None | Some(Value::Null) => None,
-        Some(v) => text(v, &format!("{at}.name"), MAX_NAME, false, p),
-    };
-    let action = match map.get("action").and_then(Value::as_str).and_then(action) {
-        Some(a) => a,
-        None => {
-            p.add(
-                format!("{at}.action"),
-                "must be one of: http.request, transform, delay, fail, container",
-            );
-            Action::Fail
-        }
-    };
-    let with = match map.get("with") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(w)) => Some(Value::Object(w.clone())),
-        Some(_) => {
-            p.add(format!("{at}.with"), "must be an object");
-            None
-        }
-    };
-    check_action_inputs(action, with.as_ref(), &format!("{at}.with"), p);
-    let retry = match map.get("retry") {
-        None | Some(Value::Null) => None,
-        Some(v) => retry(v, &format!("{at}.retry"), p),
-    };
-    let timeout_ms = match map.get("timeout_ms") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(ms) if (1..=86_400_000).contains(&ms) => Some(ms),
-            _ => {
-                p.add(
-                    format!("{at}.timeout_ms"),
-                    "must be an integer from 1 to 86400000",
-                );
-                None
-            }
-        },
-    };
-    let when = match map.get("when") {
-        None | Some(Value::Null) => None,
-        Some(v) => text(v, &format!("{at}.when"), 1000, true, p),
-    };
-    (p.0.len() == before).then_some(Step {
-        id,
-        name,
-        action,
+        out.push(step(item, &at, p));
+    }
+    out
+}
+
+fn step(s: StepInput, at: &str, p: &mut Problems) -> Step {
+    if !is_dns_label(&s.id) {
+        p.add(
+            format!("{at}.id"),
+            "must be a DNS label (lowercase letters, digits, '-')",
+        );
+    }
+    if let Some(name) = &s.name {
+        text(name, &format!("{at}.name"), MAX_NAME, false, p);
+    }
+    let with = s.with.map(Value::Object);
+    check_action_inputs(s.action, with.as_ref(), &format!("{at}.with"), p);
+    if let Some(ms) = s.timeout_ms
+        && !(1..=MAX_STEP_TIMEOUT_MS).contains(&ms)
+    {
+        p.add(
+            format!("{at}.timeout_ms"),
+            format!("must be an integer from 1 to {MAX_STEP_TIMEOUT_MS}"),
+        );
+    }
+    if let Some(when) = &s.when {
+        text(when, &format!("{at}.when"), MAX_WHEN, true, p);
+    }
+    Step {
+        id: s.id,
+        name: s.name,
+        action: s.action,
         with,
-        retry,
-        timeout_ms,
-        when,
-    })
+        retry: s.retry.map(|r| retry(r, &format!("{at}.retry"), p)),
+        timeout_ms: s.timeout_ms,
+        when: s.when,
+    }
 }
 
 /// Inputs each action cannot do without. Values may be templates, so only
@@ -441,263 +539,136 @@ fn check_action_inputs(action: Action, with: Option<&Value>, at: &str, p: &mut P
     }
 }
 
-fn retry(v: &Value, at: &str, p: &mut Problems) -> Option<RetryPolicy> {
-    let Value::Object(map) = v else {
-        p.add(at, "must be an object");
-        return None;
-    };
-    reject_unknown(
-        map,
-        &["max_attempts", "backoff_ms", "backoff_factor"],
-        &format!("{at}."),
-        p,
-    );
+fn retry(r: RetryInput, at: &str, p: &mut Problems) -> RetryPolicy {
     let mut policy = RetryPolicy::default();
-    if let Some(v) = map.get("max_attempts") {
-        match v.as_u64() {
-            Some(n) if (1..=20).contains(&n) => policy.max_attempts = n as u32,
-            _ => p.add(
+    if let Some(n) = r.max_attempts {
+        if (1..=MAX_ATTEMPTS).contains(&n) {
+            policy.max_attempts = n;
+        } else {
+            p.add(
                 format!("{at}.max_attempts"),
-                "must be an integer from 1 to 20",
-            ),
+                format!("must be an integer from 1 to {MAX_ATTEMPTS}"),
+            );
         }
     }
-    if let Some(v) = map.get("backoff_ms") {
-        match v.as_u64() {
-            Some(n) if n <= 3_600_000 => policy.backoff_ms = n,
-            _ => p.add(
+    if let Some(ms) = r.backoff_ms {
+        if ms <= MAX_BACKOFF_MS {
+            policy.backoff_ms = ms;
+        } else {
+            p.add(
                 format!("{at}.backoff_ms"),
-                "must be an integer from 0 to 3600000",
-            ),
+                format!("must be an integer from 0 to {MAX_BACKOFF_MS}"),
+            );
         }
     }
-    if let Some(v) = map.get("backoff_factor") {
-        match v.as_f64() {
-            Some(f) if (1.0..=10.0).contains(&f) => policy.backoff_factor = f,
-            _ => p.add(
+    if let Some(f) = r.backoff_factor {
+        if (1.0..=10.0).contains(&f) {
+            policy.backoff_factor = f;
+        } else {
+            p.add(
                 format!("{at}.backoff_factor"),
                 "must be a number from 1 to 10",
-            ),
-        }
-    }
-    Some(policy)
-}
-
-/// A workflow's `timeout_ms`: `Some(None)` for null (no timeout).
-fn run_timeout(v: &Value, p: &mut Problems) -> Option<Option<u64>> {
-    match v {
-        Value::Null => Some(None),
-        v => match v.as_u64() {
-            Some(ms) if (1..=MAX_RUN_TIMEOUT_MS).contains(&ms) => Some(Some(ms)),
-            _ => {
-                p.add(
-                    "timeout_ms",
-                    format!(
-                        "must be an integer from 1 to {MAX_RUN_TIMEOUT_MS} (7 days), or null \
-                         for no run timeout"
-                    ),
-                );
-                None
-            }
-        },
-    }
-}
-
-/// A workflow's `concurrency`: `Some(None)` for null (no limit).
-fn concurrency(v: &Value, p: &mut Problems) -> Option<Option<Concurrency>> {
-    let map = match v {
-        Value::Null => return Some(None),
-        Value::Object(map) => map,
-        _ => {
-            p.add("concurrency", "must be an object, or null for no limit");
-            return None;
-        }
-    };
-    let before = p.0.len();
-    reject_unknown(map, &["limit", "key", "policy"], "concurrency.", p);
-    let limit = match map.get("limit").map(Value::as_u64) {
-        Some(Some(n)) if (1..=u64::from(MAX_CONCURRENCY_LIMIT)).contains(&n) => n as u32,
-        _ => {
-            p.add(
-                "concurrency.limit",
-                format!("is required: an integer from 1 to {MAX_CONCURRENCY_LIMIT}"),
             );
-            0
         }
-    };
-    let key = match map.get("key") {
-        None | Some(Value::Null) => None,
-        Some(v) => text(v, "concurrency.key", MAX_CONCURRENCY_KEY, true, p),
-    };
-    if let Some(Err(reason)) = key.as_deref().map(crate::engine::concurrency_key::check) {
-        p.add("concurrency.key", reason);
     }
-    let policy = match map.get("policy") {
-        None | Some(Value::Null) => ConcurrencyPolicy::Queue,
-        Some(v) => match serde_json::from_value(v.clone()) {
-            Ok(policy) => policy,
-            Err(_) => {
-                p.add(
-                    "concurrency.policy",
-                    "must be one of: queue, cancel_in_progress, cancel_newest",
-                );
-                ConcurrencyPolicy::Queue
-            }
-        },
-    };
-    (p.0.len() == before).then_some(Some(Concurrency { limit, key, policy }))
+    policy
 }
 
-/// The optional body of `POST /v1/workflows/{id}/runs`.
-pub fn run_request(body: Option<Value>) -> Result<Option<Value>, ApiError> {
-    let Some(body) = body else { return Ok(None) };
-    let map = object(body)?;
-    let mut p = Problems::default();
-    reject_unknown(&map, &["payload"], "", &mut p);
-    let payload = match map.get("payload") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(o)) => Some(Value::Object(o.clone())),
-        Some(_) => {
-            p.add("payload", "must be an object");
-            None
+/// A workflow's `concurrency`.
+fn concurrency(c: ConcurrencyInput, p: &mut Problems) -> Concurrency {
+    if !(1..=MAX_CONCURRENCY_LIMIT).contains(&c.limit) {
+        p.add(
+            "concurrency.limit",
+            format!("must be an integer from 1 to {MAX_CONCURRENCY_LIMIT}"),
+        );
+    }
+    if let Some(key) = &c.key {
+        text(key, "concurrency.key", MAX_CONCURRENCY_KEY, true, p);
+        if let Err(reason) = crate::engine::concurrency_key::check(key) {
+            p.add("concurrency.key", reason);
         }
+    }
+    Concurrency {
+        limit: c.limit,
+        key: c.key,
+        policy: c.policy.unwrap_or_default(),
+    }
+}
+
+/// The optional body of `POST /v1/workflows/{id}/runs`: its payload. A JSON `null`
+/// is no body, as the document says (generated clients send it for "no body").
+pub fn run_request(body: Option<Value>) -> Result<Option<Value>, ApiError> {
+    let Some(body) = body.filter(|b| !b.is_null()) else {
+        return Ok(None);
     };
-    p.finish(payload)
+    let body: RunCreate = shaped(body)?;
+    Ok(body.payload.map(Value::Object))
 }
 
-/// Where a retry starts (`POST /v1/runs/{id}/retry`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryFrom {
-    /// At the first step that did not succeed; the steps before it keep their results.
-    Failed,
-    /// At the first step: everything runs again.
-    Start,
-}
-
-/// The optional body of `POST /v1/runs/{id}/retry`: `{"from": "failed" | "start"}`.
+/// The optional body of `POST /v1/runs/{id}/retry`: `{"from": "failed" | "start"}`;
+/// a JSON `null` is no body.
 pub fn retry_request(body: Option<Value>) -> Result<RetryFrom, ApiError> {
-    let Some(body) = body else {
+    let Some(body) = body.filter(|b| !b.is_null()) else {
         return Ok(RetryFrom::Failed);
     };
-    let map = object(body)?;
-    let mut p = Problems::default();
-    reject_unknown(&map, &["from"], "", &mut p);
-    let from = match map.get("from") {
-        None | Some(Value::Null) => RetryFrom::Failed,
-        Some(v) if v == "failed" => RetryFrom::Failed,
-        Some(v) if v == "start" => RetryFrom::Start,
-        Some(_) => {
-            p.add("from", "must be one of: failed, start");
-            RetryFrom::Failed
-        }
-    };
-    p.finish(from)
+    let body: RetryCreate = shaped(body)?;
+    Ok(body.from.unwrap_or(RetryFrom::Failed))
 }
 
-pub struct CreateWebhook {
-    pub url: String,
-    pub events: Vec<EventKind>,
-    pub workflow_id: Option<String>,
-}
-
-pub fn create_webhook(body: Value, allow_http: bool) -> Result<CreateWebhook, ApiError> {
-    let map = object(body)?;
+/// A webhook to create; the URL normalized.
+pub fn create_webhook(body: Value, allow_http: bool) -> Result<WebhookCreate, ApiError> {
+    let mut body: WebhookCreate = shaped(body)?;
     let mut p = Problems::default();
-    reject_unknown(&map, &["url", "events", "workflow_id"], "", &mut p);
-    let url = match map.get("url").and_then(Value::as_str).map(url::Url::parse) {
-        Some(Ok(u)) if u.scheme() == "https" && u.host().is_some() => u.to_string(),
-        Some(Ok(u)) if allow_http && u.scheme() == "http" && u.host().is_some() => u.to_string(),
-        Some(Ok(_)) => {
-            p.add("url", "must be an https:// URL");
-            String::new()
+    match url::Url::parse(&body.url) {
+        Ok(u)
+            if u.host().is_some()
+                && (u.scheme() == "https" || (allow_http && u.scheme() == "http")) =>
+        {
+            body.url = u.to_string();
         }
-        _ => {
-            p.add("url", "is required and must be an absolute https:// URL");
-            String::new()
-        }
-    };
-    if url.len() > 2048 {
-        p.add("url", "must be at most 2048 characters");
+        Ok(_) => p.add("url", "must be an https:// URL"),
+        Err(_) => p.add("url", "must be an absolute https:// URL"),
     }
-    let mut events = Vec::new();
-    match map.get("events") {
-        Some(Value::Array(items)) if !items.is_empty() => {
-            for (i, item) in items.iter().enumerate() {
-                match item.as_str().and_then(EventKind::parse) {
-                    Some(kind) if !events.contains(&kind) => events.push(kind),
-                    Some(_) => p.add(format!("events[{i}]"), "is listed twice"),
-                    None => p.add(
-                        format!("events[{i}]"),
-                        format!(
-                            "unknown event kind; known: {}",
-                            EventKind::ALL.map(|k| k.as_str()).join(", ")
-                        ),
-                    ),
-                }
-            }
-        }
-        _ => p.add(
-            "events",
-            "is required and must be a non-empty array of event kinds",
-        ),
+    if body.url.len() > MAX_WEBHOOK_URL {
+        p.add(
+            "url",
+            format!("must be at most {MAX_WEBHOOK_URL} characters"),
+        );
     }
-    let workflow_id = match map.get("workflow_id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if !s.is_empty() && s.len() <= 253 => Some(s.clone()),
-        Some(_) => {
-            p.add("workflow_id", "must be a workflow id");
-            None
-        }
-    };
-    p.finish(CreateWebhook {
-        url,
-        events,
-        workflow_id,
-    })
-}
-
-pub struct CreateApiKey {
-    pub name: String,
-    pub scopes: Vec<Scope>,
-}
-
-pub fn create_api_key(body: Value) -> Result<CreateApiKey, ApiError> {
-    let map = object(body)?;
-    let mut p = Problems::default();
-    reject_unknown(&map, &["name", "scopes"], "", &mut p);
-    let name = match map.get("name") {
-        Some(v) => text(v, "name", MAX_NAME, true, &mut p).unwrap_or_default(),
-        None => {
-            p.add("name", "is required");
-            String::new()
-        }
-    };
-    let scopes = match map.get("scopes") {
-        Some(Value::Array(items)) if !items.is_empty() => parse_scopes(items, &mut p),
-        _ => {
-            p.add(
-                "scopes",
-                "is required: a non-empty array of read, write, execute, admin",
-            );
-            Vec::new()
-        }
-    };
-    p.finish(CreateApiKey { name, scopes })
-}
-
-fn parse_scopes(items: &[Value], p: &mut Problems) -> Vec<Scope> {
-    let mut scopes = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        match item.as_str().and_then(Scope::parse) {
-            Some(s) if !scopes.contains(&s) => scopes.push(s),
-            Some(_) => {}
-            None => p.add(
-                format!("scopes[{i}]"),
-                "must be one of: read, write, execute, admin",
-            ),
+    if body.events.is_empty() {
+        p.add("events", "must be a non-empty array of event kinds");
+    }
+    for (i, kind) in body.events.iter().enumerate() {
+        if body.events[..i].contains(kind) {
+            p.add(format!("events[{i}]"), "is listed twice");
         }
     }
-    scopes
+    if let Some(wf) = &body.workflow_id
+        && (wf.is_empty() || wf.len() > 253)
+    {
+        p.add("workflow_id", "must be a workflow id");
+    }
+    p.finish(body)
+}
+
+/// An API key to create; repeated scopes counted once.
+pub fn create_api_key(body: Value) -> Result<ApiKeyCreate, ApiError> {
+    let mut body: ApiKeyCreate = shaped(body)?;
+    let mut p = Problems::default();
+    text(&body.name, "name", MAX_NAME, true, &mut p);
+    if body.scopes.is_empty() {
+        p.add(
+            "scopes",
+            "must be a non-empty array of read, write, execute, admin",
+        );
+    }
+    let mut seen = Vec::new();
+    body.scopes.retain(|s| {
+        let first = !seen.contains(s);
+        seen.push(*s);
+        first
+    });
+    p.finish(body)
 }
 
 #[cfg(test)]
@@ -770,30 +741,87 @@ mod tests {
     }
 
     #[test]
-    fn patch_reports_each_bad_field_with_its_path() {
+    fn a_shape_problem_is_reported_with_its_path() {
+        for (body, field, says) in [
+            (
+                json!({"state": "archived"}),
+                "state",
+                "unknown variant `archived`",
+            ),
+            (
+                json!({"executor": "lambda"}),
+                "executor",
+                "expected `inline` or `job`",
+            ),
+            (json!({"name": null}), "name", "invalid type: null"),
+            (
+                json!({"steps": [{"id": "a", "action": "launch"}]}),
+                "steps[0].action",
+                "unknown variant",
+            ),
+            (
+                json!({"steps": [{"id": "a", "action": "fail", "timeout_ms": -1}]}),
+                "steps[0].timeout_ms",
+                "invalid value",
+            ),
+            (
+                json!({"steps": [{"id": "a", "action": "fail", "retries": 3}]}),
+                "steps[0].retries",
+                "unknown field `retries`, expected one of",
+            ),
+            (
+                json!({"steps": [{"action": "fail"}]}),
+                "steps[0].id",
+                "missing field `id`",
+            ),
+            (
+                json!({"trigger": {"type": "manual", "tz": "UTC"}}),
+                "trigger.tz",
+                "unknown field `tz`",
+            ),
+            (
+                json!({"concurrency": {"limit": 1, "group": "x"}}),
+                "concurrency.group",
+                "unknown field",
+            ),
+            (json!({"nmae": "typo"}), "nmae", "unknown field `nmae`"),
+        ] {
+            let err = workflow_patch(body.clone()).err().unwrap();
+            assert_eq!(err.code(), "validation_error");
+            assert!(err.to_string().contains(says), "{body}: {err}");
+            assert_eq!(fields(err), [field], "{body}");
+        }
+    }
+
+    #[test]
+    fn patch_reports_each_rule_broken_with_its_path() {
         let err = workflow_patch(json!({
-            "state": "archived",
-            "executor": "lambda",
+            "name": " ",
+            "timeout_ms": 0,
             "trigger": {"type": "schedule"},
+            "concurrency": {"limit": 0, "key": "{{ nope"},
             "steps": [
                 {"id": "ok", "action": "delay", "with": {"ms": 5}},
-                {"id": "Bad Id", "action": "launch"},
+                {"id": "Bad Id", "action": "fail"},
                 {"id": "ok", "action": "transform"},
-                {"id": "r", "action": "fail", "retry": {"max_attempts": 0}, "timeout_ms": -1}
+                {"id": "r", "action": "fail", "retry": {"max_attempts": 0, "backoff_factor": 11}, "timeout_ms": 0, "when": ""}
             ]
         }))
         .err()
         .unwrap();
         let got = fields(err);
         for want in [
-            "state",
-            "executor",
+            "name",
+            "timeout_ms",
             "trigger.cron",
+            "concurrency.limit",
             "steps[1].id",
-            "steps[1].action",
+            "steps[2].id",
             "steps[2].with.value",
             "steps[3].retry.max_attempts",
+            "steps[3].retry.backoff_factor",
             "steps[3].timeout_ms",
+            "steps[3].when",
         ] {
             assert!(got.iter().any(|f| f == want), "{want} missing from {got:?}");
         }
@@ -884,10 +912,27 @@ mod tests {
             "the development flag allows http"
         );
         let err = create_webhook(
-            json!({"url": "https://h.test", "events": ["run.boom", "run.failed", "run.failed"]}),
+            json!({"url": "https://h.test", "events": ["run.boom", "run.failed"]}),
             false,
         );
-        assert_eq!(fields(err.err().unwrap()), ["events[0]", "events[2]"]);
+        assert_eq!(fields(err.err().unwrap()), ["events[0]"]);
+        let err = create_webhook(
+            json!({"url": "https://h.test", "events": ["run.failed", "run.started", "run.failed"]}),
+            false,
+        );
+        assert_eq!(fields(err.err().unwrap()), ["events[2]"]);
+        for body in [
+            json!({"url": "ftp://h.test", "events": ["run.failed"]}),
+            json!({"url": "not a url", "events": ["run.failed"]}),
+            json!({"url": "https://h.test", "events": ["run.failed"], "secret": "mine"}),
+        ] {
+            let field = if body.get("secret").is_some() {
+                "secret"
+            } else {
+                "url"
+            };
+            assert_eq!(fields(create_webhook(body, false).err().unwrap()), [field]);
+        }
         assert_eq!(
             fields(
                 create_webhook(json!({"url": "https://h.test", "events": []}), false)
@@ -901,6 +946,7 @@ mod tests {
     #[test]
     fn run_payload_must_be_an_object() {
         assert_eq!(run_request(None).unwrap(), None);
+        assert_eq!(run_request(Some(Value::Null)).unwrap(), None);
         assert_eq!(
             run_request(Some(json!({"payload": {"a": 1}}))).unwrap(),
             Some(json!({"a": 1}))
@@ -914,6 +960,7 @@ mod tests {
     #[test]
     fn a_retry_starts_at_the_failed_step_unless_told_to_start_over() {
         assert_eq!(retry_request(None).unwrap(), RetryFrom::Failed);
+        assert_eq!(retry_request(Some(Value::Null)).unwrap(), RetryFrom::Failed);
         assert_eq!(retry_request(Some(json!({}))).unwrap(), RetryFrom::Failed);
         assert_eq!(
             retry_request(Some(json!({"from": "failed"}))).unwrap(),
@@ -953,6 +1000,16 @@ mod tests {
         assert_eq!(
             fields(create_api_key(json!({"scopes": ["read"]})).err().unwrap()),
             ["name"]
+        );
+        let deduped = create_api_key(json!({"name": "ci", "scopes": ["read", "read"]})).unwrap();
+        assert_eq!(deduped.scopes, [Scope::Read]);
+        assert_eq!(
+            fields(
+                create_api_key(json!({"name": "ci", "scopes": []}))
+                    .err()
+                    .unwrap()
+            ),
+            ["scopes"]
         );
     }
 }

@@ -26,13 +26,13 @@ pub fn router() -> Router<ApiState> {
     Router::new().route("/v1/runs/{id}/retry", post(retry))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs",
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", operation_id = "runs.retry", tag = "runs",
     description = "Scope: `execute`. Starts a new run of a finished run (`succeeded`, `failed` or \
         `cancelled`) with its payload and the workflow version it executed, linked by `retry_of`. \
         `from: failed` (the default) keeps the results of the steps that succeeded before the first \
         step that did not (shown with `reused: true`) and starts there; `from: start` runs every step again.",
     params(("id" = String, Path, description = "Run id")),
-    request_body(content = Option<crate::api::openapi::RetryCreate>, content_type = "application/json"),
+    request_body(content = Option<crate::api::input::RetryCreate>, content_type = "application/json"),
     responses((status = 201, description = "The new run", body = crate::api::views::RunView,
                headers(("Location" = String, description = "Path of the new run"))),
               (status = 404, description = "No such run"),

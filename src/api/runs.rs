@@ -46,7 +46,7 @@ fn full(state: &ApiState, run: &Run) -> RunView {
     views::run(run, wf.as_deref())
 }
 
-#[utoipa::path(get, path = "/v1/workflows/{id}/runs", tag = "runs", description = "Scope: `read`. Newest first.",
+#[utoipa::path(get, path = "/v1/workflows/{id}/runs", operation_id = "runs.list", tag = "runs", description = "Scope: `read`. Newest first.",
     params(("id" = String, Path, description = "Workflow id"), crate::api::openapi::RunListQuery),
     responses((status = 200, description = "A page of runs", body = crate::api::pagination::Page<RunListItem>),
               (status = 400, description = "Bad limit, cursor or status filter"),
@@ -80,7 +80,7 @@ async fn list(
     Ok(Json(pagination::paginate(items, &q)))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/runs/{id}", operation_id = "runs.get", tag = "runs", description = "Scope: `read`.",
     params(("id" = String, Path, description = "Run id")),
     responses((status = 200, description = "The run with its steps", body = RunView),
               (status = 404, description = "No such run")))]
@@ -108,7 +108,7 @@ pub(super) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> A
     }
 }
 
-#[utoipa::path(post, path = "/v1/workflows/{id}/runs", tag = "runs",
+#[utoipa::path(post, path = "/v1/workflows/{id}/runs", operation_id = "runs.create", tag = "runs",
     description = "Scope: `execute`. The body is optional. With an `Idempotency-Key`, a repeated \
         request (same key, same workflow, same body, within 24 h) answers the run the first one \
         started, with 200, instead of starting another.",
@@ -116,7 +116,7 @@ pub(super) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> A
            ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
             pattern = "^[!-~]([ -~]*[!-~])?$",
             description = "1 to 255 visible ASCII characters; the same key returns the same run for 24 h")),
-    request_body(content = Option<crate::api::openapi::RunCreate>, content_type = "application/json"),
+    request_body(content = Option<crate::api::input::RunCreate>, content_type = "application/json"),
     responses((status = 201, description = "The run, running", body = RunView,
                headers(("Location" = String, description = "Path of the new run"))),
               (status = 200, description = "The run an earlier request with this Idempotency-Key started", body = RunView,
@@ -203,7 +203,7 @@ pub(super) fn answer(state: &ApiState, status: StatusCode, run: &Run) -> Respons
         .into_response()
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", description = "Scope: `execute`.",
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", operation_id = "runs.cancel", tag = "runs", description = "Scope: `execute`.",
     params(("id" = String, Path, description = "Run id")),
     responses((status = 202, description = "Cancellation accepted", body = RunView),
               (status = 404, description = "No such run"),

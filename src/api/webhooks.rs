@@ -41,7 +41,7 @@ pub(crate) fn find(
     cache::get(&state.caches.webhooks, namespace, id).ok_or(ApiError::NotFound(Missing::Webhook))
 }
 
-#[utoipa::path(get, path = "/v1/webhooks", tag = "webhooks", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/webhooks", operation_id = "webhooks.list", tag = "webhooks", description = "Scope: `read`.",
     params(crate::api::openapi::PageQuery),
     responses((status = 200, description = "A page of webhooks", body = crate::api::pagination::Page<WebhookView>),
               (status = 400, description = "Bad limit or cursor")))]
@@ -64,7 +64,7 @@ async fn list(
     Ok(Json(pagination::paginate(items, &q)))
 }
 
-#[utoipa::path(get, path = "/v1/webhooks/{id}", tag = "webhooks", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/webhooks/{id}", operation_id = "webhooks.get", tag = "webhooks", description = "Scope: `read`.",
     params(("id" = String, Path, description = "Webhook id")),
     responses((status = 200, description = "The webhook", body = WebhookView),
               (status = 404, description = "No such webhook")))]
@@ -81,8 +81,8 @@ async fn show(
     )?)))
 }
 
-#[utoipa::path(post, path = "/v1/webhooks", tag = "webhooks", description = "Scope: `write`.",
-    request_body = crate::api::openapi::WebhookCreate,
+#[utoipa::path(post, path = "/v1/webhooks", operation_id = "webhooks.create", tag = "webhooks", description = "Scope: `write`.",
+    request_body = crate::api::input::WebhookCreate,
     responses((status = 201, description = "Created; the secret is shown only here", body = WebhookCreated,
                headers(("Location" = String, description = "Path of the new webhook"))),
               (status = 404, description = "No such workflow (workflow_id)")))]
@@ -137,7 +137,7 @@ async fn create(
     ))
 }
 
-#[utoipa::path(delete, path = "/v1/webhooks/{id}", tag = "webhooks", description = "Scope: `write`.",
+#[utoipa::path(delete, path = "/v1/webhooks/{id}", operation_id = "webhooks.delete", tag = "webhooks", description = "Scope: `write`.",
     params(("id" = String, Path, description = "Webhook id")),
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such webhook")))]
 async fn remove(

@@ -44,7 +44,7 @@ pub fn location(path: String) -> HeaderMap {
     headers
 }
 
-#[utoipa::path(get, path = "/v1/workflows", tag = "workflows", description = "Scope: `read`. Newest first.",
+#[utoipa::path(get, path = "/v1/workflows", operation_id = "workflows.list", tag = "workflows", description = "Scope: `read`. Newest first.",
     params(crate::api::openapi::WorkflowListQuery),
     responses((status = 200, description = "A page of workflows", body = crate::api::pagination::Page<WorkflowListItem>),
               (status = 400, description = "Bad limit, cursor or state filter")))]
@@ -75,7 +75,7 @@ async fn list(
     Ok(Json(pagination::paginate(items, &q)))
 }
 
-#[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/workflows/{id}", operation_id = "workflows.get", tag = "workflows", description = "Scope: `read`.",
     params(("id" = String, Path, description = "Workflow id")),
     responses((status = 200, description = "The full workflow", body = WorkflowView),
               (status = 404, description = "No such workflow")))]
@@ -92,8 +92,8 @@ async fn show(
     )?)))
 }
 
-#[utoipa::path(post, path = "/v1/workflows", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",
-    request_body = crate::api::openapi::WorkflowCreate,
+#[utoipa::path(post, path = "/v1/workflows", operation_id = "workflows.create", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",
+    request_body = crate::api::input::WorkflowCreate,
     responses((status = 201, description = "Created; `hook_secret` when the trigger is `webhook`", body = WorkflowWithSecret,
                headers(("Location" = String, description = "Path of the new workflow")))))]
 async fn create(
@@ -133,9 +133,9 @@ async fn create(
     ))
 }
 
-#[utoipa::path(patch, path = "/v1/workflows/{id}", tag = "workflows", description = "Scope: `write`.",
+#[utoipa::path(patch, path = "/v1/workflows/{id}", operation_id = "workflows.update", tag = "workflows", description = "Scope: `write`.",
     params(("id" = String, Path, description = "Workflow id")),
-    request_body = crate::api::openapi::WorkflowPatch,
+    request_body = crate::api::input::WorkflowPatchBody,
     responses((status = 200, description = "The updated workflow; `hook_secret` when the trigger became `webhook`", body = WorkflowWithSecret),
               (status = 404, description = "No such workflow")))]
 async fn update(
@@ -215,7 +215,7 @@ async fn with_hook_secret(
     }))
 }
 
-#[utoipa::path(delete, path = "/v1/workflows/{id}", tag = "workflows", description = "Scope: `write`. Deletes the workflow and its run history.",
+#[utoipa::path(delete, path = "/v1/workflows/{id}", operation_id = "workflows.delete", tag = "workflows", description = "Scope: `write`. Deletes the workflow and its run history.",
     params(("id" = String, Path, description = "Workflow id")),
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such workflow"),
               (status = 409, description = "The workflow is active; pause it first")))]

@@ -138,12 +138,41 @@ async fn invalid_input_gets_field_level_details_and_changes_nothing() {
     let id = api.create_workflow("Valid").await;
     let path = format!("/v1/workflows/{id}");
 
+    // A shape problem (unknown enum value, unknown field) names its field's path.
+    for (patch, field, says) in [
+        (
+            json!({"state": "archived"}),
+            "state",
+            "unknown variant `archived`",
+        ),
+        (
+            json!({"steps": [{"id": "a", "action": "fail", "retries": 3}]}),
+            "steps[0].retries",
+            "unknown field `retries`, expected one of",
+        ),
+    ] {
+        let body = assert_error(
+            api.send("PATCH", key, &path, Some(patch)).await,
+            400,
+            "validation_error",
+        )
+        .await;
+        assert_eq!(body["error"]["details"][0]["field"], field, "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(says),
+            "{body}"
+        );
+    }
+    // Every broken rule is reported, each with its path.
     let body = assert_error(
         api.send(
             "PATCH",
             key,
             &path,
-            Some(json!({"state": "archived", "steps": [{"id": "A B", "action": "nope"}]})),
+            Some(json!({"name": " ", "steps": [
+                {"id": "A B", "action": "fail"},
+                {"id": "t", "action": "transform"}
+            ]})),
         )
         .await,
         400,
@@ -156,10 +185,9 @@ async fn invalid_input_gets_field_level_details_and_changes_nothing() {
         .iter()
         .map(|d| d["field"].as_str().unwrap())
         .collect();
-    assert!(
-        fields.contains(&"state")
-            && fields.contains(&"steps[0].id")
-            && fields.contains(&"steps[0].action"),
+    assert_eq!(
+        fields,
+        ["name", "steps[0].id", "steps[1].with.value"],
         "{body}"
     );
     let unchanged: Value = api.get(key, &path).await.json().await.unwrap();
