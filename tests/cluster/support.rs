@@ -248,15 +248,34 @@ impl TestApi {
             caches.is_synced().then_some(())
         })
         .await;
-        let admin_key = new_key(&ns, &[flowline::api::auth::Scope::Admin]).await;
+        let created = flowline::api::keys::create_key(
+            ns.client.clone(),
+            &ns.name,
+            "test",
+            &[flowline::api::auth::Scope::Admin],
+        )
+        .await
+        .unwrap();
+        // Waited for in the cache, not over HTTP: a request sent before the key is
+        // indexed answers 401 and spends the per-address budget of unauthenticated
+        // requests, which a test may have tuned down to a few (hooks' flood test).
+        let secret = kube::ResourceExt::name_any(&created.secret);
+        eventually(
+            "the API's cache to hold the admin key",
+            Duration::from_secs(10),
+            || async { flowline::api::cache::get(&caches.api_keys, &ns.name, &secret).map(|_| ()) },
+        )
+        .await;
         let api = TestApi {
             base,
             ns,
-            admin_key,
+            admin_key: created.value,
             http: http_client(),
             shutdown,
         };
-        api.await_key(&api.admin_key.clone()).await;
+        // The key is in the cache, so the first request authenticates.
+        let res = api.get(&api.admin_key, "/v1/workflows").await;
+        assert_eq!(res.status(), 200, "a cached key authenticates at once");
         api
     }
 
