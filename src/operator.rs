@@ -16,8 +16,9 @@ use crate::api::state::ApiState;
 use crate::cli::OperatorArgs;
 use crate::controller::leader;
 use crate::telemetry::engine_metrics::EngineTelemetry;
+use crate::telemetry::http_metrics::HttpMetrics;
 use crate::telemetry::leader_metrics::LeaderGauge;
-use crate::telemetry::{health, metrics::Metrics};
+use crate::telemetry::{access_log, health, metrics::Metrics};
 pub use leading::{EXIT_LOST_LEADERSHIP, Leadership};
 
 /// Which parts of Flowline this process runs.
@@ -53,6 +54,15 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
     let readiness = health::Readiness::default();
     let crds_gate = readiness.gate("crds");
     let metrics = Metrics::default();
+    crate::telemetry::build_info::register(
+        &metrics,
+        match role {
+            Role::Api => "api",
+            Role::Operator if args.no_api => "controller",
+            Role::Operator => "operator",
+        },
+    );
+    let http_metrics = HttpMetrics::new(&metrics);
     // Checked before connecting: a timing that could let two leaders overlap is a
     // configuration error, not something to find out under load. The gauge is there
     // (at 0) from the first scrape on.
@@ -77,9 +87,14 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
             }
             caches_gate.open();
         });
-        let state = ApiState::new(client.clone(), caches, args.api_config());
+        let state = ApiState::new(client.clone(), caches, args.api_config())
+            .with_metrics(http_metrics.clone());
         app = app.merge(crate::api::router(state));
     }
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        http_metrics,
+        access_log::record,
+    ));
     // Serve /healthz (and /readyz, not ready yet) while the CRDs are awaited, so a
     // slow CRD installation does not look like a dead process.
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -24,6 +24,11 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
     };
     // Two budgets: an account's for requests with a valid key, a client address's
     // for the rest (no key, an unknown or malformed one, or caches not yet synced).
+    let budget = if principal.is_some() {
+        "account"
+    } else {
+        "address"
+    };
     let decision = match &principal {
         Some(p) => {
             let ns = state.caches.namespaces.get(&ObjectRef::new(&p.namespace));
@@ -35,7 +40,7 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
         }
         None => address_decision(&state, &req, now),
     };
-    let mut response = if let Some(refused) = refusal(&state, &decision, now) {
+    let mut response = if let Some(refused) = refusal(&state, &decision, now, budget) {
         refused
     } else if let Some(p) = principal {
         req.extensions_mut().insert(p);
@@ -63,7 +68,7 @@ fn address_decision(state: &ApiState, req: &Request, now: u64) -> Decision {
 pub async fn limit_by_address(State(state): State<ApiState>, req: Request, next: Next) -> Response {
     let now = jiff::Timestamp::now().as_second().max(0) as u64;
     let decision = address_decision(&state, &req, now);
-    let mut response = match refusal(&state, &decision, now) {
+    let mut response = match refusal(&state, &decision, now, "address") {
         Some(refused) => refused,
         None => next.run(req).await,
     };
@@ -72,9 +77,15 @@ pub async fn limit_by_address(State(state): State<ApiState>, req: Request, next:
 }
 
 /// The answer to a request refused before its handler: its budget is spent (429), or
-/// the caches have not listed everything yet (503).
-fn refusal(state: &ApiState, decision: &Decision, now: u64) -> Option<Response> {
+/// the caches have not listed everything yet (503). A 429 is counted by `budget`.
+fn refusal(
+    state: &ApiState,
+    decision: &Decision,
+    now: u64,
+    budget: &'static str,
+) -> Option<Response> {
     if !decision.allowed {
+        state.metrics.rate_limited(budget);
         Some(
             ApiError::RateLimited {
                 retry_after_secs: decision.retry_after(now),

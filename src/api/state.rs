@@ -8,6 +8,7 @@ use super::cache::Caches;
 use super::client_ip::TrustedProxies;
 use super::key_index::KeyIndex;
 use super::ratelimit::{DEFAULT_CAPACITY, FREE_REQUESTS, Plan, PlanDefaults, RateLimiter};
+use crate::telemetry::http_metrics::HttpMetrics;
 
 /// Field manager of every write the API makes.
 pub const FIELD_MANAGER: &str = "flowline-api";
@@ -54,6 +55,9 @@ pub struct ApiState {
     pub client_limiter: Arc<RateLimiter<std::net::IpAddr>>,
     pub key_index: Arc<KeyIndex>,
     pub config: Arc<ApiConfig>,
+    /// Where the rate limiter's refusals are counted (registered nowhere unless
+    /// [`ApiState::with_metrics`] says).
+    pub metrics: HttpMetrics,
 }
 
 impl ApiState {
@@ -68,7 +72,13 @@ impl ApiState {
             )),
             key_index: Arc::new(KeyIndex::default()),
             config: Arc::new(config),
+            metrics: HttpMetrics::default(),
         }
+    }
+
+    /// Counts into `metrics` (the families the process serves on /metrics).
+    pub fn with_metrics(self, metrics: HttpMetrics) -> Self {
+        ApiState { metrics, ..self }
     }
 
     pub fn post_params() -> kube::api::PostParams {

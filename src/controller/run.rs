@@ -656,7 +656,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         .owns(jobs, step_jobs)
         .reconcile_on(wake)
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |run, ctx| {
+                ctx.engine
+                    .telemetry
+                    .reconcile_timer("run")
+                    .time(reconcile(run, ctx.clone()))
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|result| {
             if let Err(err) = result {
                 tracing::debug!(error = %err, "run reconcile error");

@@ -456,7 +456,15 @@ pub async fn run(
         return;
     }
     controller
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |wf, ctx| {
+                ctx.telemetry
+                    .reconcile_timer("workflow")
+                    .time(reconcile(wf, ctx.clone()))
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|result| {
             if let Err(err) = result {
                 tracing::debug!(error = %err, "workflow reconcile error");

@@ -32,6 +32,18 @@ fn step_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 4.0, 9))
 }
 
+/// Observes how long a reconcile takes, whatever it returns.
+pub struct ReconcileTimer(Histogram);
+
+impl ReconcileTimer {
+    pub async fn time<T>(self, reconcile: impl std::future::Future<Output = T>) -> T {
+        let start = std::time::Instant::now();
+        let out = reconcile.await;
+        self.0.observe(start.elapsed().as_secs_f64());
+        out
+    }
+}
+
 /// Records Kubernetes Events as Flowline (this pod's name as the instance).
 pub fn recorder(client: Client) -> Recorder {
     Recorder::new(
@@ -49,6 +61,7 @@ pub struct EngineTelemetry {
     pub runs_finished: Family<StatusLabel, Counter>,
     pub step_duration: Family<ActionLabel, Histogram, fn() -> Histogram>,
     pub reconcile_errors: Family<ControllerLabel, Counter>,
+    pub reconcile_duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     /// Runs this process is executing now.
     pub runs_in_progress: Gauge,
     /// Runs waiting for a concurrency slot, as the leader's cache shows them (0 on
@@ -65,6 +78,7 @@ impl EngineTelemetry {
             runs_finished: Family::default(),
             step_duration: Family::new_with_constructor(step_histogram),
             reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(step_histogram),
             runs_in_progress: Gauge::default(),
             runs_queued: Gauge::default(),
             recorder: client.map(recorder),
@@ -86,6 +100,11 @@ impl EngineTelemetry {
                 telemetry.reconcile_errors.clone(),
             );
             r.register(
+                "reconcile_duration_seconds",
+                "Duration of reconciles, by controller",
+                telemetry.reconcile_duration.clone(),
+            );
+            r.register(
                 "runs_in_progress",
                 "Runs this process is executing",
                 telemetry.runs_in_progress.clone(),
@@ -97,6 +116,15 @@ impl EngineTelemetry {
             );
         });
         telemetry
+    }
+
+    /// Times reconciles of `controller` into `flowline_reconcile_duration_seconds`.
+    pub fn reconcile_timer(&self, controller: &'static str) -> ReconcileTimer {
+        ReconcileTimer(
+            self.reconcile_duration
+                .get_or_create(&ControllerLabel { controller })
+                .clone(),
+        )
     }
 
     /// Telemetry that counts but records no Kubernetes Events (tests, tools).

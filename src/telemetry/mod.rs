@@ -1,8 +1,11 @@
 //! Operational surface: logs, Prometheus metrics, health and readiness.
 
+pub mod access_log;
+pub mod build_info;
 pub mod delivery_metrics;
 pub mod engine_metrics;
 pub mod health;
+pub mod http_metrics;
 pub mod leader_metrics;
 pub mod logging;
 pub mod metrics;

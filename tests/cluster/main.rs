@@ -14,6 +14,7 @@ mod hostile;
 mod idempotency;
 mod kubernetes_surface;
 mod leader;
+mod observability;
 mod replicas;
 mod retry;
 #[path = "../support/stall_proxy.rs"]

@@ -284,7 +284,6 @@ impl TestApi {
     /// unauthenticated budget `await_key` cannot exhaust.
     pub async fn start_process(prefix: &str) -> (TestApi, Process) {
         let ns = TestNamespace::new(prefix).await;
-        annotate_namespace(&ns, &ApiOptions::default().plan_annotations).await;
         let port = crate::foundation::free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowline"));
         cmd.args(["api", "--listen", &format!("127.0.0.1:{port}")])
@@ -292,6 +291,14 @@ impl TestApi {
             .args(["--unauthenticated-requests-per-minute", "1000000"])
             .stderr(Stdio::null());
         let process = Process::spawn(cmd);
+        (Self::attach(ns, port).await, process)
+    }
+
+    /// A client of the server already serving `ns` on `port` (e.g. an operator
+    /// process), with a new admin key it accepts; the namespace gets the plan of
+    /// [`ApiOptions::default`].
+    pub async fn attach(ns: TestNamespace, port: u16) -> TestApi {
+        annotate_namespace(&ns, &ApiOptions::default().plan_annotations).await;
         ready(port).await;
         let admin_key = new_key(&ns, &[flowline::api::auth::Scope::Admin]).await;
         let api = TestApi {
@@ -302,7 +309,7 @@ impl TestApi {
             shutdown: tokio_util::sync::CancellationToken::new(),
         };
         api.await_key(&api.admin_key.clone()).await;
-        (api, process)
+        api
     }
 
     /// Waits until the server accepts `key` (the cache has seen its Secret).
@@ -573,10 +580,26 @@ impl Process {
         extra: &[&str],
         env: &[(&str, &std::ffi::OsStr)],
     ) -> (Process, u16) {
+        let (mut cmd, port) = Self::operator_command(ns, extra);
+        cmd.envs(env.iter().copied()).stderr(Stdio::null());
+        (Process::spawn(cmd), port)
+    }
+
+    /// [`Process::operator`] writing its log to `log`.
+    pub fn operator_logging_to(
+        ns: &TestNamespace,
+        extra: &[&str],
+        log: &std::path::Path,
+    ) -> (Process, u16) {
+        let (mut cmd, port) = Self::operator_command(ns, extra);
+        cmd.stderr(std::fs::File::create(log).unwrap());
+        (Process::spawn(cmd), port)
+    }
+
+    fn operator_command(ns: &TestNamespace, extra: &[&str]) -> (Command, u16) {
         let port = crate::foundation::free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_flowline"))
-            .envs(env.iter().copied())
-            .args(["operator", "--listen", &format!("127.0.0.1:{port}")])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowline"));
+        cmd.args(["operator", "--listen", &format!("127.0.0.1:{port}")])
             .args([
                 "--watch-namespace",
                 &ns.name,
@@ -584,11 +607,8 @@ impl Process {
                 &ns.name,
             ])
             .args(["--leader-lease-seconds", "8"])
-            .args(extra)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        (Process(child), port)
+            .args(extra);
+        (cmd, port)
     }
 }
 

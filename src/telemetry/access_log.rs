@@ -1,0 +1,140 @@
+//! One access-log line and one metrics sample per HTTP request, under a request id:
+//! the client's `X-Request-Id` when it is sane (1 to 128 of `A-Z a-z 0-9 - _ . :`),
+//! else a fresh `req_…`. The id is returned as `X-Request-Id` and carried by every log
+//! line written while the request is served (the `request` span), so a client's report
+//! leads to the server's lines. Probes and scrapes (`/healthz`, `/readyz`, `/metrics`)
+//! log at debug level only.
+
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
+use tracing::Instrument;
+
+use super::http_metrics::HttpMetrics;
+
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Longest client-chosen request id kept.
+const MAX_REQUEST_ID: usize = 128;
+
+/// The middleware (`axum::middleware::from_fn_with_state`); applied to the whole
+/// router, after routing, so the matched route is known.
+pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let id = request_id(req.headers().get(&REQUEST_ID));
+    let id_header = HeaderValue::from_str(&id).expect("a request id is visible ASCII");
+    // Handlers see the id the client will see.
+    req.headers_mut().insert(REQUEST_ID, id_header.clone());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let span = tracing::info_span!("request", request_id = %id);
+    let mut response = next.run(req).instrument(span).await;
+    let took = start.elapsed();
+    let status = response.status().as_u16();
+    metrics.record(route.as_deref(), method.as_str(), status, took);
+    response.headers_mut().insert(REQUEST_ID, id_header);
+    let duration_ms = took.as_secs_f64() * 1000.0;
+    let route = route
+        .as_deref()
+        .unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
+    if matches!(route, "/healthz" | "/readyz" | "/metrics") {
+        tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer = ?peer, "request");
+    } else {
+        tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer = ?peer, "request");
+    }
+    response
+}
+
+/// The client's request id if it is sane, else a new one.
+pub fn request_id(given: Option<&HeaderValue>) -> String {
+    given
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| is_sane(id))
+        .map(str::to_owned)
+        .unwrap_or_else(|| crate::ids::new_token_id("req"))
+}
+
+/// Short and plain enough to log and echo as is: no spaces, quotes or control
+/// characters that could forge log fields or headers.
+fn is_sane(id: &str) -> bool {
+    (1..=MAX_REQUEST_ID).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    #[test]
+    fn a_sane_client_id_is_kept_anything_else_is_replaced() {
+        for kept in ["abc-123", "4bf92f3577b34da6a3ce929d0e0e4736", "a.b_c:d"] {
+            assert_eq!(request_id(Some(&HeaderValue::from_static(kept))), kept);
+        }
+        let long = "x".repeat(MAX_REQUEST_ID + 1);
+        for replaced in ["", "with space", "quote\"", "a=b", long.as_str()] {
+            let id = request_id(Some(&HeaderValue::from_str(replaced).unwrap()));
+            assert!(
+                id.starts_with("req_") && id != replaced,
+                "{replaced:?} → {id}"
+            );
+        }
+        let invalid_utf8 = HeaderValue::from_bytes(b"\xffid").unwrap();
+        assert!(request_id(Some(&invalid_utf8)).starts_with("req_"));
+        assert_ne!(request_id(None), request_id(None), "fresh ids differ");
+    }
+
+    async fn call(app: Router, path: &str, id: Option<&str>) -> Response {
+        let mut req = Request::get(path).body(Body::empty()).unwrap();
+        if let Some(id) = id {
+            req.headers_mut()
+                .insert(REQUEST_ID, HeaderValue::from_str(id).unwrap());
+        }
+        app.oneshot(req).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_response_carries_the_id_and_is_counted_by_its_route_pattern() {
+        let metrics = super::super::metrics::Metrics::default();
+        let http = HttpMetrics::new(&metrics);
+        let app = Router::new()
+            .route("/items/{id}", get(|| async { "item" }))
+            .layer(axum::middleware::from_fn_with_state(http, record));
+        let res = call(app.clone(), "/items/42", Some("client-7")).await;
+        assert_eq!(res.headers()[REQUEST_ID], "client-7");
+        let res = call(app.clone(), "/items/43", Some("bad id")).await;
+        assert!(
+            res.headers()[REQUEST_ID]
+                .to_str()
+                .unwrap()
+                .starts_with("req_")
+        );
+        let res = call(app, "/nothing/here", None).await;
+        assert_eq!(res.status(), 404);
+        assert!(res.headers().contains_key(REQUEST_ID));
+        let text = metrics.render();
+        for line in [
+            "flowline_http_requests_total{route=\"/items/{id}\",method=\"GET\",status=\"200\"} 2",
+            "flowline_http_requests_total{route=\"unmatched\",method=\"GET\",status=\"404\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        assert!(!text.contains("/items/42"), "raw paths never become labels");
+    }
+}
