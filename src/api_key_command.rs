@@ -6,11 +6,17 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
 use crate::api::auth::{KeyRecord, Scope, hash_key};
-use crate::api::keys::{create_key, describe, list_keys};
-use crate::cli::ApiKeyCommand;
+use crate::api::keys::{create_key, list_keys};
+use crate::api::views::ApiKeyView;
+use crate::cli::{ApiKeyCommand, OutputFormat};
+use crate::kubeutil::Connection;
 
-pub async fn run(command: ApiKeyCommand) -> anyhow::Result<()> {
-    let client = crate::kubeutil::client().await?;
+pub async fn run(command: ApiKeyCommand, connection: &Connection) -> anyhow::Result<()> {
+    let config = connection.config().await?;
+    // Without --namespace, the context's namespace (as kubectl does).
+    let context_namespace = config.default_namespace.clone();
+    let in_namespace = |given: Option<String>| given.unwrap_or_else(|| context_namespace.clone());
+    let client = kube::Client::try_from(config)?;
     match command {
         ApiKeyCommand::Create {
             namespace,
@@ -19,6 +25,7 @@ pub async fn run(command: ApiKeyCommand) -> anyhow::Result<()> {
             out,
             reuse,
         } => {
+            let namespace = in_namespace(namespace);
             let scopes = scopes
                 .iter()
                 .map(|s| Scope::parse(s.trim()).with_context(|| format!("unknown scope {s:?}")))
@@ -50,13 +57,12 @@ pub async fn run(command: ApiKeyCommand) -> anyhow::Result<()> {
                 key.record.id
             );
         }
-        ApiKeyCommand::List { namespace } => {
-            for key in list_keys(client, &namespace).await? {
-                println!("{}", describe(&key));
-            }
+        ApiKeyCommand::List { namespace, output } => {
+            let keys = list_keys(client, &in_namespace(namespace)).await?;
+            print!("{}", render(keys, output)?);
         }
         ApiKeyCommand::Delete { namespace, id } => {
-            let api: Api<Secret> = Api::namespaced(client, &namespace);
+            let api: Api<Secret> = Api::namespaced(client, &in_namespace(namespace));
             match KeyRecord::from_secret(&api.get(&id).await.context("no such key")?) {
                 Some(_) => {
                     api.delete(&id, &Default::default()).await?;
@@ -67,6 +73,52 @@ pub async fn run(command: ApiKeyCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The keys, newest first (as `GET /v1/api-keys` lists them), in `format`; JSON and
+/// YAML items have the API's shape.
+fn render(mut keys: Vec<KeyRecord>, format: OutputFormat) -> anyhow::Result<String> {
+    keys.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    let views: Vec<ApiKeyView> = keys.iter().map(ApiKeyView::from).collect();
+    Ok(match format {
+        OutputFormat::Json => serde_json::to_string_pretty(&views)? + "\n",
+        OutputFormat::Yaml if views.is_empty() => "[]\n".to_string(),
+        OutputFormat::Yaml => serde_saphyr::to_string(&views)?,
+        OutputFormat::Table => table(&keys),
+    })
+}
+
+fn table(keys: &[KeyRecord]) -> String {
+    let mut rows = vec![["ID", "NAME", "SCOPES", "CREATED"].map(String::from)];
+    for key in keys {
+        let scopes: Vec<&str> = key.scopes.iter().map(|s| s.as_str()).collect();
+        rows.push([
+            key.id.clone(),
+            key.name.clone(),
+            scopes.join(","),
+            key.created_at
+                .map(crate::clock::format_ts)
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(cells.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 fn write_secret_file(path: &std::path::Path, value: &str) -> anyhow::Result<()> {
@@ -85,4 +137,77 @@ fn write_secret_file(path: &std::path::Path, value: &str) -> anyhow::Result<()> 
         .with_context(|| format!("cannot write {}", path.display()))?;
     writeln!(file, "{value}")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: &str, name: &str, scopes: &[Scope], created: Option<&str>) -> KeyRecord {
+        KeyRecord {
+            id: id.into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            scopes: scopes.iter().copied().collect(),
+            hash: "h".into(),
+            created_at: created.map(|t| t.parse().unwrap()),
+        }
+    }
+
+    fn keys() -> Vec<KeyRecord> {
+        vec![
+            key(
+                "key-old",
+                "ci",
+                &[Scope::Read],
+                Some("2026-01-01T00:00:00Z"),
+            ),
+            key(
+                "key-new",
+                "deploy bot",
+                &[Scope::Execute, Scope::Read],
+                Some("2026-02-01T10:00:00Z"),
+            ),
+            key("key-undated", "legacy", &[Scope::Admin], None),
+        ]
+    }
+
+    #[test]
+    fn a_table_has_a_header_and_aligned_columns_newest_first() {
+        let text = render(keys(), OutputFormat::Table).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "ID            NAME         SCOPES         CREATED",
+                "key-new       deploy bot   read,execute   2026-02-01T10:00:00.000Z",
+                "key-old       ci           read           2026-01-01T00:00:00.000Z",
+                "key-undated   legacy       admin          -",
+            ]
+        );
+        assert_eq!(
+            render(vec![], OutputFormat::Table).unwrap(),
+            "ID   NAME   SCOPES   CREATED\n"
+        );
+    }
+
+    #[test]
+    fn json_and_yaml_items_have_the_api_shape_and_never_a_value() {
+        let json: serde_json::Value =
+            serde_json::from_str(&render(keys(), OutputFormat::Json).unwrap()).unwrap();
+        assert_eq!(
+            json[0],
+            serde_json::json!({"id": "key-new", "name": "deploy bot",
+                "scopes": ["read", "execute"], "created_at": "2026-02-01T10:00:00.000Z"})
+        );
+        assert_eq!(json[2]["created_at"], serde_json::Value::Null);
+        let yaml = render(keys(), OutputFormat::Yaml).unwrap();
+        let parsed: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(parsed, json, "{yaml}");
+        assert_eq!(render(vec![], OutputFormat::Json).unwrap().trim(), "[]");
+        assert_eq!(render(vec![], OutputFormat::Yaml).unwrap().trim(), "[]");
+        for format in [OutputFormat::Table, OutputFormat::Json, OutputFormat::Yaml] {
+            assert!(!render(keys(), format).unwrap().contains("\"h\""));
+        }
+    }
 }

@@ -18,8 +18,25 @@ pub struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FLOWLINE_LOG_FORMAT")]
     pub log_format: LogFormat,
+    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the pod's
+    /// service account).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The cluster the command talks to.
+    pub fn connection(&self) -> crate::kubeutil::Connection {
+        crate::kubeutil::Connection {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -38,15 +55,33 @@ pub enum Command {
         #[command(subcommand)]
         command: ApiKeyCommand,
     },
+    /// Print a shell completion script, e.g. `flowline completion bash >
+    /// /etc/bash_completion.d/flowline` or `source <(flowline completion zsh)`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// How a list is printed.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// Aligned columns with a header.
+    #[default]
+    Table,
+    /// A JSON array, the items as `GET /v1/api-keys` shows them.
+    Json,
+    /// The same as YAML.
+    Yaml,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum ApiKeyCommand {
     /// Create a key and print its value (shown only this once).
     Create {
-        /// Namespace (account) the key belongs to.
-        #[arg(long, short = 'n', default_value = "default")]
-        namespace: String,
+        /// Namespace (account) the key belongs to (default: the context's namespace).
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
         /// Display name of the key.
         #[arg(long)]
         name: String,
@@ -63,13 +98,18 @@ pub enum ApiKeyCommand {
     },
     /// List the keys of a namespace (never their values).
     List {
-        #[arg(long, short = 'n', default_value = "default")]
-        namespace: String,
+        /// Namespace (account) (default: the context's namespace).
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: OutputFormat,
     },
     /// Delete (revoke) a key by id.
     Delete {
-        #[arg(long, short = 'n', default_value = "default")]
-        namespace: String,
+        /// Namespace (account) (default: the context's namespace).
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
         id: String,
     },
 }
@@ -275,4 +315,88 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn cluster_flags_are_global_and_output_defaults_to_a_table() {
+        for args in [
+            &[
+                "flowline",
+                "--kubeconfig",
+                "k",
+                "--context",
+                "c",
+                "api-key",
+                "list",
+            ][..],
+            &[
+                "flowline",
+                "api-key",
+                "list",
+                "--context",
+                "c",
+                "--kubeconfig",
+                "k",
+            ][..],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let connection = cli.connection();
+            assert_eq!(
+                connection.kubeconfig.as_deref(),
+                Some(std::path::Path::new("k"))
+            );
+            assert_eq!(connection.context.as_deref(), Some("c"));
+            let Command::ApiKey {
+                command: ApiKeyCommand::List { namespace, output },
+            } = cli.command
+            else {
+                panic!("not api-key list");
+            };
+            assert_eq!((namespace, output), (None, OutputFormat::Table));
+        }
+        let cli =
+            Cli::try_parse_from(["flowline", "api-key", "list", "-o", "yaml", "-n", "x"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::ApiKey {
+                command: ApiKeyCommand::List {
+                    output: OutputFormat::Yaml,
+                    ..
+                }
+            }
+        ));
+        assert!(Cli::try_parse_from(["flowline", "api-key", "list", "-o", "xml"]).is_err());
+    }
+
+    #[test]
+    fn completions_cover_the_subcommands_and_flags() {
+        let mut out = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Cli::command(),
+            "flowline",
+            &mut out,
+        );
+        let script = String::from_utf8(out).unwrap();
+        for word in [
+            "api-key",
+            "operator",
+            "--kubeconfig",
+            "--context",
+            "--output",
+            "completion",
+        ] {
+            assert!(script.contains(word), "{word} missing");
+        }
+    }
 }

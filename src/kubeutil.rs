@@ -15,6 +15,8 @@ pub enum ClusterError {
         "no usable Kubernetes configuration (set KUBECONFIG, or run in a pod with a service account): {0}"
     )]
     Config(#[source] kube::Error),
+    #[error("cannot use the kubeconfig (--kubeconfig, --context): {0}")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
     #[error(
         "CustomResourceDefinition {0} is not installed; install the CRDs with `kubectl apply --server-side -f crds/`"
     )]
@@ -25,9 +27,45 @@ pub enum ClusterError {
     Api(#[source] kube::Error),
 }
 
+/// Which cluster to talk to: `--kubeconfig` and `--context` when given, else the usual
+/// rules (`KUBECONFIG` / `~/.kube/config` and its current context, else in-cluster).
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub context: Option<String>,
+}
+
+impl Connection {
+    /// The client configuration; its `default_namespace` is the context's namespace.
+    pub async fn config(&self) -> Result<kube::Config, ClusterError> {
+        use kube::config::{KubeConfigOptions, Kubeconfig};
+        if self.kubeconfig.is_none() && self.context.is_none() {
+            return kube::Config::infer()
+                .await
+                .map_err(|e| ClusterError::Config(kube::Error::InferConfig(e)));
+        }
+        let kubeconfig = match &self.kubeconfig {
+            Some(path) => Kubeconfig::read_from(path),
+            None => Kubeconfig::read(),
+        }
+        .map_err(ClusterError::Kubeconfig)?;
+        let options = KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(ClusterError::Kubeconfig)
+    }
+
+    pub async fn client(&self) -> Result<Client, ClusterError> {
+        Client::try_from(self.config().await?).map_err(ClusterError::Config)
+    }
+}
+
 /// A client from the usual rules: `KUBECONFIG` / `~/.kube/config`, else in-cluster.
 pub async fn client() -> Result<Client, ClusterError> {
-    Client::try_default().await.map_err(ClusterError::Config)
+    Connection::default().client().await
 }
 
 /// Waits until every Flowline CRD exists and is Established.

@@ -26,7 +26,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(dispatch(cli.command));
+    let connection = cli.connection();
+    let result = runtime.block_on(dispatch(cli.command, connection));
     // Shutting the runtime down drops every task still running — a leader's run
     // executions, delivery attempts, status writers — so that none of them is alive
     // when the lease is released below and another replica takes over. Bounded: a
@@ -46,18 +47,28 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(command: Command) -> anyhow::Result<Ended> {
+async fn dispatch(
+    command: Command,
+    connection: flowline::kubeutil::Connection,
+) -> anyhow::Result<Ended> {
     Ok(match command {
         Command::Crdgen => {
             print!("{}", flowline::crd::render_yaml());
             Ended::Exit(ExitCode::SUCCESS)
         }
         Command::Operator(args) => {
-            Ended::Operator(flowline::operator::run(args, Role::Operator).await?)
+            Ended::Operator(flowline::operator::run(args, Role::Operator, &connection).await?)
         }
-        Command::Api(args) => Ended::Operator(flowline::operator::run(args, Role::Api).await?),
+        Command::Api(args) => {
+            Ended::Operator(flowline::operator::run(args, Role::Api, &connection).await?)
+        }
         Command::ApiKey { command } => {
-            flowline::api_key_command::run(command).await?;
+            flowline::api_key_command::run(command, &connection).await?;
+            Ended::Exit(ExitCode::SUCCESS)
+        }
+        Command::Completion { shell } => {
+            let mut command = <flowline::cli::Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "flowline", &mut std::io::stdout());
             Ended::Exit(ExitCode::SUCCESS)
         }
         Command::Step => {

@@ -44,7 +44,11 @@ impl Stopped {
     }
 }
 
-pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
+pub async fn run(
+    args: OperatorArgs,
+    role: Role,
+    connection: &crate::kubeutil::Connection,
+) -> anyhow::Result<Stopped> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
@@ -71,7 +75,9 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
         Role::Api => None,
     };
 
-    let client = crate::kubeutil::client().await?;
+    // One configuration, several clients: the lease gets connections of its own.
+    let kube_config = connection.config().await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
     let scope = args.scope();
 
     let mut app = health::router(readiness.clone(), metrics.clone());
@@ -161,6 +167,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
                 timing,
             },
             gauge,
+            kube_config.clone(),
         );
         leadership = Some(candidacy.clone());
         let delivery_settings: Vec<_> = scope
@@ -195,8 +202,7 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
         // The lease gets a client (and so connections) of its own: a renewal must not
         // queue behind the burst of reads and writes a new leader's catch-up makes, or
         // the leader misses its renew deadline under load and exits.
-        let lease_client = crate::kubeutil::client()
-            .await
+        let lease_client = kube::Client::try_from(kube_config.clone())
             .context("connecting the leader election's client")?;
         tokio::spawn(candidacy.lead(lease_client, shutdown.clone(), start));
     }

@@ -165,9 +165,3 @@ async fn remove(
     cache::await_delete(&state.caches.api_keys, &who.namespace, &id).await;
     Ok(StatusCode::NO_CONTENT)
 }
-
-/// Name of a key Secret, for the CLI's output.
-pub fn describe(record: &KeyRecord) -> String {
-    let scopes: Vec<&str> = record.scopes.iter().map(|s| s.as_str()).collect();
-    format!("{}\t{}\t{}", record.id, record.name, scopes.join(","))
-}

@@ -30,15 +30,19 @@ pub const EXIT_LOST_LEADERSHIP: i32 = 3;
 pub struct Leadership {
     cfg: LeaseConfig,
     gauge: LeaderGauge,
+    /// For the client that releases the lease after the runtime is gone (shared:
+    /// a configuration is large).
+    kube_config: Arc<kube::Config>,
     /// Set when this process becomes leader.
     watchdog: Arc<OnceLock<Arc<Watchdog>>>,
 }
 
 impl Leadership {
-    pub fn new(cfg: LeaseConfig, gauge: LeaderGauge) -> Self {
+    pub fn new(cfg: LeaseConfig, gauge: LeaderGauge, kube_config: kube::Config) -> Self {
         Leadership {
             cfg,
             gauge,
+            kube_config: Arc::new(kube_config),
             watchdog: Arc::default(),
         }
     }
@@ -90,7 +94,7 @@ impl Leadership {
             }
         };
         runtime.block_on(async {
-            match crate::kubeutil::client().await {
+            match Client::try_from((*self.kube_config).clone()) {
                 Ok(client) => leader::release(client, &self.cfg).await,
                 Err(err) => tracing::warn!(error = %err, "cannot release the lease; it expires"),
             }

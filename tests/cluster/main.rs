@@ -4,6 +4,7 @@
 
 mod api;
 mod chaos;
+mod cli;
 mod delivery;
 mod durable;
 mod engine;
