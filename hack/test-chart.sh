@@ -5,7 +5,8 @@
 #   1. the chart's copy of the CRDs equals crds/flowline.yaml; the image's build context holds what cargo reads
 #   2. helm lint --strict and helm template of every value set; wrong values are refused
 #   3. server-side dry run of every rendering (strict field validation)
-#   4. helm install, cluster mode, every option on; the Deployments become available
+#   4. helm install, cluster mode, every option on; the Deployments become available;
+#      the built-in view and edit roles include Flowline's kinds (aggregated ClusterRoles)
 #   5. every file in examples/ is applied for real and accepted
 #   6. RBAC is enough and no more: the flowline binary runs as each Deployment's own
 #      ServiceAccount (a token for it) with the Deployment's own arguments, and the API,
@@ -78,6 +79,7 @@ fullname="$rel-flowline"
 fullname_ns="$reln-flowline"
 crd_group="ct$id.flowline.io"
 servicemonitor_crd_created=
+httproute_crd_created=
 pids=()
 releases=()
 
@@ -97,6 +99,9 @@ cleanup() {
     log "note: the CRD copies under $crd_group are still terminating (left to the apiserver)"
   if [ -n "$servicemonitor_crd_created" ]; then
     kubectl delete crd servicemonitors.monitoring.coreos.com --ignore-not-found >/dev/null 2>&1
+  fi
+  if [ -n "$httproute_crd_created" ]; then
+    kubectl delete crd httproutes.gateway.networking.k8s.io --ignore-not-found >/dev/null 2>&1
   fi
   # kubectl caches API discovery: with the copies still cached, a later `kubectl get
   # workflow x` in another test resolves to the (gone) throwaway group. Refresh it.
@@ -230,13 +235,77 @@ YAML
   quiet "ServiceMonitor CRD established" kubectl wait --for condition=Established --timeout 30s crd/servicemonitors.monitoring.coreos.com
   log "installed a stand-in ServiceMonitor CRD (deleted on exit)"
 fi
+# Nor Gateway API: an HTTPRoute CRD reduced to the fields the chart sets stands in.
+if ! kubectl get crd httproutes.gateway.networking.k8s.io >/dev/null 2>&1; then
+  httproute_crd_created=1
+  quiet "install a stand-in HTTPRoute CRD" kubectl apply -f - <<'YAML'
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: httproutes.gateway.networking.k8s.io
+  labels: {flowline.io/chart-test: stand-in}
+  # A *.k8s.io group needs it; the real Gateway API CRDs carry their approval.
+  annotations: {api-approved.kubernetes.io: "https://github.com/kubernetes-sigs/gateway-api"}
+spec:
+  group: gateway.networking.k8s.io
+  names: {kind: HTTPRoute, plural: httproutes, singular: httproute, listKind: HTTPRouteList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              parentRefs:
+                type: array
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    namespace: {type: string}
+                    sectionName: {type: string}
+              hostnames: {type: array, items: {type: string}}
+              rules:
+                type: array
+                items:
+                  type: object
+                  properties:
+                    matches:
+                      type: array
+                      items:
+                        type: object
+                        properties:
+                          path:
+                            type: object
+                            properties:
+                              type: {type: string, enum: [Exact, PathPrefix, RegularExpression]}
+                              value: {type: string}
+                    backendRefs:
+                      type: array
+                      items:
+                        type: object
+                        required: [name]
+                        properties:
+                          name: {type: string}
+                          port: {type: integer}
+YAML
+  quiet "HTTPRoute CRD established" kubectl wait --for condition=Established --timeout 30s crd/httproutes.gateway.networking.k8s.io
+  log "installed a stand-in HTTPRoute CRD (deleted on exit)"
+fi
 
 # ---------------------------------------------------------------------------------------
 step "2. helm lint --strict and helm template of every value set"
 # name and helm flags of each value set; the namespaced one uses throwaway namespaces.
-sets=(default full namespaced)
+sets=(default full namespaced gateway)
 declare -A set_flags=(
   [default]=""
+  [gateway]="-f $chart/ci/gateway-values.yaml"
   [full]="-f $chart/ci/full-values.yaml --set delivery.allowCidrs={10.0.0.0/8,fd00::/8} --set delivery.concurrency=32
     --set delivery.caBundle.configMap=corp-ca --set delivery.caBundle.key=bundle.pem
     --set api.trustedProxies={10.0.0.0/8,192.168.1.1} --set api.unauthenticatedRequestsPerMinute=30"
@@ -270,8 +339,8 @@ for s in default full; do
   render_doc "$tmp/render-$s.yaml" Deployment "$fullname-controller" >"$tmp/controller-$s.yaml"
   render_doc "$tmp/render-$s.yaml" Deployment "$fullname-api" >"$tmp/api-$s.yaml"
   [ -s "$tmp/controller-$s.yaml" ] && [ -s "$tmp/api-$s.yaml" ] || die "the $s rendering has no controller or API Deployment"
-  grep -qE -- '--allow-cidr|--ca-bundle|--delivery-concurrency|--no-api|volumes:' "$tmp/api-$s.yaml" &&
-    die "the API Deployment ($s values) got delivery flags or volumes: only the controller delivers"
+  grep -qE -- '--allow-cidr|--ca-bundle|--delivery-concurrency|--no-api|name: ca-bundle' "$tmp/api-$s.yaml" &&
+    die "the API Deployment ($s values) got delivery flags or the CA bundle: only the controller delivers"
 done
 grep -q -- '- --delivery-concurrency=16$' "$tmp/controller-default.yaml" || die "the default controller lacks --delivery-concurrency=16"
 grep -q -- '- --no-api$' "$tmp/controller-default.yaml" || die "the controller does not run with --no-api"
@@ -340,6 +409,51 @@ if "resourceNames" in namespaces_rule(default):
     sys.exit("cluster mode: the namespaces rule is limited by resourceNames")
 PY
 
+# The values of pods, ServiceAccounts, probes, PDBs, images, routes and aggregated roles
+# (grep reads render_doc's output to the end: `grep -q` would break its pipe).
+for d in api controller; do
+  render_doc "$tmp/render-gateway.yaml" Deployment "$fullname-$d" >"$tmp/$d-gateway.yaml"
+  for want in 'team: automation' 'annotations:' 'example.com/scrape-logs: "true"' '- name: FLOWLINE_CHART_TEST' \
+    'value: extra-env' 'name: scratch' 'mountPath: /scratch' 'sizeLimit: 16Mi' \
+    'failureThreshold: 20' 'periodSeconds: 15' 'timeoutSeconds: 2' 'failureThreshold: 3'; do
+    grep -qF -- "$want" "$tmp/$d-full.yaml" || die "the full $d Deployment lacks \"$want\" (podLabels, podAnnotations, extraEnv, extraVolumes, probes)"
+  done
+  # extraArgs come last, after the component's own flags.
+  last_arg=$(sed -n '/^        args:$/,/^        env:$/p' "$tmp/$d-full.yaml" | grep -- '^        - ' | tail -1)
+  [ "$last_arg" = "        - --crd-wait-seconds=45" ] || die "the full $d Deployment's last argument is $last_arg, not extraArgs"
+  grep -qF -- 'periodSeconds: 2' "$tmp/$d-default.yaml" && grep -qF -- 'failureThreshold: 30' "$tmp/$d-default.yaml" ||
+    die "the default $d Deployment lost the default startup probe"
+  grep -qE -- 'priorityClassName|@sha256:|FLOWLINE_CHART_TEST|/scratch' "$tmp/$d-default.yaml" &&
+    die "the default $d Deployment got an optional pod setting"
+  grep -qx "      priorityClassName: flowline-critical" "$tmp/$d-gateway.yaml" || die "priorityClassName does not reach the $d pods"
+  grep -qF 'image: "flowline@sha256:0123456789abcdef' "$tmp/$d-gateway.yaml" || die "image.digest does not pin the $d image"
+done
+grep -qF -- '- --step-image=flowline@sha256:0123456789abcdef' "$tmp/controller-gateway.yaml" || die "image.digest does not pin the step Jobs' image"
+for d in api controller; do
+  render_doc "$tmp/render-full.yaml" ServiceAccount "$fullname-$d" | grep -F 'eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/flowline' >/dev/null ||
+    die "serviceAccount.annotations do not reach the $d ServiceAccount"
+  render_doc "$tmp/render-full.yaml" PodDisruptionBudget "$fullname-$d" | grep -x '  maxUnavailable: 50%' >/dev/null ||
+    die "podDisruptionBudget.maxUnavailable does not reach the $d PDB"
+  render_doc "$tmp/render-default.yaml" PodDisruptionBudget "$fullname-$d" | grep -x '  maxUnavailable: 1' >/dev/null ||
+    die "the default $d PDB does not allow one pod down"
+done
+grep -q '^kind: PodDisruptionBudget$' "$tmp/render-gateway.yaml" && die "podDisruptionBudget.enabled=false still renders a PDB"
+render_doc "$tmp/render-gateway.yaml" HTTPRoute "$fullname" >"$tmp/route.yaml"
+for want in '- name: public' 'namespace: gateway-system' 'sectionName: https' '- flowline.example.com' \
+  '- path: {type: PathPrefix, value: /v1}' "- name: $fullname" 'port: 80' 'example.com/team: automation'; do
+  grep -qF -- "$want" "$tmp/route.yaml" || die "the HTTPRoute lacks \"$want\""
+done
+for s in default full namespaced; do
+  grep -q '^kind: HTTPRoute$' "$tmp/render-$s.yaml" && die "the $s rendering has an HTTPRoute (off by default)"
+done
+for role in view edit; do
+  render_doc "$tmp/render-default.yaml" ClusterRole "$fullname-$role" | grep -x "    rbac.authorization.k8s.io/aggregate-to-$role: \"true\"" >/dev/null ||
+    die "no ClusterRole $fullname-$role aggregated into $role"
+  [ -z "$(render_doc "$tmp/render-gateway.yaml" ClusterRole "$fullname-$role")" ] || die "rbac.aggregateToDefaultRoles=false still renders $fullname-$role"
+done
+grep -q '^kind: Service$' "$tmp/render-gateway.yaml" || die "the gateway rendering has no Service for the route"
+log "pod metadata, ServiceAccount annotations, extra env/args/volumes, probes, PDBs, image digest, priorityClassName, HTTPRoute and aggregated roles render as set"
+
 # Wrong values fail at install time, with a message that says why.
 bad_values=(
   "controller.replicas=-1|minimum: got -1, want 0"
@@ -355,6 +469,13 @@ bad_values=(
   "delivery.caBundle.configMap=Corp_CA|does not match pattern"
   "api.trustedProxies={proxy.local}|does not match pattern"
   "api.unauthenticatedRequestsPerMinute=0|minimum: got 0, want 1"
+  "image.digest=latest|does not match pattern"
+  "priorityClassName=Top_Priority|does not match pattern"
+  "extraArgs={verbose}|does not match pattern"
+  "httpRoute.enabled=true|httpRoute.enabled needs httpRoute.parentRefs"
+  "podLabels.app\\.kubernetes\\.io/component=other|podLabels may not set app.kubernetes.io/component"
+  "podDisruptionBudget.maxUnavailable=half|does not match pattern '^[0-9]+%$'"
+  "probes.liveness.periodSeconds=0|minimum: got 0, want 1"
 )
 for entry in "${bad_values[@]}"; do
   refused "helm template --set ${entry%%|*}" "${entry#*|}" \
@@ -414,6 +535,24 @@ for obj in "${cluster_objects[@]}"; do
   kubectl get "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
 done
 log "installed: controller and API Deployments available, every optional object present"
+# The aggregated ClusterRoles: a user bound to the built-in view (edit) role in a
+# namespace may read (also write) its Workflows, Runs and Webhooks; the
+# clusterrole-aggregation controller fills the built-in roles in, so wait for it.
+for role in view edit; do
+  quiet "bind $role to ct-$role" kubectl create rolebinding "ct-$role" -n "$ns_rel" --clusterrole "$role" --user "ct-$role"
+done
+user_can() { # user verb resource [kubectl flags...]
+  local user=$1 verb=$2 resource=$3; shift 3
+  [ "$(kubectl auth can-i "$verb" "$resource" -n "$ns_rel" --as "$user" "$@" 2>/dev/null)" = yes ]
+}
+eventually "view aggregates list workflows" 30 user_can ct-view list workflows.flowline.io
+eventually "edit aggregates create runs" 30 user_can ct-edit create runs.flowline.io
+user_can ct-view get webhooks.flowline.io || die "view does not show webhooks"
+user_can ct-view create workflows.flowline.io && die "view may create workflows"
+user_can ct-view patch runs.flowline.io --subresource status && die "view may write run status"
+user_can ct-edit delete workflows.flowline.io || die "edit may not delete workflows"
+user_can ct-edit patch runs.flowline.io --subresource status && die "edit may write run status (the controllers' alone)"
+log "aggregated roles: view reads, edit writes Workflows, Runs and Webhooks; status stays the controllers'"
 
 # ---------------------------------------------------------------------------------------
 step "5. examples/ applied"

@@ -36,6 +36,57 @@ app.kubernetes.io/part-of: flowline
 {{- .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* The image of every pod and of step Jobs: pinned by digest when one is given. */}}
+{{- define "flowline.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (include "flowline.tag" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The pod template's metadata of a Deployment; call with (dict "root" $
+"component" "api"). podLabels may add labels but not replace the selector's. */}}
+{{- define "flowline.podMetadata" -}}
+{{- $root := .root -}}
+{{- range $key := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" }}
+{{- if hasKey $root.Values.podLabels $key }}
+{{- fail (printf "podLabels may not set %s: the Deployments select their pods by it" $key) }}
+{{- end }}
+{{- end -}}
+labels:
+  {{- include "flowline.selectorLabels" $root | nindent 2 }}
+  app.kubernetes.io/component: {{ .component }}
+  {{- with $root.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $root.Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The PodDisruptionBudget of a Deployment; call with (dict "root" $ "component" "api"). */}}
+{{- define "flowline.pdb" -}}
+{{- if .root.Values.podDisruptionBudget.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "flowline.fullname" .root }}-{{ .component }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "flowline.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+spec:
+  maxUnavailable: {{ .root.Values.podDisruptionBudget.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "flowline.selectorLabels" .root | nindent 6 }}
+      app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end }}
+
 {{/* The namespace of the bootstrap admin key (its account). */}}
 {{- define "flowline.adminKeyNamespace" -}}
 {{- .Values.bootstrapAdminKey.namespace | default .Release.Namespace }}
@@ -74,7 +125,7 @@ deliveries. */}}
 - --no-api
 - --leader-election-lease={{ include "flowline.fullname" . }}-controller
 {{- /* Step Jobs of built-in actions run `flowline step` from this same image. */}}
-- --step-image={{ .Values.image.repository }}:{{ include "flowline.tag" . }}
+- --step-image={{ include "flowline.image" . }}
 {{- with .Values.controller.stepResources }}
 - --step-cpu-request={{ .requests.cpu }}
 - --step-memory-request={{ .requests.memory }}
@@ -101,6 +152,9 @@ plus "delivers" true for the controller (delivery flags and the CA bundle mount)
 {{- $root := .root -}}
 # Each process its own ServiceAccount (rbac.yaml): the API's may not run Jobs.
 serviceAccountName: {{ include "flowline.fullname" $root }}-{{ .component }}
+{{- with $root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -109,7 +163,7 @@ securityContext:
   {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
 containers:
 - name: {{ .component }}
-  image: "{{ $root.Values.image.repository }}:{{ include "flowline.tag" $root }}"
+  image: {{ include "flowline.image" $root | quote }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
   args:
   - {{ .subcommand }}
@@ -119,6 +173,9 @@ containers:
   {{- else }}
   {{- include "flowline.apiArgs" $root | nindent 2 }}
   {{- end }}
+  {{- with $root.Values.extraArgs }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
   env:
   - name: RUST_LOG
     value: {{ $root.Values.config.logLevel | quote }}
@@ -126,41 +183,52 @@ containers:
   - name: POD_NAMESPACE
     valueFrom:
       fieldRef: {fieldPath: metadata.namespace}
+  {{- with $root.Values.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
   ports:
   - name: http
     containerPort: 8080
     protocol: TCP
-  # The listener opens once the CRDs are Established (up to 30 s after start).
+  # probes.*: the listener opens once the CRDs are Established; ready once every watch
+  # cache has listed.
   startupProbe:
     httpGet: {path: /healthz, port: http}
-    periodSeconds: 2
-    failureThreshold: 30
+    {{- toYaml $root.Values.probes.startup | nindent 4 }}
   livenessProbe:
     httpGet: {path: /healthz, port: http}
-    periodSeconds: 10
-    failureThreshold: 3
-  # Ready once the CRDs are Established and every watch cache has listed.
+    {{- toYaml $root.Values.probes.liveness | nindent 4 }}
   readinessProbe:
     httpGet: {path: /readyz, port: http}
-    periodSeconds: 5
-    failureThreshold: 2
+    {{- toYaml $root.Values.probes.readiness | nindent 4 }}
   resources:
     {{- toYaml .resources | nindent 4 }}
   securityContext:
     {{- toYaml $root.Values.securityContext | nindent 4 }}
-  {{- if and .delivers $root.Values.delivery.caBundle.configMap }}
+  {{- $caBundle := and .delivers $root.Values.delivery.caBundle.configMap }}
+  {{- if or $caBundle $root.Values.extraVolumeMounts }}
   volumeMounts:
+  {{- if $caBundle }}
   - name: ca-bundle
     mountPath: {{ include "flowline.caBundleDir" $root }}
     readOnly: true
   {{- end }}
-{{- if and .delivers $root.Values.delivery.caBundle.configMap }}
+  {{- with $root.Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- end }}
+{{- if or $caBundle $root.Values.extraVolumes }}
 volumes:
+{{- if $caBundle }}
 - name: ca-bundle
   configMap:
     name: {{ $root.Values.delivery.caBundle.configMap }}
     items:
     - {key: {{ $root.Values.delivery.caBundle.key | quote }}, path: {{ $root.Values.delivery.caBundle.key | quote }}}
+{{- end }}
+{{- with $root.Values.extraVolumes }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
 {{- end }}
 {{- with $root.Values.nodeSelector }}
 nodeSelector:
