@@ -391,6 +391,13 @@ mod tests {
                 "maxLength",
                 input::MAX_WEBHOOK_URL as u64,
             ),
+            // Each event kind at most once.
+            (
+                "WebhookCreate",
+                "events",
+                "maxItems",
+                crate::crd::EventKind::ALL.len() as u64,
+            ),
         ] {
             let documented = &schemas[schema]["properties"][field][key];
             assert_eq!(documented, &json!(enforced), "{schema}.{field} {key}");
