@@ -104,7 +104,8 @@ impl ApiError {
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
         let detail = FieldError::new(field, message);
         ApiError::Validation {
-            message: format!("{}: {}", detail.field, detail.message),
+            // Capped: a field path or message may quote what the client sent.
+            message: crate::limits::cap_error(format!("{}: {}", detail.field, detail.message)),
             details: vec![detail],
         }
     }

@@ -241,11 +241,13 @@ fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 }
 
 /// Reads `body` as `T`. The first shape problem is a `validation_error` on its path.
+/// serde quotes what it got (an unknown field's name, an unknown value), so path and
+/// message are capped like every error string sent.
 fn shaped<T: DeserializeOwned>(body: Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(body).map_err(|err| {
         let path = err.path().to_string();
-        let message = err.into_inner().to_string();
-        ApiError::field(field_of(&path, &message), message)
+        let message = crate::limits::cap_error(err.into_inner().to_string());
+        ApiError::field(crate::limits::cap_error(field_of(&path, &message)), message)
     })
 }
 
@@ -790,6 +792,28 @@ mod tests {
             assert_eq!(err.code(), "validation_error");
             assert!(err.to_string().contains(says), "{body}: {err}");
             assert_eq!(fields(err), [field], "{body}");
+        }
+    }
+
+    #[test]
+    fn a_quoted_shape_problem_is_capped() {
+        let long = "x".repeat(100_000);
+        for body in [json!({long.clone(): 1}), json!({"state": long})] {
+            let err = workflow_patch(body).err().unwrap();
+            let ApiError::Validation { message, details } = err else {
+                panic!("not a validation error");
+            };
+            assert!(
+                message.len() < 2 * crate::limits::MAX_ERROR_BYTES,
+                "{}",
+                message.len()
+            );
+            assert!(details[0].field.len() <= crate::limits::MAX_ERROR_BYTES + 16);
+            assert!(
+                details[0]
+                    .message
+                    .ends_with(crate::limits::TRUNCATED_MARKER)
+            );
         }
     }
 
