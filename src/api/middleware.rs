@@ -13,6 +13,7 @@ use super::client_ip::budget_key;
 use super::error::ApiError;
 use super::ratelimit::Decision;
 use super::state::ApiState;
+use crate::telemetry::access_log::Account;
 use kube::runtime::reflector::ObjectRef;
 
 pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
@@ -43,8 +44,12 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
     let mut response = if let Some(refused) = refusal(&state, &decision, now, budget) {
         refused
     } else if let Some(p) = principal {
+        // For the access log.
+        let account = Account(p.namespace.clone());
         req.extensions_mut().insert(p);
-        next.run(req).await
+        let mut response = next.run(req).await;
+        response.extensions_mut().insert(account);
+        response
     } else {
         ApiError::Unauthenticated.into_response()
     };

@@ -2,7 +2,8 @@
 //! the client's `X-Request-Id` when it is sane (1 to 128 of `A-Z a-z 0-9 - _ . :`),
 //! else a fresh `req_…`. The id is returned as `X-Request-Id` and carried by every log
 //! line written while the request is served (the `request` span), so a client's report
-//! leads to the server's lines. Probes and scrapes (`/healthz`, `/readyz`, `/metrics`)
+//! leads to the server's lines. The line names the account (namespace) when the
+//! request carried a valid key. Probes and scrapes (`/healthz`, `/readyz`, `/metrics`)
 //! log at debug level only.
 
 use std::time::Instant;
@@ -16,6 +17,11 @@ use tracing::Instrument;
 use super::http_metrics::HttpMetrics;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The account (namespace) a request was authenticated as: the authenticating layer
+/// puts it in the response's extensions, and the access-log line names it.
+#[derive(Clone, Debug)]
+pub struct Account(pub String);
 
 /// Longest client-chosen request id kept.
 const MAX_REQUEST_ID: usize = 128;
@@ -35,7 +41,10 @@ pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: 
     let peer = req
         .extensions()
         .get::<ConnectInfo<std::net::SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip());
+        .map_or_else(
+            || "-".to_string(),
+            |ConnectInfo(addr)| addr.ip().to_string(),
+        );
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let span = tracing::info_span!("request", request_id = %id);
@@ -48,10 +57,11 @@ pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: 
     let route = route
         .as_deref()
         .unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
+    let account = response.extensions().get::<Account>().map(|a| a.0.as_str());
     if matches!(route, "/healthz" | "/readyz" | "/metrics") {
-        tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer = ?peer, "request");
+        tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, "request");
     } else {
-        tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer = ?peer, "request");
+        tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, "request");
     }
     response
 }

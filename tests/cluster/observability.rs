@@ -150,6 +150,11 @@ async fn requests_runs_and_refusals_show_up_in_metrics_and_the_access_log() {
     assert_eq!(traced["fields"]["route"], "/v1/workflows/{id}");
     assert_eq!(traced["fields"]["path"], format!("/v1/workflows/{wf}"));
     assert_eq!(traced["fields"]["status"], 200);
+    assert_eq!(
+        traced["fields"]["account"],
+        api.ns.name.as_str(),
+        "the key's namespace"
+    );
     assert!(
         access
             .iter()
