@@ -9,7 +9,7 @@ use crate::crd::{Concurrency, ConcurrencyPolicy, Run, RunPhase};
 use crate::engine::concurrency_key;
 
 /// Where a run stands in creation order: creation time (milliseconds), then name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Order {
     pub created: Timestamp,
     pub name: String,
@@ -36,8 +36,9 @@ pub enum Admission {
     Start,
     /// Wait (status `queued`) until a slot frees.
     Queue,
-    /// Cancel these running runs of the group (by name), then start.
-    CancelOthersThenStart(Vec<String>),
+    /// Ask these running runs of the group (by name) to stop; then start at once when
+    /// `start`, else wait (status `queued`) until a slot frees as they stop.
+    CancelOthers { names: Vec<String>, start: bool },
     /// Record the run as cancelled at once, with this error.
     CancelSelf(String),
 }
@@ -49,8 +50,10 @@ pub enum Admission {
 ///   it leave a slot, so queued runs start in creation order; otherwise it waits.
 /// - `cancel_newest`: the same test, but a run that would wait is cancelled instead.
 /// - `cancel_in_progress`: the newest `limit` runs of the group (running or waiting)
-///   keep going; the older running ones are cancelled to make room, and a run that is
-///   itself among the older ones (a newer run was admitted first) is cancelled.
+///   keep going; the older running ones are asked to stop, and a run that is itself
+///   among the older ones (a newer run was admitted first) is cancelled. A run being
+///   stopped holds its slot until it has stopped, so the limit holds throughout: the
+///   new run starts when the group's running runs leave it a slot, else it waits.
 pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Member]) -> Admission {
     let limit = concurrency.limit.max(1) as usize;
     match concurrency.policy {
@@ -76,7 +79,7 @@ pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Mem
             }
         }
         ConcurrencyPolicy::CancelInProgress => {
-            // Runs already asked to stop hold their slot only for the moment they need.
+            // Runs already asked to stop are not contenders, but hold their slot.
             let mut contenders: Vec<(&Order, bool)> = others
                 .iter()
                 .filter_map(|m| match m.state {
@@ -96,15 +99,20 @@ pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Mem
                     describe(group)
                 ));
             }
-            let cancel: Vec<String> = older
+            let names: Vec<String> = older
                 .iter()
                 .filter(|(_, active)| *active)
                 .map(|(order, _)| order.name.clone())
                 .collect();
-            if cancel.is_empty() {
-                Admission::Start
-            } else {
-                Admission::CancelOthersThenStart(cancel)
+            let running = others
+                .iter()
+                .filter(|m| matches!(m.state, MemberState::Active { .. }))
+                .count();
+            let start = running < limit;
+            match (names.is_empty(), start) {
+                (true, true) => Admission::Start,
+                (true, false) => Admission::Queue,
+                (false, start) => Admission::CancelOthers { names, start },
             }
         }
     }
@@ -141,12 +149,25 @@ pub fn order_of(run: &Run) -> Order {
     }
 }
 
-/// How `run` counts in its group as the leader sees it (`executing`: this process
-/// executes it); `None`: not at all (finished, or cancelled before it started).
-pub fn classify(run: &Run, executing: bool) -> Option<MemberState> {
+/// What this process knows of a run that its watch cache may not show yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// Nothing: the cache is all there is.
+    Unknown,
+    /// This process executes it (it may not show `running` yet).
+    Executing,
+    /// This process wrote its final status (it may still show `running` or `queued`).
+    Ended,
+}
+
+/// How `run` counts in its group as the leader sees it; `None`: not at all (finished,
+/// or cancelled before it started).
+pub fn classify(run: &Run, local: Local) -> Option<MemberState> {
     let cancel_requested = run.spec.cancel;
-    if executing {
-        return Some(MemberState::Active { cancel_requested });
+    match local {
+        Local::Ended => return None,
+        Local::Executing => return Some(MemberState::Active { cancel_requested }),
+        Local::Unknown => {}
     }
     match run.status.as_ref().map(|s| s.phase) {
         Some(phase) if phase.is_finished() => None,
@@ -163,6 +184,29 @@ pub fn classify(run: &Run, executing: bool) -> Option<MemberState> {
             None => None,
         },
     }
+}
+
+/// The runs to decide again when a slot of their group frees (`members`: the group's
+/// unfinished runs): under `queue` and `cancel_newest` the oldest waiting ones, as many
+/// as the running members leave slots free; under `cancel_in_progress` every waiting
+/// one (each is either among the newest and starts, or superseded and cancelled).
+/// Pure.
+pub fn hand_over(concurrency: &Concurrency, members: &mut [Member]) -> Vec<Order> {
+    let running = members
+        .iter()
+        .filter(|m| matches!(m.state, MemberState::Active { .. }))
+        .count();
+    let free = match concurrency.policy {
+        ConcurrencyPolicy::CancelInProgress => usize::MAX,
+        _ => (concurrency.limit.max(1) as usize).saturating_sub(running),
+    };
+    members.sort_by(|a, b| a.order.cmp(&b.order));
+    members
+        .iter()
+        .filter(|m| m.state == MemberState::Waiting)
+        .take(free)
+        .map(|m| m.order.clone())
+        .collect()
 }
 
 fn describe(group: &str) -> String {
@@ -247,33 +291,39 @@ mod tests {
             cancel_requested: false,
         };
         let r = |status, cancel| run_with(status, cancel, limited.clone());
+        let cached = Local::Unknown;
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "running"}), false), false),
+            classify(&r(serde_json::json!({"phase": "running"}), false), cached),
             Some(active)
         );
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "queued"}), false), false),
+            classify(&r(serde_json::json!({"phase": "queued"}), false), cached),
             Some(MemberState::Waiting)
         );
         assert_eq!(
-            classify(&r(serde_json::Value::Null, false), false),
+            classify(&r(serde_json::Value::Null, false), cached),
             Some(MemberState::Waiting)
         );
         // Admitted here, its running status not seen yet: it holds its slot.
         assert_eq!(
-            classify(&r(serde_json::Value::Null, false), true),
+            classify(&r(serde_json::Value::Null, false), Local::Executing),
             Some(active)
         );
+        // Finished here, the cache still showing it running: its slot is free.
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "succeeded"}), false), false),
+            classify(&r(serde_json::json!({"phase": "running"}), false), Local::Ended),
             None
         );
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "queued"}), true), false),
+            classify(&r(serde_json::json!({"phase": "succeeded"}), false), cached),
             None
         );
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "running"}), true), false),
+            classify(&r(serde_json::json!({"phase": "queued"}), true), cached),
+            None
+        );
+        assert_eq!(
+            classify(&r(serde_json::json!({"phase": "running"}), true), cached),
             Some(MemberState::Active {
                 cancel_requested: true
             })
@@ -282,7 +332,7 @@ mod tests {
         assert_eq!(
             classify(
                 &run_with(serde_json::Value::Null, false, serde_json::Value::Null),
-                false
+                cached
             ),
             Some(active)
         );
@@ -384,12 +434,16 @@ mod tests {
     fn cancel_in_progress_keeps_the_newest_runs() {
         let c = limit(1, ConcurrencyPolicy::CancelInProgress);
         assert_eq!(admit(&c, "", &order(5), &[]), Admission::Start);
+        // The older runs are asked to stop; their slots free only as they stop.
         assert_eq!(
             admit(&c, "", &order(5), &[active(1), active(2)]),
-            Admission::CancelOthersThenStart(vec!["r2".into(), "r1".into()])
+            Admission::CancelOthers {
+                names: vec!["r2".into(), "r1".into()],
+                start: false
+            }
         );
-        // Runs already being cancelled are not cancelled again.
-        assert_eq!(admit(&c, "", &order(5), &[stopping(1)]), Admission::Start);
+        // Runs already stopping are not cancelled again; this one waits for them.
+        assert_eq!(admit(&c, "", &order(5), &[stopping(1)]), Admission::Queue);
         // A newer run was admitted first: this one is superseded.
         match admit(&c, "", &order(5), &[active(9)]) {
             Admission::CancelSelf(e) => assert!(e.contains("superseded"), "{e}"),
@@ -413,7 +467,35 @@ mod tests {
                 &order(9),
                 &[active(1), active(2), active(3), active(4)]
             ),
-            Admission::CancelOthersThenStart(vec!["r2".into(), "r1".into()])
+            Admission::CancelOthers {
+                names: vec!["r2".into(), "r1".into()],
+                start: false
+            }
         );
+        // A slot is free now: cancel the oldest running run and start at once.
+        let c = limit(2, ConcurrencyPolicy::CancelInProgress);
+        assert_eq!(
+            admit(&c, "", &order(9), &[active(1), waiting(3)]),
+            Admission::CancelOthers {
+                names: vec!["r1".into()],
+                start: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_freed_slot_goes_to_the_oldest_waiting_runs() {
+        let c = limit(2, ConcurrencyPolicy::Queue);
+        let mut members = vec![waiting(7), active(1), waiting(3), waiting(5)];
+        assert_eq!(hand_over(&c, &mut members), vec![order(3)]);
+        let mut members = vec![waiting(7), waiting(3), waiting(5)];
+        assert_eq!(hand_over(&c, &mut members), vec![order(3), order(5)]);
+        // No slot free (one run still stopping): nobody.
+        let mut members = vec![active(1), stopping(2), waiting(3)];
+        assert_eq!(hand_over(&c, &mut members), Vec::<Order>::new());
+        // cancel_in_progress: every waiting run decides for itself.
+        let c = limit(1, ConcurrencyPolicy::CancelInProgress);
+        let mut members = vec![active(1), waiting(3), waiting(5)];
+        assert_eq!(hand_over(&c, &mut members), vec![order(3), order(5)]);
     }
 }
