@@ -38,7 +38,10 @@ pub enum Admission {
     Queue,
     /// Ask these running runs of the group (by name) to stop; then start at once when
     /// `start`, else wait (status `queued`) until a slot frees as they stop.
-    CancelOthers { names: Vec<String>, start: bool },
+    CancelOthers {
+        names: Vec<String>,
+        start: bool,
+    },
     /// Record the run as cancelled at once, with this error.
     CancelSelf(String),
 }
@@ -129,9 +132,18 @@ pub fn needs_admission(run: &Run) -> Option<&Concurrency> {
     }
 }
 
+/// Where the run controller's cache keeps a finished run's rendered group, its payload
+/// gone (see [`compact_for_cache`]). Set only in memory, never written.
+const CACHED_GROUP: &str = "flowline.io/cached-concurrency-group";
+
 /// The concurrency group of `run`: its pinned version's key rendered over its trigger
 /// (no concurrency setting or no key: the workflow's one group).
 pub fn group_of(run: &Run) -> Result<String, String> {
+    if run.phase().is_finished()
+        && let Some(group) = run.annotations().get(CACHED_GROUP)
+    {
+        return Ok(group.clone());
+    }
     let key = run
         .spec
         .workflow
@@ -139,6 +151,34 @@ pub fn group_of(run: &Run) -> Result<String, String> {
         .and_then(|w| w.concurrency.as_ref())
         .and_then(|c| c.key.as_deref());
     concurrency_key::render(key, run)
+}
+
+/// What the run controller's cache keeps of `run`. An unfinished run whole: it may be
+/// queued, admitted or resumed from the cache. A finished one only what admission
+/// reads of it when it frees a slot: identity, phase, its version's concurrency setting
+/// and its rendered group, so its payload, steps and records can go. Any value a user
+/// put in the annotation the group is kept in is dropped first.
+pub fn compact_for_cache(run: &mut Run) {
+    run.annotations_mut().remove(CACHED_GROUP);
+    if !run.phase().is_finished() {
+        return;
+    }
+    let concurrency = run
+        .spec
+        .workflow
+        .as_ref()
+        .and_then(|w| w.concurrency.clone());
+    if concurrency.is_some()
+        && let Ok(group) = group_of(run)
+    {
+        run.annotations_mut().insert(CACHED_GROUP.into(), group);
+    }
+    let version = run.spec.workflow.take();
+    run.drop_details(crate::crd::EventDetail::IdentityOnly);
+    run.spec.workflow = version.map(|version| crate::crd::WorkflowSnapshot {
+        steps: Vec::new(),
+        ..version
+    });
 }
 
 /// Where `run` stands in creation order.
@@ -311,7 +351,10 @@ mod tests {
         );
         // Finished here, the cache still showing it running: its slot is free.
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "running"}), false), Local::Ended),
+            classify(
+                &r(serde_json::json!({"phase": "running"}), false),
+                Local::Ended
+            ),
             None
         );
         assert_eq!(
@@ -352,6 +395,36 @@ mod tests {
         );
         let broken = serde_json::json!({"limit": 1, "key": "{{ trigger.payload.missing }}"});
         assert!(group_of(&run_with(serde_json::Value::Null, false, broken)).is_err());
+    }
+
+    #[test]
+    fn the_cache_keeps_a_finished_runs_group_not_its_payload() {
+        let keyed = serde_json::json!({"limit": 1, "key": "{{ trigger.payload.c }}"});
+        let mut finished = run_with(
+            serde_json::json!({"phase": "succeeded"}),
+            false,
+            keyed.clone(),
+        );
+        finished.spec.workflow.as_mut().unwrap().steps = serde_json::from_value(
+            serde_json::json!([{"id": "a", "action": "delay", "with": {"ms": 1}}]),
+        )
+        .unwrap();
+        compact_for_cache(&mut finished);
+        assert_eq!(finished.spec.payload, None);
+        let version = finished.spec.workflow.as_ref().unwrap();
+        assert!(version.steps.is_empty());
+        assert_eq!(version.concurrency.as_ref().unwrap().limit, 1);
+        assert_eq!(group_of(&finished).unwrap(), "acme");
+
+        // An unfinished run stays whole, and a group a user wrote in the annotation is
+        // not believed.
+        let mut queued = run_with(serde_json::json!({"phase": "queued"}), false, keyed);
+        queued
+            .annotations_mut()
+            .insert(CACHED_GROUP.into(), "someone-else".into());
+        compact_for_cache(&mut queued);
+        assert!(queued.spec.payload.is_some());
+        assert_eq!(group_of(&queued).unwrap(), "acme");
     }
 
     #[test]

@@ -127,13 +127,12 @@ impl Queue {
         let Ok(group) = admission::group_of(freed) else {
             return;
         };
-        let (mut members, refs): (Vec<Member>, Vec<RunRef>) =
-            self.members_with_refs(freed, &group, local).into_iter().unzip();
-        let by_order: std::collections::HashMap<_, _> = members
-            .iter()
-            .map(|m| m.order.clone())
-            .zip(refs)
-            .collect();
+        let (mut members, refs): (Vec<Member>, Vec<RunRef>) = self
+            .members_with_refs(freed, &group, local)
+            .into_iter()
+            .unzip();
+        let by_order: std::collections::HashMap<_, _> =
+            members.iter().map(|m| m.order.clone()).zip(refs).collect();
         for order in admission::hand_over(concurrency, &mut members) {
             if let Some(object) = by_order.get(&order) {
                 // The receiver lives as long as the controller; after it, nothing to wake.

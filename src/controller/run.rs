@@ -243,7 +243,10 @@ impl Context {
             Some(Ok(Admission::CancelOthers { names, start: true })) => {
                 start(self, &mut executing, names)
             }
-            Some(Ok(Admission::CancelOthers { names, start: false })) => Admitted::Queue {
+            Some(Ok(Admission::CancelOthers {
+                names,
+                start: false,
+            })) => Admitted::Queue {
                 cancel_others: names,
             },
             Some(Ok(Admission::Queue)) => Admitted::Queue {
@@ -693,12 +696,22 @@ async fn stop_deleted(ctx: Arc<Context>, shutdown: CancellationToken) {
 
 /// Runs the controller until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    use kube::runtime::WatchStreamExt;
     let runs: Api<Lenient<Run>> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     tokio::spawn(stop_deleted(ctx.clone(), shutdown.clone()));
-    let controller = Controller::new(runs, watcher::Config::default());
+    // The controller's store keeps finished runs compact (admission::compact_for_cache):
+    // history grows it by summaries, not by whole runs.
+    let (store, writer) = kube::runtime::reflector::store();
+    let watch = crate::kubeutil::lenient::compact_watch(
+        runs,
+        watcher::Config::default(),
+        admission::compact_for_cache,
+    );
+    let trigger = kube::runtime::reflector(writer, watch).applied_objects();
+    let controller = Controller::for_stream(trigger, store);
     let wake = ctx.queue.attach(controller.store());
     {
         let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
