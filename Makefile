@@ -46,6 +46,7 @@ cluster-test: cluster install-crds python-deps ## Tests against the control plan
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_REQUIRE_CLUSTER=1 \
 	  $(CARGO) test -- --ignored --test-threads 4
 	$(MAKE) --no-print-directory fuzz-api
+	$(MAKE) --no-print-directory console-test
 	$(MAKE) --no-print-directory chart-test
 
 # `make chaos` sizes (FLOWLINE_CHAOS_* in tests/cluster/chaos/settings.rs); SEED empty
@@ -65,12 +66,16 @@ chaos: cluster install-crds ## Crash-proof acceptance: RUNS runs, KILLS operator
 	  chaos::a_killed_operator_is_invisible_to_users
 
 .PHONY: python-deps
-python-deps: ## schemathesis and the standardwebhooks verifier in .flowline/venv (from PyPI)
+python-deps: ## schemathesis, the standardwebhooks verifier and selenium in .flowline/venv (from PyPI)
 	hack/python-deps.sh
 
 .PHONY: fuzz-api
 fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPLES per operation)
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/fuzz-api.sh
+
+.PHONY: console-test
+console-test: build ## The web console in headless Chromium (selenium) against a real operator; screenshots in .flowline/console-test/
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/console-test.sh
 
 .PHONY: bench-api
 bench-api: cluster install-crds ## /v1 reads (watch caches) vs the same reads from kube-apiserver

@@ -79,6 +79,9 @@ pub async fn run(args: OperatorArgs, role: Role) -> anyhow::Result<Stopped> {
         });
         let state = ApiState::new(client.clone(), caches, args.api_config());
         app = app.merge(crate::api::router(state));
+        if !args.no_console {
+            app = app.merge(crate::console::router());
+        }
     }
     // Serve /healthz (and /readyz, not ready yet) while the CRDs are awaited, so a
     // slow CRD installation does not look like a dead process.
