@@ -97,6 +97,25 @@ export function secretOnce(label, value, note) {
     h('div.row', {}, input, h('button.secondary', { type: 'button', onclick: () => copy(value) }, 'Copy')));
 }
 
+/**
+ * Creates something whose secret the API returns once (a key, a webhook): `create()`
+ * posts, `reveal(created)` draws the secret into `once` (focused), `done(created)`
+ * refreshes the page. A refusal goes to `error`; resolves to it (or null).
+ */
+export async function createShownOnce({ error, once, create, reveal, done }) {
+  error.textContent = '';
+  try {
+    const created = await create();
+    fill(once, reveal(created));
+    await done(created);
+    once.querySelector('input').focus();
+    return null;
+  } catch (err) {
+    error.textContent = errorText(err);
+    return err;
+  }
+}
+
 /** Pretty JSON in a <pre>. */
 export function json(value) {
   return h('pre.json', {}, JSON.stringify(value, null, 2));
@@ -108,7 +127,18 @@ export function pageTitle(text, ...extra) {
   return h('div.page-head', {}, h('h1', { tabindex: '-1' }, text), ...extra);
 }
 
-/** An error from the API as a paragraph (its code and message). */
+/** An error from the API as text: its validation details, or its message and code. */
 export function errorText(err) {
+  if (err && err.details && err.details.length) return err.details.map((d) => `${d.field} ${d.message}`).join('; ');
   return err && err.code ? `${err.message} (${err.code})` : String(err && err.message || err);
+}
+
+/**
+ * A group of checkboxes, one per [value, label] (label may be an array of nodes).
+ * Returns { element, values() } with the checked values in order.
+ */
+export function checkboxes(name, options, isChecked) {
+  const inputs = options.map(([value]) => h('input', { type: 'checkbox', name, value, checked: isChecked(value) }));
+  const element = h('div.checks', {}, options.map(([, label], i) => h('label.check', {}, inputs[i], label)));
+  return { element, values: () => inputs.filter((i) => i.checked).map((i) => i.value) };
 }

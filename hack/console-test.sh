@@ -18,34 +18,27 @@ for tool in chromium chromedriver; do
 done
 "$repo/hack/python-deps.sh"
 
-ns="flowline-console-$RANDOM$RANDOM"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-operator_pid=
-cleanup() {
-  [ -n "$operator_pid" ] && kill "$operator_pid" 2>/dev/null || true
-  kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
+# shellcheck source=lib/local-server.sh
+source "$repo/hack/lib/local-server.sh"
 
 rm -rf "$out" && mkdir -p "$out/screenshots"
+ns="flowline-console-$RANDOM$RANDOM"
 kubectl create namespace "$ns" >/dev/null
+operator_pid=
+trap 'kill "${operator_pid:-}" 2>/dev/null || true; kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true' EXIT
 # The run page polls once a second: the pro plan keeps the test clear of the limiter.
 kubectl annotate namespace "$ns" flowline.io/plan=pro >/dev/null
 admin_key=$("$flowline" api-key create --namespace "$ns" --name console-admin --scopes admin 2>/dev/null)
 read_key=$("$flowline" api-key create --namespace "$ns" --name console-reader --scopes read 2>/dev/null)
 
+port=$(free_port)
 # Its own namespace and lease, so it never competes with another operator; http://
 # and loopback allowed so that webhooks reach the test's local receiver.
 "$flowline" operator --listen "127.0.0.1:$port" --watch-namespace "$ns" \
   --leader-election-namespace "$ns" --leader-election-lease console-test \
   --allow-http --allow-cidr 127.0.0.0/8 >"$out/operator.log" 2>&1 &
 operator_pid=$!
-for _ in $(seq 150); do
-  curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-  kill -0 "$operator_pid" 2>/dev/null || { cat "$out/operator.log" >&2; exit 1; }
-  sleep 0.2
-done
-curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null
+wait_ready "$port" "$operator_pid" "$out/operator.log"
 
 FLOWLINE_CONSOLE_URL="http://127.0.0.1:$port" FLOWLINE_ADMIN_KEY="$admin_key" \
   FLOWLINE_READ_KEY="$read_key" FLOWLINE_CONSOLE_OUT="$out" \

@@ -12,8 +12,11 @@ flowline="$repo/target/debug/flowline"
 
 "$repo/hack/python-deps.sh"
 
+# shellcheck source=lib/local-server.sh
+source "$repo/hack/lib/local-server.sh"
+
 ns="flowline-fuzz-$RANDOM$RANDOM"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 server_pid=
 cleanup() {
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
@@ -27,11 +30,7 @@ kubectl annotate namespace "$ns" flowline.io/plan=enterprise flowline.io/request
 key=$("$flowline" api-key create --namespace "$ns" --name fuzz --scopes admin 2>/dev/null)
 "$flowline" api --listen "127.0.0.1:$port" >"$repo/.flowline/fuzz-api.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 150); do
-  curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$repo/.flowline/fuzz-api.log" >&2; exit 1; }
-  sleep 0.2
-done
+wait_ready "$port" "$server_pid" "$repo/.flowline/fuzz-api.log"
 
 # positive_data_acceptance is left out on purpose: a schema cannot say which cursor
 # strings or time-zone names exist, so valid-looking values are rightly refused.

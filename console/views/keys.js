@@ -2,7 +2,7 @@
 // revoke. Keys never leave the server again after creation: only their names.
 
 import { post, del, session, listAll } from '../api.js';
-import { h, fill, time, pageTitle, errorText, toast, secretOnce } from '../dom.js';
+import { h, fill, time, pageTitle, errorText, toast, secretOnce, checkboxes, createShownOnce } from '../dom.js';
 
 const SCOPES = [
   ['read', 'read workflows, runs and webhooks'],
@@ -19,8 +19,7 @@ export async function render(main) {
   const once = h('div', { id: 'once' });
   const list = h('div');
   const name = h('input', { id: 'key-name', 'data-field': 'name', required: true, placeholder: 'ci-deploy' });
-  const boxes = SCOPES.map(([s, help]) => h('label.check', {},
-    h('input', { type: 'checkbox', name: 'scopes', value: s, checked: s === 'read' }), h('span', {}, s), h('span.muted', {}, ` — ${help}`)));
+  const scopes = checkboxes('scopes', SCOPES.map(([s, help]) => [s, [h('span', {}, s), h('span.muted', {}, ` — ${help}`)]]), (s) => s === 'read');
   const error = h('p.error', { role: 'alert', id: 'key-error' });
   const refresh = async () => {
     let keys;
@@ -48,23 +47,17 @@ export async function render(main) {
       id: 'key-form',
       onsubmit: async (e) => {
         e.preventDefault();
-        error.textContent = '';
-        const scopes = boxes.map((b) => b.querySelector('input')).filter((i) => i.checked).map((i) => i.value);
-        try {
-          const created = await post('/api-keys', { name: name.value.trim(), scopes });
-          fill(once, secretOnce(`API key ${created.name}`, created.key, 'The key value is shown only this once: copy it now. Flowline keeps only its hash.'));
-          name.value = '';
-          toast('Key created');
-          await refresh();
-          once.querySelector('input').focus();
-        } catch (err) {
-          error.textContent = err.details?.length ? err.details.map((d) => `${d.field} ${d.message}`).join('; ') : errorText(err);
-        }
+        await createShownOnce({
+          error, once,
+          create: () => post('/api-keys', { name: name.value.trim(), scopes: scopes.values() }),
+          reveal: (created) => secretOnce(`API key ${created.name}`, created.key, 'The key value is shown only this once: copy it now. Flowline keeps only its hash.'),
+          done: async () => { name.value = ''; toast('Key created'); await refresh(); },
+        });
       },
     },
     h('h2', {}, 'New API key'),
     h('div.field', {}, h('label', { for: 'key-name' }, 'Name'), name),
-    h('fieldset', {}, h('legend', {}, 'Scopes'), h('div.checks', {}, boxes)),
+    h('fieldset', {}, h('legend', {}, 'Scopes'), scopes.element),
     error,
     h('button.primary', { type: 'submit', id: 'create-key' }, 'Create key')),
     list);

@@ -171,7 +171,8 @@ function card(step, index, ctx, move, redraw) {
       groups.map((g) => h('div', {}, h('strong', {}, g.group), h('ul.chips', {},
         g.items.map((path) => h('li', {}, h('button.chip', {
           type: 'button',
-          onclick: () => insert(lastField, `{{ ${path} }}`),
+          // `when` is an expression over bare paths; other fields take templates.
+          onclick: () => insert(lastField, lastField?.dataset.field.endsWith('.when') ? path : `{{ ${path} }}`),
         }, path)))))));
   });
 

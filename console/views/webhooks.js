@@ -2,7 +2,7 @@
 // deliveries log with status codes and times, resend, rotate the secret.
 
 import { get, post, del, session, listAll } from '../api.js';
-import { h, fill, link, time, duration, pageTitle, errorText, toast, secretOnce } from '../dom.js';
+import { h, fill, link, time, duration, pageTitle, errorText, toast, secretOnce, checkboxes, createShownOnce } from '../dom.js';
 import { navigate } from '../app.js';
 
 const EVENTS = ['run.started', 'run.succeeded', 'run.failed', 'run.cancelled', 'workflow.activated', 'workflow.paused'];
@@ -27,30 +27,24 @@ async function createForm(once, refresh) {
   const workflow = h('select', { id: 'hook-workflow', 'data-field': 'workflow_id' },
     h('option', { value: '' }, 'all workflows of the account'),
     workflows.map((w) => h('option', { value: w.id }, `${w.name} (${w.id})`)));
-  const boxes = EVENTS.map((e) => h('label.check', {}, h('input', { type: 'checkbox', name: 'events', value: e, checked: e.startsWith('run.') && e !== 'run.started' }), e));
+  const events = checkboxes('events', EVENTS.map((e) => [e, e]), (e) => e.startsWith('run.') && e !== 'run.started');
   const error = h('p.error', { id: 'hook-error', role: 'alert' });
   return h('form.card', {
     id: 'webhook-form',
     onsubmit: async (e) => {
       e.preventDefault();
-      error.textContent = '';
-      const events = boxes.map((b) => b.querySelector('input')).filter((i) => i.checked).map((i) => i.value);
-      try {
-        const created = await post('/webhooks', { url: url.value.trim(), events, workflow_id: workflow.value || null });
-        fill(once, secretOnce('Signing secret', created.secret, `Signing secret of ${created.url}: shown only this once. Copy it into the receiver now.`));
-        url.value = '';
-        toast('Webhook created');
-        await refresh();
-        once.querySelector('input').focus();
-      } catch (err) {
-        error.textContent = err.details?.length ? err.details.map((d) => `${d.field} ${d.message}`).join('; ') : errorText(err);
-        if (err.details?.some((d) => d.field === 'url')) { url.setAttribute('aria-invalid', 'true'); url.focus(); }
-      }
+      const err = await createShownOnce({
+        error, once,
+        create: () => post('/webhooks', { url: url.value.trim(), events: events.values(), workflow_id: workflow.value || null }),
+        reveal: (created) => secretOnce('Signing secret', created.secret, `Signing secret of ${created.url}: shown only this once. Copy it into the receiver now.`),
+        done: async () => { url.value = ''; toast('Webhook created'); await refresh(); },
+      });
+      if (err?.details?.some((d) => d.field === 'url')) { url.setAttribute('aria-invalid', 'true'); url.focus(); }
     },
   },
   h('h2', {}, 'New webhook'),
   h('div.field', {}, h('label', { for: 'hook-url' }, 'URL'), url),
-  h('fieldset', {}, h('legend', {}, 'Events'), h('div.checks', {}, boxes)),
+  h('fieldset', {}, h('legend', {}, 'Events'), events.element),
   h('div.field', {}, h('label', { for: 'hook-workflow' }, 'Workflow'), workflow),
   error,
   h('button.primary', { type: 'submit', id: 'create-webhook' }, 'Create webhook'));
