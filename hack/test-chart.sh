@@ -173,6 +173,8 @@ cmp -s "$repo/crds/flowline.yaml" "$chart/crds/flowline.yaml" ||
 need=(Cargo.toml Cargo.lock src)
 grep -q '^\[\[bench\]\]' "$repo/Cargo.toml" && need+=(benches)
 grep -q '^\[\[test\]\]' "$repo/Cargo.toml" && need+=(tests)
+# build.rs embeds the web console's files.
+[ -e "$repo/build.rs" ] && need+=(build.rs console)
 while read -r p; do need+=("${p%%/*}"); done < <(sed -n 's/^path *= *"\([^"]*\)".*/\1/p' "$repo/Cargo.toml")
 for p in "${need[@]}"; do
   [ -e "$repo/$p" ] || die "Cargo.toml needs $p, which does not exist"
