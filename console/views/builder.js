@@ -7,7 +7,8 @@ import { h, fill, link, toast, badge, pageTitle, errorText, secretOnce, copy, do
 import { navigate } from '../app.js';
 import { nextTimes, describe } from '../cron.js';
 import { manifest, toYaml } from '../yaml.js';
-import { renderSteps, newStep, toApiSteps, DEFAULT_WITH, ACTIONS } from './steps.js';
+import { renderSteps, newStep, toApiSteps, DEFAULT_WITH } from './steps.js';
+import { capabilities } from '../schema.js';
 
 const SAMPLE_KEY = (id) => `flowline.sample.${id || 'new'}`;
 
@@ -18,12 +19,12 @@ export async function render(main, params) {
     ? { ...saved, steps: saved.steps.map((s) => newStep({ ...s, with: s.with || {}, when: s.when || '' })) }
     : { name: '', description: '', state: 'draft', trigger: { type: 'manual' }, executor: null, timeout_ms: null, steps: [] };
   const canWrite = session.can('write');
-  const view = { model, saved, canWrite };
+  const view = { model, saved, canWrite, accepts: await capabilities() };
   draw(main, view);
 }
 
 function draw(main, view) {
-  const { model, canWrite } = view;
+  const { model, canWrite, accepts } = view;
   const id = view.saved?.id;
   const announcer = h('p.sr-only', { 'aria-live': 'polite' });
   const formError = h('div.error', { id: 'form-error', role: 'alert', tabindex: '-1' });
@@ -84,7 +85,7 @@ function draw(main, view) {
       if (e.target.value === 'schedule') model.trigger = { type: 'schedule', cron: '0 9 * * 1-5', timezone: 'UTC' };
       drawTrigger(); changed();
     },
-  }, ['manual', 'schedule', 'webhook'].map((t) => h('option', { value: t, selected: model.trigger.type === t }, t)));
+  }, accepts.triggers.map((t) => h('option', { value: t, selected: model.trigger.type === t }, t)));
 
   // Sample payload for the template helpers
   const sampleInput = h('textarea.mono', { id: 'sample-payload', rows: 3, placeholder: '{"order_id": "A-1", "customer": {"email": "a@example.com"}}' });
@@ -99,9 +100,10 @@ function draw(main, view) {
   const stepCtx = {
     steps: model.steps, sample, disabled: !canWrite, changed: () => changed(),
     announce: (text) => { announcer.textContent = text; },
+    actions: accepts.actions, stepFields: accepts.stepFields,
   };
   const newAction = h('select', { id: 'new-step-action', 'aria-label': 'Action of the new step' },
-    Object.keys(ACTIONS).map((a) => h('option', { value: a }, a)));
+    accepts.actions.map((a) => h('option', { value: a }, a)));
   const addStep = () => {
     const action = newAction.value;
     const taken = new Set(model.steps.map((s) => s.id));

@@ -33,12 +33,22 @@ export const ACTIONS = {
     { key: 'args', label: 'Arguments (one item a line)', kind: 'lines' },
     { key: 'env', label: 'Environment (one "NAME: value" a line)', kind: 'pairs' },
   ],
+  // Offered only when the server lists them (schema.js).
+  approval: [{ key: 'timeout_ms', label: 'Decide within (ms; empty: no limit)', kind: 'int' }],
+  wait: [
+    { key: 'ms', label: 'Wait for (ms)', kind: 'int' },
+    { key: 'until', label: 'or until (RFC 3339 time)', kind: 'text', placeholder: '2026-12-01T09:00:00Z' },
+  ],
 };
+
+/** Inputs of an action the console has no form for: its whole `with` as JSON. */
+const GENERIC = [{ key: null, label: 'Inputs (`with`, a JSON object)', kind: 'json' }];
 
 export const DEFAULT_WITH = {
   'http.request': { method: 'GET', url: '' },
   transform: { value: {} },
   delay: { ms: 1000 },
+  wait: { ms: 60000 },
   fail: { message: 'failed on purpose' },
   container: { image: '' },
 };
@@ -84,7 +94,8 @@ export function newStep(fields) {
 
 /**
  * Draws the steps into `list` (an <ol>). `ctx`: { steps, sample(), disabled,
- * changed() (any edit), announce(text) }.
+ * changed() (any edit), announce(text), actions and stepFields (what the server
+ * accepts, schema.js) }.
  */
 export function renderSteps(list, ctx) {
   const redraw = (focusKey) => {
@@ -127,15 +138,18 @@ function card(step, index, ctx, move, redraw) {
       redraw();
       document.getElementById(`${step.key}-action`)?.focus();
     },
-  }, Object.keys(ACTIONS).map((a) => h('option', { value: a, selected: a === step.action }, a)));
-  if (!ACTIONS[step.action]) actionSelect.append(h('option', { value: step.action, selected: true }, step.action));
+  }, ctx.actions.map((a) => h('option', { value: a, selected: a === step.action }, a)));
+  if (!ctx.actions.includes(step.action)) actionSelect.append(h('option', { value: step.action, selected: true }, step.action));
 
-  const actionFields = (ACTIONS[step.action] || []).map((spec) => {
-    const current = step.with?.[spec.key];
+  const actionFields = (ACTIONS[step.action] || GENERIC).map((spec) => {
+    const current = spec.key === null ? step.with : step.with?.[spec.key];
     let input;
     const set = (value) => {
-      step.with = step.with || {};
-      if (value === undefined) delete step.with[spec.key]; else step.with[spec.key] = value;
+      if (spec.key === null) step.with = value && typeof value === 'object' ? value : {};
+      else {
+        step.with = step.with || {};
+        if (value === undefined) delete step.with[spec.key]; else step.with[spec.key] = value;
+      }
       edited();
     };
     if (spec.kind === 'select') {
@@ -147,8 +161,22 @@ function card(step, index, ctx, move, redraw) {
     } else {
       input = h('input', { type: 'text', placeholder: spec.placeholder, value: show(spec.kind, current), oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
     }
-    return field(spec.label, `with.${spec.key}`, input);
+    return field(spec.label, spec.key === null ? 'with' : `with.${spec.key}`, input);
   });
+
+  // Step fields newer servers accept (schema.js): dependencies and fan-out.
+  const extra = [];
+  if (ctx.stepFields.includes('needs')) {
+    extra.push(field('Needs (step ids, comma-separated)', 'needs', text((step.needs || []).join(', '), (v) => {
+      const ids = v.split(/[\s,]+/).filter(Boolean);
+      step.needs = ids.length ? ids : null;
+      edited();
+    }, { placeholder: 'fetch, enrich' }), 'Runs after these steps instead of after the previous card.'));
+  }
+  if (ctx.stepFields.includes('for_each')) {
+    extra.push(field('For each (template of a list)', 'for_each', text(step.for_each, (v) => { step.for_each = v.trim() ? v : null; edited(); }, { placeholder: '{{ trigger.payload.items }}' }),
+      'Runs the step once per item.'));
+  }
 
   const retry = step.retry || {};
   const setRetry = (k, v) => {
@@ -203,7 +231,7 @@ function card(step, index, ctx, move, redraw) {
       field('Name', 'name', text(step.name, (v) => { step.name = v; edited(); })),
       field('Action', 'action', actionSelect)),
     h('div.grid', {}, actionFields),
-    h('details.more', { open: Boolean(step.retry || step.timeout_ms || step.when) },
+    h('details.more', { open: Boolean(step.retry || step.timeout_ms || step.when || step.needs || step.for_each) },
       h('summary', {}, 'Retry, timeout and condition'),
       h('div.grid', {},
         field('Max attempts', 'retry.max_attempts', num(retry.max_attempts, (v) => setRetry('max_attempts', v))),
@@ -211,7 +239,8 @@ function card(step, index, ctx, move, redraw) {
         field('Backoff factor', 'retry.backoff_factor', num(retry.backoff_factor, (v) => setRetry('backoff_factor', v))),
         field('Timeout per attempt (ms)', 'timeout_ms', num(step.timeout_ms, (v) => { step.timeout_ms = toNumber(v); edited(); })),
         field('Run only when', 'when', text(step.when, (v) => { step.when = v; edited(); }, { placeholder: 'trigger.payload.amount > 100' }),
-          'An expression over the same values as templates; false skips the step.'))),
+          'An expression over the same values as templates; false skips the step.'),
+        extra)),
     ctx.disabled ? null : helper);
   dragSupport(li, handle, index, ctx, move);
   return li;

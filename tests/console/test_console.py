@@ -208,6 +208,11 @@ class Console(unittest.TestCase):
         self.ensure_admin()
         self.click('a[href="/workflows/new"]')
         self.set_value(self.find("#wf-name"), "Greeting")
+        # The actions offered are the ones this server's OpenAPI document lists.
+        with urllib.request.urlopen(BASE + "/v1/openapi.json") as res:
+            actions = json.load(res)["components"]["schemas"]["Action"]["enum"]
+        offered = [o.get_attribute("value") for o in Select(self.find("#new-step-action")).options]
+        self.assertEqual(offered, actions)
         self.set_value(self.find("#sample-payload"), '{"name": "Ada", "order": {"id": 7}}')
         # Added out of order on purpose: the drag and the keyboard put them right.
         first = self.add_step("transform", "shout")
