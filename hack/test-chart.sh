@@ -306,8 +306,8 @@ PY
 # shellcheck disable=SC2086
 helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" ${set_flags[full]} --set console.enabled=false \
   >"$tmp/render-no-console.yaml" || die "helm template (console.enabled=false)"
-render_doc "$tmp/render-no-console.yaml" Deployment "$fullname-api" | grep -qx -- ' *- --no-console' ||
-  die "console.enabled=false does not pass --no-console to the API"
+render_doc "$tmp/render-no-console.yaml" Deployment "$fullname-api" >"$tmp/api-no-console.yaml"
+grep -qx -- ' *- --no-console' "$tmp/api-no-console.yaml" || die "console.enabled=false does not pass --no-console to the API"
 [ "$(render_doc "$tmp/render-no-console.yaml" Ingress "$fullname" | grep -c -- '- path: ')" = 1 ] ||
   die "console.enabled=false: the Ingress must route /v1 alone"
 grep -qE -- '--unauthenticated-requests|--trusted-proxy' "$tmp/controller-full.yaml" &&
