@@ -288,6 +288,21 @@ class Console(unittest.TestCase):
         self.text_in("#schedule-preview", "Every 15 minutes")
         self.shot("schedule-preview")
 
+    def test_06b_a_webhook_trigger_shows_its_url_and_secret_once(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-trigger-type")
+        self.set_value(self.find("#wf-name"), "Inbound")
+        Select(self.find("#wf-trigger-type")).select_by_value("webhook")
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        secret = self.find("#once input[data-secret]").get_attribute("value")
+        self.assertTrue(secret.startswith("whsec_"), secret)
+        self.text_in("#hook-url", f"/v1/hooks/{wf}")
+        self.shot("webhook-trigger")
+        self.go(f"/workflows/{wf}", "#hook-url")
+        self.assertNotIn(secret, self.driver.page_source, "the inbound secret is shown only once")
+
     def test_07_yaml_view_of_the_manifest(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}", "#steps .step-card")
