@@ -73,7 +73,7 @@ function dayMatches(c, d) {
 
 /**
  * The next `count` fire times after `from`, as wall-clock strings in `timeZone`
- * ("Mon 24 Nov 2026, 09:00"). Searches at most four years ahead.
+ * ("Mon, 24 Nov 2026, 09:00"). Searches at most four years ahead.
  */
 export function nextTimes(expression, timeZone = 'UTC', count = 5, from = new Date()) {
   const c = parse(expression);

@@ -40,6 +40,6 @@ port=$(free_port)
 operator_pid=$!
 wait_ready "$port" "$operator_pid" "$out/operator.log"
 
-FLOWLINE_CONSOLE_URL="http://127.0.0.1:$port" FLOWLINE_ADMIN_KEY="$admin_key" \
+FLOWLINE_CONSOLE_URL="http://127.0.0.1:$port" FLOWLINE_CONSOLE_NAMESPACE="$ns" FLOWLINE_ADMIN_KEY="$admin_key" \
   FLOWLINE_READ_KEY="$read_key" FLOWLINE_CONSOLE_OUT="$out" \
   "$venv/bin/python" "$repo/tests/console/test_console.py" "$@"

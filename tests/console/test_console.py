@@ -11,6 +11,7 @@ allowed. Each page is saved as a screenshot under $FLOWLINE_CONSOLE_OUT/screensh
 import http.server
 import json
 import os
+import subprocess
 import threading
 import time
 import unittest
@@ -27,6 +28,7 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 BASE = os.environ["FLOWLINE_CONSOLE_URL"]
+NAMESPACE = os.environ["FLOWLINE_CONSOLE_NAMESPACE"]
 ADMIN_KEY = os.environ["FLOWLINE_ADMIN_KEY"]
 READ_KEY = os.environ["FLOWLINE_READ_KEY"]
 OUT = os.environ.get("FLOWLINE_CONSOLE_OUT", ".flowline/console-test")
@@ -163,7 +165,52 @@ class Console(unittest.TestCase):
         self.assertEqual(status, 200, wf)
         return wf["id"]
 
+    def module(self, name, body):
+        """Runs `body` (JS, with the module bound to `m`) against a console module as
+        the browser loaded it; returns what it returns."""
+        base = self.driver.find_element(By.CSS_SELECTOR, "script[type=module]").get_attribute("src").rsplit("/", 1)[0]
+        return self.driver.execute_async_script(
+            f"const done = arguments[arguments.length - 1];"
+            f"import('{base}/{name}').then((m) => done((() => {{ {body} }})()), (e) => done('import failed: ' + e));")
+
     # scenarios -----------------------------------------------------------------
+
+    def test_00_pure_modules_known_answers(self):
+        self.driver.get(BASE + "/")
+        self.find("#api-key")
+        # cron.js: fixed instants, a timezone, day-of-month OR day-of-week, errors.
+        from_ = "new Date('2026-03-27T23:30:00Z')"
+        self.assertEqual(self.module("cron.js", f"return m.nextTimes('0 9 * * *', 'Europe/Paris', 3, {from_})"),
+                         ["Sat, 28 Mar 2026, 09:00", "Sun, 29 Mar 2026, 09:00", "Mon, 30 Mar 2026, 09:00"])
+        self.assertEqual(self.module("cron.js", f"return m.nextTimes('*/20 * * * *', 'UTC', 3, {from_})"),
+                         ["Fri, 27 Mar 2026, 23:40", "Sat, 28 Mar 2026, 00:00", "Sat, 28 Mar 2026, 00:20"])
+        self.assertEqual(self.module("cron.js", f"return m.nextTimes('0 0 1 * MON', 'UTC', 2, {from_})"),
+                         ["Mon, 30 Mar 2026, 00:00", "Wed, 1 Apr 2026, 00:00"])
+        self.assertEqual(self.module("cron.js", f"return m.nextTimes('@monthly', 'UTC', 1, {from_})"),
+                         ["Wed, 1 Apr 2026, 00:00"])
+        for bad, why in [("* * * *", "expected 5 fields"), ("5-1 * * * *", "runs backwards"),
+                         ("* * * * * *", "expected 5 fields"), ("*/0 * * * *", "bad step")]:
+            self.assertIn(why, self.module("cron.js", f"try {{ m.parse({json.dumps(bad)}); return 'parsed'; }} catch (e) {{ return e.message; }}"))
+        self.assertEqual(self.module("cron.js", "try { m.nextTimes('* * * * *', 'Mars/Olympus'); return 'ok'; } catch (e) { return e.name; }"),
+                         "RangeError")
+        # templates.js: sample payload paths, earlier steps' outputs.
+        self.assertEqual(self.module("templates.js", "return m.paths({a: {b: [1, {c: 2}]}}, 'trigger.payload')"),
+                         ["trigger.payload.a", "trigger.payload.a.b", "trigger.payload.a.b.0",
+                          "trigger.payload.a.b.1", "trigger.payload.a.b.1.c"])
+        refs = self.module("templates.js", "return m.references([{id: 'f', action: 'http.request'}, {id: 't', action: 'transform', with: {value: {x: 1}}}, {id: 'me', action: 'fail'}], 2, null)")
+        self.assertEqual(refs[1]["items"], ["steps.f.output", "steps.f.output.status", "steps.f.output.headers",
+                                            "steps.f.output.body", "steps.t.output", "steps.t.output.x"])
+        # yaml.js: CRD field names, quoting of what YAML would read as something else
+        # (a bare N or yes is a boolean to YAML 1.1 parsers).
+        yaml = self.module("yaml.js", "return m.toYaml(m.manifest({id: 'wf-1', name: 'N', description: null, state: 'draft', "
+                           "trigger: {type: 'manual'}, executor: null, timeout_ms: 5, steps: [{id: 's', action: 'delay', "
+                           "with: {ms: 1, note: 'yes', tpl: '{{ run.id }}'}, retry: {max_attempts: 2}, timeout_ms: null, when: null}]}))")
+        self.assertEqual(yaml, "\n".join([
+            "apiVersion: flowline.io/v1", "kind: Workflow", "metadata:", "  name: wf-1", "spec:", "  name: \"N\"",
+            "  state: draft", "  trigger:", "    type: manual", "  timeoutMs: 5", "  steps:", "  - id: s",
+            "    action: delay", "    with:", "      ms: 1", '      note: "yes"', '      tpl: "{{ run.id }}"',
+            "    retry:", "      maxAttempts: 2", ""]))
+
 
     def test_01_first_page_is_fast_compressed_cached_and_locked_down(self):
         self.driver.get(BASE + "/")
@@ -313,6 +360,12 @@ class Console(unittest.TestCase):
         self.assertIn(f"name: {Console.workflow_id}", yaml)
         self.assertIn('greeting: "{{ trigger.payload.name }}"', yaml)
         self.assertLess(yaml.index("id: hello"), yaml.index("id: pause"))
+        # The manifest is what kubectl would apply: the API server accepts it, strictly.
+        check = subprocess.run(
+            ["kubectl", "apply", "--server-side", "--dry-run=server", "--force-conflicts",
+             "--validate=strict", "-n", NAMESPACE, "-f", "-"],
+            input=yaml, capture_output=True, text=True, timeout=30)
+        self.assertEqual(check.returncode, 0, check.stderr)
         self.find("#copy-yaml")
         self.find("#download-yaml")
         self.shot("yaml")
