@@ -285,7 +285,7 @@ class Console(unittest.TestCase):
         target = cards[0]
         self.driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", target)
         ActionChains(self.driver).click_and_hold(handle).move_to_element_with_offset(
-            target, 0, -target.size["height"] // 2 + 4).pause(0.05).release().perform()
+            target, 0, -target.size["height"] // 2 + 4).release().perform()
         self.wait.until(lambda d: self.step_ids() == ["hello", "shout", "pause"])
         # Keyboard: focus the handle of "pause" and press Arrow Up once.
         handle = self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card .handle")[2]
