@@ -6,7 +6,17 @@ import { get, post, session } from '../api.js';
 import { h, fill, link, time, badge, duration, json, pageTitle, errorText, toast } from '../dom.js';
 import { navigate } from '../app.js';
 
-const POLL_MS = 1000;
+/**
+ * How long to wait before the next poll: every second while the run is young, then
+ * less often, so a long run watched on the free plan (60 requests a minute) leaves the
+ * account's budget to everything else.
+ */
+function pollDelay(run) {
+  const age = Date.now() - Date.parse(run.started_at);
+  if (age < 15000) return 1000;
+  if (age < 120000) return 3000;
+  return 10000;
+}
 const unfinished = (status) => status === 'running' || status === 'queued';
 
 export async function render(main, params) {
@@ -114,7 +124,7 @@ export async function render(main, params) {
   let stopped = false;
   const poll = async () => {
     if (stopped) return;
-    let delay = POLL_MS;
+    let delay = pollDelay(run);
     try {
       const next = await get(`/runs/${encodeURIComponent(id)}`);
       if (stopped) return;
@@ -123,11 +133,11 @@ export async function render(main, params) {
       draw();
     } catch (e) {
       // Rate limited or briefly unavailable: wait as told, then go on.
-      delay = Math.max(POLL_MS, (e.retryAfter || 2) * 1000);
+      delay = Math.max(delay, (e.retryAfter || 2) * 1000);
     }
     if (unfinished(run.status) && !stopped) timer = setTimeout(poll, delay);
   };
-  if (unfinished(run.status)) timer = setTimeout(poll, POLL_MS);
+  if (unfinished(run.status)) timer = setTimeout(poll, pollDelay(run));
   return () => { stopped = true; clearTimeout(timer); };
 }
 
