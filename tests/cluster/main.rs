@@ -4,6 +4,7 @@
 
 mod api;
 mod chaos;
+mod console;
 mod delivery;
 mod durable;
 mod engine;
