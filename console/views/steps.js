@@ -195,14 +195,21 @@ function card(step, index, ctx, move, redraw) {
     if (!helper.open) return;
     const groups = references(ctx.steps, index, ctx.sample());
     fill(refsBody,
-      h('p.help', {}, 'Click a value to insert it at the cursor of the last field you edited in this step.'),
+      h('p.help', {}, 'Click a value to insert it at the cursor of the field you edited last in this step (or its first input).'),
       groups.map((g) => h('div', {}, h('strong', {}, g.group), h('ul.chips', {},
         g.items.map((path) => h('li', {}, h('button.chip', {
           type: 'button',
           // `when` is an expression over bare paths; other fields take templates.
-          onclick: () => insert(lastField, lastField?.dataset.field.endsWith('.when') ? path : `{{ ${path} }}`),
+          onclick: () => {
+            // Into the field edited last, else the action's first input.
+            const target = lastField || actionFields[0]?.querySelector('input, textarea');
+            insert(target, target?.dataset.field.endsWith('.when') ? path : `{{ ${path} }}`);
+          },
         }, path)))))));
   });
+
+  const title = h('strong.step-title', {}, step.name || step.id || '(new step)');
+  const retitle = () => { title.textContent = step.name || step.id || '(new step)'; edited(); };
 
   const handle = h('button.handle', {
     type: 'button',
@@ -219,16 +226,16 @@ function card(step, index, ctx, move, redraw) {
     h('div.step-head', {},
       handle,
       h('span.step-number', {}, `${index + 1}.`),
-      h('strong.step-title', {}, step.name || step.id || '(new step)'),
+      title,
       h('span.muted', {}, step.action),
       h('button.link.danger', {
         type: 'button', disabled: ctx.disabled, 'aria-label': `Remove step ${index + 1}`,
         onclick: () => { ctx.steps.splice(index, 1); ctx.announce('Step removed'); redraw(); },
       }, 'Remove')),
     h('div.grid', {},
-      field('Step id', 'id', text(step.id, (v) => { step.id = v; edited(); }, { placeholder: 'fetch-orders', autocapitalize: 'off', spellcheck: 'false' }),
+      field('Step id', 'id', text(step.id, (v) => { step.id = v; retitle(); }, { placeholder: 'fetch-orders', autocapitalize: 'off', spellcheck: 'false' }),
         'Lowercase letters, digits and "-"; later steps reference it.'),
-      field('Name', 'name', text(step.name, (v) => { step.name = v; edited(); })),
+      field('Name', 'name', text(step.name, (v) => { step.name = v; retitle(); })),
       field('Action', 'action', actionSelect)),
     h('div.grid', {}, actionFields),
     h('details.more', { open: Boolean(step.retry || step.timeout_ms || step.when || step.needs || step.for_each) },
