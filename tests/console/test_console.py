@@ -378,6 +378,19 @@ class Console(unittest.TestCase):
         self.assertFalse(self.find("#delete").is_enabled())
         self.assertEqual(api("GET", f"/workflows/{Console.workflow_id}")[1]["state"], "active")
         self.shot("active-workflow")
+        self.click("#pause")
+        self.find("#activate")
+        self.assertTrue(self.find("#delete").is_enabled())
+        self.assertFalse(self.driver.find_elements(By.ID, "delete-why"))
+        self.click("#activate")
+        self.find("#pause")
+        # Deleting, on a workflow of its own: confirmed, gone, back to the list.
+        doomed = self.make_workflow("Doomed", [{"id": "a", "action": "fail"}], state="paused")
+        self.go(f"/workflows/{doomed}", "#delete")
+        self.driver.execute_script("window.confirm = () => true")
+        self.click("#delete")
+        self.wait.until(EC.url_matches(r"/workflows$"))
+        self.assertEqual(api("GET", f"/workflows/{doomed}")[0], 404)
 
     def test_09_start_a_run_and_watch_the_live_timeline(self):
         self.ensure_admin()
@@ -412,8 +425,13 @@ class Console(unittest.TestCase):
         self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="wait"]').get_attribute("data-status") == "running")
         self.click("#cancel")
         self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
-        self.find("#retry-start")
         self.shot("run-cancelled")
+        self.click("#retry-start")
+        self.wait.until(lambda d: not d.current_url.endswith(run["id"]))
+        retry = self.driver.current_url.rsplit("/", 1)[1]
+        self.text_in("main", "Retry of")
+        self.assertEqual(api("GET", f"/runs/{retry}")[1]["retry_of"], run["id"])
+        self.assertEqual(api("POST", f"/runs/{retry}/cancel")[0], 202)
 
     def test_11_runs_list_filters_by_status(self):
         self.ensure_admin()
