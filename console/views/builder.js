@@ -127,7 +127,7 @@ function draw(main, view) {
   const changed = () => { if (!yamlPanel.hidden) yamlText.textContent = yaml(); };
 
   const builderPanel = h('form.builder', {
-    id: 'builder', onsubmit: (e) => { e.preventDefault(); save(); }, novalidate: true,
+    id: 'builder', role: 'tabpanel', 'aria-labelledby': 'tab-builder', onsubmit: (e) => { e.preventDefault(); save(); }, novalidate: true,
   },
   h('fieldset', { disabled: !canWrite },
     h('legend', {}, 'Workflow'),
@@ -157,7 +157,7 @@ function draw(main, view) {
     canWrite ? h('div.row', {}, newAction, h('button.secondary', { type: 'button', id: 'add-step', onclick: addStep }, 'Add step')) : null),
   canWrite ? h('div.row.sticky', {}, h('button.primary', { type: 'submit', id: 'save' }, id ? 'Save changes' : 'Create workflow')) : null);
 
-  const yamlPanel = h('section', { id: 'yaml-panel', hidden: true, 'aria-label': 'YAML manifest' },
+  const yamlPanel = h('section', { id: 'yaml-panel', hidden: true, role: 'tabpanel', 'aria-labelledby': 'tab-yaml' },
     h('p.help', {}, 'The same workflow as a Kubernetes manifest: `kubectl apply -f` it, or commit it for GitOps. It reflects the builder, saved or not.'),
     h('div.row', {},
       h('button.secondary', { type: 'button', id: 'copy-yaml', onclick: () => copy(yaml()) }, 'Copy'),
@@ -166,6 +166,7 @@ function draw(main, view) {
 
   const tab = (name, label, panel, other, otherTab) => h('button', {
     type: 'button', role: 'tab', id: `tab-${name}`, 'aria-selected': name === 'builder' ? 'true' : 'false',
+    'aria-controls': name === 'builder' ? 'builder' : 'yaml-panel',
     onclick: (e) => {
       panel().hidden = false; other().hidden = true;
       e.target.setAttribute('aria-selected', 'true');
