@@ -17,7 +17,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::SECRET_TYPE;
-use crate::crd::{Run, Webhook, Workflow};
+use crate::crd::{EventDetail, Run, Webhook, Workflow};
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::kubeutil::{WatchScope, scoped_api};
 use crate::telemetry::undecodable;
@@ -122,18 +122,7 @@ fn summarize_run(run: &mut Run) {
         run.annotations_mut()
             .insert(super::idempotency::DIGEST_ANNOTATION.into(), digest);
     }
-    run.spec.payload = None;
-    run.spec.headers = None;
-    run.spec.workflow = None;
-    run.spec.reused_steps = Vec::new();
-    if let Some(status) = run.status.as_mut() {
-        status.steps = Vec::new();
-        status.error = None;
-        status.conditions = Vec::new();
-        for event in &mut status.pending_events {
-            event.data = serde_json::Value::Null;
-        }
-    }
+    run.drop_details(EventDetail::IdentityOnly);
 }
 
 #[derive(Clone)]

@@ -9,7 +9,7 @@ use crate::crd::{Concurrency, ConcurrencyPolicy, Run, RunPhase};
 use crate::engine::concurrency_key;
 
 /// Where a run stands in creation order: creation time (milliseconds), then name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Order {
     pub created: Timestamp,
     pub name: String,
@@ -36,8 +36,12 @@ pub enum Admission {
     Start,
     /// Wait (status `queued`) until a slot frees.
     Queue,
-    /// Cancel these running runs of the group (by name), then start.
-    CancelOthersThenStart(Vec<String>),
+    /// Ask these running runs of the group (by name) to stop; then start at once when
+    /// `start`, else wait (status `queued`) until a slot frees as they stop.
+    CancelOthers {
+        names: Vec<String>,
+        start: bool,
+    },
     /// Record the run as cancelled at once, with this error.
     CancelSelf(String),
 }
@@ -49,8 +53,10 @@ pub enum Admission {
 ///   it leave a slot, so queued runs start in creation order; otherwise it waits.
 /// - `cancel_newest`: the same test, but a run that would wait is cancelled instead.
 /// - `cancel_in_progress`: the newest `limit` runs of the group (running or waiting)
-///   keep going; the older running ones are cancelled to make room, and a run that is
-///   itself among the older ones (a newer run was admitted first) is cancelled.
+///   keep going; the older running ones are asked to stop, and a run that is itself
+///   among the older ones (a newer run was admitted first) is cancelled. A run being
+///   stopped holds its slot until it has stopped, so the limit holds throughout: the
+///   new run starts when the group's running runs leave it a slot, else it waits.
 pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Member]) -> Admission {
     let limit = concurrency.limit.max(1) as usize;
     match concurrency.policy {
@@ -76,7 +82,7 @@ pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Mem
             }
         }
         ConcurrencyPolicy::CancelInProgress => {
-            // Runs already asked to stop hold their slot only for the moment they need.
+            // Runs already asked to stop are not contenders, but hold their slot.
             let mut contenders: Vec<(&Order, bool)> = others
                 .iter()
                 .filter_map(|m| match m.state {
@@ -96,15 +102,20 @@ pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Mem
                     describe(group)
                 ));
             }
-            let cancel: Vec<String> = older
+            let names: Vec<String> = older
                 .iter()
                 .filter(|(_, active)| *active)
                 .map(|(order, _)| order.name.clone())
                 .collect();
-            if cancel.is_empty() {
-                Admission::Start
-            } else {
-                Admission::CancelOthersThenStart(cancel)
+            let running = others
+                .iter()
+                .filter(|m| matches!(m.state, MemberState::Active { .. }))
+                .count();
+            let start = running < limit;
+            match (names.is_empty(), start) {
+                (true, true) => Admission::Start,
+                (true, false) => Admission::Queue,
+                (false, start) => Admission::CancelOthers { names, start },
             }
         }
     }
@@ -121,9 +132,18 @@ pub fn needs_admission(run: &Run) -> Option<&Concurrency> {
     }
 }
 
+/// Where the run controller's cache keeps a finished run's rendered group, its payload
+/// gone (see [`compact_for_cache`]). Set only in memory, never written.
+const CACHED_GROUP: &str = "flowline.io/cached-concurrency-group";
+
 /// The concurrency group of `run`: its pinned version's key rendered over its trigger
 /// (no concurrency setting or no key: the workflow's one group).
 pub fn group_of(run: &Run) -> Result<String, String> {
+    if run.phase().is_finished()
+        && let Some(group) = run.annotations().get(CACHED_GROUP)
+    {
+        return Ok(group.clone());
+    }
     let key = run
         .spec
         .workflow
@@ -131,6 +151,34 @@ pub fn group_of(run: &Run) -> Result<String, String> {
         .and_then(|w| w.concurrency.as_ref())
         .and_then(|c| c.key.as_deref());
     concurrency_key::render(key, run)
+}
+
+/// What the run controller's cache keeps of `run`. An unfinished run whole: it may be
+/// queued, admitted or resumed from the cache. A finished one only what admission
+/// reads of it when it frees a slot: identity, phase, its version's concurrency setting
+/// and its rendered group, so its payload, steps and records can go. Any value a user
+/// put in the annotation the group is kept in is dropped first.
+pub fn compact_for_cache(run: &mut Run) {
+    run.annotations_mut().remove(CACHED_GROUP);
+    if !run.phase().is_finished() {
+        return;
+    }
+    let concurrency = run
+        .spec
+        .workflow
+        .as_ref()
+        .and_then(|w| w.concurrency.clone());
+    if concurrency.is_some()
+        && let Ok(group) = group_of(run)
+    {
+        run.annotations_mut().insert(CACHED_GROUP.into(), group);
+    }
+    let version = run.spec.workflow.take();
+    run.drop_details(crate::crd::EventDetail::IdentityOnly);
+    run.spec.workflow = version.map(|version| crate::crd::WorkflowSnapshot {
+        steps: Vec::new(),
+        ..version
+    });
 }
 
 /// Where `run` stands in creation order.
@@ -141,12 +189,25 @@ pub fn order_of(run: &Run) -> Order {
     }
 }
 
-/// How `run` counts in its group as the leader sees it (`executing`: this process
-/// executes it); `None`: not at all (finished, or cancelled before it started).
-pub fn classify(run: &Run, executing: bool) -> Option<MemberState> {
+/// What this process knows of a run that its watch cache may not show yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// Nothing: the cache is all there is.
+    Unknown,
+    /// This process executes it (it may not show `running` yet).
+    Executing,
+    /// This process wrote its final status (it may still show `running` or `queued`).
+    Ended,
+}
+
+/// How `run` counts in its group as the leader sees it; `None`: not at all (finished,
+/// or cancelled before it started).
+pub fn classify(run: &Run, local: Local) -> Option<MemberState> {
     let cancel_requested = run.spec.cancel;
-    if executing {
-        return Some(MemberState::Active { cancel_requested });
+    match local {
+        Local::Ended => return None,
+        Local::Executing => return Some(MemberState::Active { cancel_requested }),
+        Local::Unknown => {}
     }
     match run.status.as_ref().map(|s| s.phase) {
         Some(phase) if phase.is_finished() => None,
@@ -163,6 +224,29 @@ pub fn classify(run: &Run, executing: bool) -> Option<MemberState> {
             None => None,
         },
     }
+}
+
+/// The runs to decide again when a slot of their group frees (`members`: the group's
+/// unfinished runs): under `queue` and `cancel_newest` the oldest waiting ones, as many
+/// as the running members leave slots free; under `cancel_in_progress` every waiting
+/// one (each is either among the newest and starts, or superseded and cancelled).
+/// Pure.
+pub fn hand_over(concurrency: &Concurrency, members: &mut [Member]) -> Vec<Order> {
+    let running = members
+        .iter()
+        .filter(|m| matches!(m.state, MemberState::Active { .. }))
+        .count();
+    let free = match concurrency.policy {
+        ConcurrencyPolicy::CancelInProgress => usize::MAX,
+        _ => (concurrency.limit.max(1) as usize).saturating_sub(running),
+    };
+    members.sort_by(|a, b| a.order.cmp(&b.order));
+    members
+        .iter()
+        .filter(|m| m.state == MemberState::Waiting)
+        .take(free)
+        .map(|m| m.order.clone())
+        .collect()
 }
 
 fn describe(group: &str) -> String {
@@ -247,33 +331,42 @@ mod tests {
             cancel_requested: false,
         };
         let r = |status, cancel| run_with(status, cancel, limited.clone());
+        let cached = Local::Unknown;
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "running"}), false), false),
+            classify(&r(serde_json::json!({"phase": "running"}), false), cached),
             Some(active)
         );
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "queued"}), false), false),
+            classify(&r(serde_json::json!({"phase": "queued"}), false), cached),
             Some(MemberState::Waiting)
         );
         assert_eq!(
-            classify(&r(serde_json::Value::Null, false), false),
+            classify(&r(serde_json::Value::Null, false), cached),
             Some(MemberState::Waiting)
         );
         // Admitted here, its running status not seen yet: it holds its slot.
         assert_eq!(
-            classify(&r(serde_json::Value::Null, false), true),
+            classify(&r(serde_json::Value::Null, false), Local::Executing),
             Some(active)
         );
+        // Finished here, the cache still showing it running: its slot is free.
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "succeeded"}), false), false),
+            classify(
+                &r(serde_json::json!({"phase": "running"}), false),
+                Local::Ended
+            ),
             None
         );
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "queued"}), true), false),
+            classify(&r(serde_json::json!({"phase": "succeeded"}), false), cached),
             None
         );
         assert_eq!(
-            classify(&r(serde_json::json!({"phase": "running"}), true), false),
+            classify(&r(serde_json::json!({"phase": "queued"}), true), cached),
+            None
+        );
+        assert_eq!(
+            classify(&r(serde_json::json!({"phase": "running"}), true), cached),
             Some(MemberState::Active {
                 cancel_requested: true
             })
@@ -282,7 +375,7 @@ mod tests {
         assert_eq!(
             classify(
                 &run_with(serde_json::Value::Null, false, serde_json::Value::Null),
-                false
+                cached
             ),
             Some(active)
         );
@@ -302,6 +395,36 @@ mod tests {
         );
         let broken = serde_json::json!({"limit": 1, "key": "{{ trigger.payload.missing }}"});
         assert!(group_of(&run_with(serde_json::Value::Null, false, broken)).is_err());
+    }
+
+    #[test]
+    fn the_cache_keeps_a_finished_runs_group_not_its_payload() {
+        let keyed = serde_json::json!({"limit": 1, "key": "{{ trigger.payload.c }}"});
+        let mut finished = run_with(
+            serde_json::json!({"phase": "succeeded"}),
+            false,
+            keyed.clone(),
+        );
+        finished.spec.workflow.as_mut().unwrap().steps = serde_json::from_value(
+            serde_json::json!([{"id": "a", "action": "delay", "with": {"ms": 1}}]),
+        )
+        .unwrap();
+        compact_for_cache(&mut finished);
+        assert_eq!(finished.spec.payload, None);
+        let version = finished.spec.workflow.as_ref().unwrap();
+        assert!(version.steps.is_empty());
+        assert_eq!(version.concurrency.as_ref().unwrap().limit, 1);
+        assert_eq!(group_of(&finished).unwrap(), "acme");
+
+        // An unfinished run stays whole, and a group a user wrote in the annotation is
+        // not believed.
+        let mut queued = run_with(serde_json::json!({"phase": "queued"}), false, keyed);
+        queued
+            .annotations_mut()
+            .insert(CACHED_GROUP.into(), "someone-else".into());
+        compact_for_cache(&mut queued);
+        assert!(queued.spec.payload.is_some());
+        assert_eq!(group_of(&queued).unwrap(), "acme");
     }
 
     #[test]
@@ -384,12 +507,16 @@ mod tests {
     fn cancel_in_progress_keeps_the_newest_runs() {
         let c = limit(1, ConcurrencyPolicy::CancelInProgress);
         assert_eq!(admit(&c, "", &order(5), &[]), Admission::Start);
+        // The older runs are asked to stop; their slots free only as they stop.
         assert_eq!(
             admit(&c, "", &order(5), &[active(1), active(2)]),
-            Admission::CancelOthersThenStart(vec!["r2".into(), "r1".into()])
+            Admission::CancelOthers {
+                names: vec!["r2".into(), "r1".into()],
+                start: false
+            }
         );
-        // Runs already being cancelled are not cancelled again.
-        assert_eq!(admit(&c, "", &order(5), &[stopping(1)]), Admission::Start);
+        // Runs already stopping are not cancelled again; this one waits for them.
+        assert_eq!(admit(&c, "", &order(5), &[stopping(1)]), Admission::Queue);
         // A newer run was admitted first: this one is superseded.
         match admit(&c, "", &order(5), &[active(9)]) {
             Admission::CancelSelf(e) => assert!(e.contains("superseded"), "{e}"),
@@ -413,7 +540,35 @@ mod tests {
                 &order(9),
                 &[active(1), active(2), active(3), active(4)]
             ),
-            Admission::CancelOthersThenStart(vec!["r2".into(), "r1".into()])
+            Admission::CancelOthers {
+                names: vec!["r2".into(), "r1".into()],
+                start: false
+            }
         );
+        // A slot is free now: cancel the oldest running run and start at once.
+        let c = limit(2, ConcurrencyPolicy::CancelInProgress);
+        assert_eq!(
+            admit(&c, "", &order(9), &[active(1), waiting(3)]),
+            Admission::CancelOthers {
+                names: vec!["r1".into()],
+                start: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_freed_slot_goes_to_the_oldest_waiting_runs() {
+        let c = limit(2, ConcurrencyPolicy::Queue);
+        let mut members = vec![waiting(7), active(1), waiting(3), waiting(5)];
+        assert_eq!(hand_over(&c, &mut members), vec![order(3)]);
+        let mut members = vec![waiting(7), waiting(3), waiting(5)];
+        assert_eq!(hand_over(&c, &mut members), vec![order(3), order(5)]);
+        // No slot free (one run still stopping): nobody.
+        let mut members = vec![active(1), stopping(2), waiting(3)];
+        assert_eq!(hand_over(&c, &mut members), Vec::<Order>::new());
+        // cancel_in_progress: every waiting run decides for itself.
+        let c = limit(1, ConcurrencyPolicy::CancelInProgress);
+        let mut members = vec![active(1), waiting(3), waiting(5)];
+        assert_eq!(hand_over(&c, &mut members), vec![order(3), order(5)]);
     }
 }

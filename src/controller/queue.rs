@@ -1,6 +1,6 @@
 //! What the run controller needs for concurrency control besides the pure
-//! [`admission`] rules: the group of a run as its watch cache shows it, the wake-up of
-//! queued runs when a run of their group finishes, and the `flowline_runs_queued` gauge.
+//! [`admission`] rules: the group of a run as its watch cache shows it, the hand-over of
+//! a freed slot to the queued runs of its group, and the `flowline_runs_queued` gauge.
 //! The state itself is in the Runs' statuses, so it holds across restarts.
 
 use std::sync::{Mutex, OnceLock};
@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::{self, Member, MemberState};
+use super::admission::{self, Local, Member};
 use crate::crd::{Run, RunPhase};
 use crate::kubeutil::lenient::Lenient;
 
@@ -81,26 +81,42 @@ impl Queue {
     }
 
     /// The other unfinished runs of `run`'s concurrency group `group`, as admission
-    /// counts them; `executing(uid)` says whether this process executes a run.
-    pub fn members(&self, run: &Run, group: &str, executing: impl Fn(&str) -> bool) -> Vec<Member> {
+    /// counts them; `local(uid)` says what this process knows of a run beyond the cache.
+    pub fn members(&self, run: &Run, group: &str, local: impl Fn(&str) -> Local) -> Vec<Member> {
+        self.members_with_refs(run, group, local)
+            .into_iter()
+            .map(|(member, _)| member)
+            .collect()
+    }
+
+    fn members_with_refs(
+        &self,
+        run: &Run,
+        group: &str,
+        local: impl Fn(&str) -> Local,
+    ) -> Vec<(Member, RunRef)> {
         self.siblings(run)
             .iter()
             .filter_map(|o| {
                 let r = o.decoded()?;
-                let state = admission::classify(r, executing(&r.uid().unwrap_or_default()))?;
-                (admission::group_of(r).ok()? == group).then(|| Member {
-                    order: admission::order_of(r),
-                    state,
+                let state = admission::classify(r, local(&r.uid().unwrap_or_default()))?;
+                (admission::group_of(r).ok()? == group).then(|| {
+                    let member = Member {
+                        order: admission::order_of(r),
+                        state,
+                    };
+                    (member, ObjectRef::from_obj(&**o))
                 })
             })
             .collect()
     }
 
-    /// Reconciles the oldest waiting runs of the group `finished` belonged to, as many
-    /// as its limit: the ones a freed slot may start. Others wait for their turn (or
-    /// the periodic resync).
-    pub fn wake_group(&self, finished: &Run) {
-        let Some(concurrency) = finished
+    /// Hands the slot `freed` held on: reconciles the runs of its group that may start
+    /// now ([`admission::hand_over`]). `local` corrects the cache with what this process
+    /// knows, so a run finished or admitted a moment ago counts as what it is, not as
+    /// what the cache still shows.
+    pub fn wake_group(&self, freed: &Run, local: impl Fn(&str) -> Local) {
+        let Some(concurrency) = freed
             .spec
             .workflow
             .as_ref()
@@ -108,23 +124,20 @@ impl Queue {
         else {
             return;
         };
-        let Ok(group) = admission::group_of(finished) else {
+        let Ok(group) = admission::group_of(freed) else {
             return;
         };
-        let mut waiting: Vec<(admission::Order, RunRef)> = self
-            .siblings(finished)
-            .iter()
-            .filter_map(|o| {
-                let r = o.decoded()?;
-                (admission::classify(r, false)? == MemberState::Waiting
-                    && admission::group_of(r).ok()? == group)
-                    .then(|| (admission::order_of(r), ObjectRef::from_obj(&**o)))
-            })
-            .collect();
-        waiting.sort_by(|a, b| a.0.cmp(&b.0));
-        for (_, object) in waiting.into_iter().take(concurrency.limit as usize) {
-            // The receiver lives as long as the controller; after it, nothing to wake.
-            let _ = self.wake_tx.send(object);
+        let (mut members, refs): (Vec<Member>, Vec<RunRef>) = self
+            .members_with_refs(freed, &group, local)
+            .into_iter()
+            .unzip();
+        let by_order: std::collections::HashMap<_, _> =
+            members.iter().map(|m| m.order.clone()).zip(refs).collect();
+        for order in admission::hand_over(concurrency, &mut members) {
+            if let Some(object) = by_order.get(&order) {
+                // The receiver lives as long as the controller; after it, nothing to wake.
+                let _ = self.wake_tx.send(object.clone());
+            }
         }
     }
 

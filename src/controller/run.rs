@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
@@ -27,6 +27,9 @@ use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 /// How often an unfinished run is reconciled without a watch event: the backstop that
 /// picks up a run no process is executing (say, one whose only watch event was lost).
 pub const RESYNC_UNFINISHED: Duration = Duration::from_secs(10);
+
+/// How long a run finished here counts as finished without the cache confirming it.
+const ENDED_MEMORY: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -106,6 +109,9 @@ pub struct Context {
     pub namespace: Option<String>,
     /// Runs this process is executing, by uid.
     executing: Mutex<HashMap<String, Execution>>,
+    /// Runs whose final status this process wrote, by uid, until its cache shows them
+    /// finished: their slots are free although the cache may still show them running.
+    ended: Mutex<HashMap<String, Instant>>,
     /// Concurrency control: the group of a run, waking queued runs.
     queue: Queue,
 }
@@ -118,7 +124,8 @@ enum Admitted {
         cancel: CancellationToken,
         cancel_others: Vec<String>,
     },
-    Queue,
+    /// Wait for a slot; first cancel these runs of its group.
+    Queue { cancel_others: Vec<String> },
     /// Record it as ended, with this phase and error.
     End(RunPhase, String),
 }
@@ -165,6 +172,7 @@ impl Context {
             client,
             namespace,
             executing: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
             queue: Queue::default(),
         })
     }
@@ -177,6 +185,7 @@ impl Context {
             engine: self.engine.clone(),
             namespace,
             executing: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
             queue: Queue::default(),
         })
     }
@@ -231,8 +240,18 @@ impl Context {
         let mut executing = self.lock();
         match self.admission_with(run, &executing) {
             None | Some(Ok(Admission::Start)) => start(self, &mut executing, Vec::new()),
-            Some(Ok(Admission::CancelOthersThenStart(names))) => start(self, &mut executing, names),
-            Some(Ok(Admission::Queue)) => Admitted::Queue,
+            Some(Ok(Admission::CancelOthers { names, start: true })) => {
+                start(self, &mut executing, names)
+            }
+            Some(Ok(Admission::CancelOthers {
+                names,
+                start: false,
+            })) => Admitted::Queue {
+                cancel_others: names,
+            },
+            Some(Ok(Admission::Queue)) => Admitted::Queue {
+                cancel_others: Vec::new(),
+            },
             Some(Ok(Admission::CancelSelf(error))) => Admitted::End(RunPhase::Cancelled, error),
             Some(Err(error)) => Admitted::End(RunPhase::Failed, error),
         }
@@ -253,13 +272,45 @@ impl Context {
         };
         let others = self
             .queue
-            .members(run, &group, |uid| executing.contains_key(uid));
+            .members(run, &group, |uid| self.local(executing, uid));
         Some(Ok(admission::admit(
             concurrency,
             &group,
             &admission::order_of(run),
             &others,
         )))
+    }
+
+    /// What this process knows of the run `uid` that its cache may not show yet
+    /// (`executing`: the registry, held by the caller).
+    fn local(&self, executing: &HashMap<String, Execution>, uid: &str) -> admission::Local {
+        if executing.contains_key(uid) {
+            admission::Local::Executing
+        } else if self.ended_lock().contains_key(uid) {
+            admission::Local::Ended
+        } else {
+            admission::Local::Unknown
+        }
+    }
+
+    fn ended_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that the final status of the run `uid` landed; forgets entries the cache
+    /// never confirmed (a run deleted at once) after [`ENDED_MEMORY`].
+    fn note_ended(&self, uid: &str) {
+        let now = Instant::now();
+        let mut ended = self.ended_lock();
+        ended.retain(|_, at| now.duration_since(*at) < ENDED_MEMORY);
+        ended.insert(uid.to_string(), now);
+    }
+
+    /// Wakes the runs the slot of `freed` may start now.
+    fn hand_over(&self, freed: &Run) {
+        let executing = self.lock();
+        self.queue
+            .wake_group(freed, |uid| self.local(&executing, uid));
     }
 
     /// Whether a run would have to wait, judged from the cache alone.
@@ -359,7 +410,8 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     let uid = run.uid().unwrap_or_default();
     if run.phase().is_finished() {
         // Its slot is free (the cache shows it finished): the next queued runs may start.
-        ctx.queue.wake_group(run);
+        ctx.ended_lock().remove(&uid);
+        ctx.hand_over(run);
     }
     let token = ctx.token(&uid);
     // A run that has to wait, judged from the cache alone: a queued run whose group is
@@ -447,14 +499,23 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                 let engine = ctx.engine.clone();
                 let ctx = ctx.clone();
                 tokio::spawn(async move {
-                    runner::execute(engine, (*run).clone(), cancel).await;
+                    let landed = runner::execute(engine.clone(), (*run).clone(), cancel).await;
+                    if landed.is_some() {
+                        ctx.note_ended(&uid);
+                    }
                     drop(registration);
-                    // The cache may have shown it finished before its slot was released
-                    // here: wake its group again now that both are true.
-                    ctx.queue.wake_group(&run);
+                    // Hand its slot on now, not when the cache shows it finished: the
+                    // next queued run starts one watch round trip sooner.
+                    ctx.hand_over(&run);
+                    if let Some(status) = landed {
+                        runner::report(&engine, &run, &status).await;
+                    }
                 });
             }
-            Admitted::Queue => {
+            Admitted::Queue { cancel_others } => {
+                for name in cancel_others {
+                    request_cancel(&ctx, &namespace, &name).await?;
+                }
                 if run.phase() != RunPhase::Queued {
                     mark_queued(&ctx, &run).await;
                 }
@@ -635,12 +696,22 @@ async fn stop_deleted(ctx: Arc<Context>, shutdown: CancellationToken) {
 
 /// Runs the controller until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    use kube::runtime::WatchStreamExt;
     let runs: Api<Lenient<Run>> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
     tokio::spawn(stop_deleted(ctx.clone(), shutdown.clone()));
-    let controller = Controller::new(runs, watcher::Config::default());
+    // The controller's store keeps finished runs compact (admission::compact_for_cache):
+    // history grows it by summaries, not by whole runs.
+    let (store, writer) = kube::runtime::reflector::store();
+    let watch = crate::kubeutil::lenient::compact_watch(
+        runs,
+        watcher::Config::default(),
+        admission::compact_for_cache,
+    );
+    let trigger = kube::runtime::reflector(writer, watch).applied_objects();
+    let controller = Controller::for_stream(trigger, store);
     let wake = ctx.queue.attach(controller.store());
     {
         let (ctx, shutdown) = (ctx.clone(), shutdown.clone());

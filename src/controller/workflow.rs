@@ -411,7 +411,11 @@ pub async fn run(
     // workflow from this same stream, after the cache holds the change: a separate
     // `owns` watch could wake the workflow before the cache saw the run finish, and
     // nothing would wake it again.
-    let (reader, run_events) = lenient::reflector(runs, watcher::Config::default());
+    // Summaries: counts, retention and settled events read no payload or step record.
+    let (reader, run_events) =
+        lenient::compact_reflector(runs, watcher::Config::default(), |run| {
+            run.drop_details(crate::crd::EventDetail::IdentityOnly)
+        });
     let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
     let mut listed = false;
     undecodable::spawn_watch(

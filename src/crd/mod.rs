@@ -14,7 +14,7 @@ pub use common::{
     Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
 };
 pub use run::{
-    ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord,
+    EventDetail, ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord,
     WorkflowSnapshot,
 };
 pub use webhook::{

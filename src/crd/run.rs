@@ -251,6 +251,29 @@ impl Run {
             .unwrap_or(RunPhase::Running)
     }
 
+    /// Drops what only the run's execution and a read of the whole run need: its
+    /// payload and headers, the pinned version, reused steps, step records, error and
+    /// conditions, and the data of its pending events unless `events` says to keep
+    /// them whole. What remains (metadata, workflow reference, cancel, idempotency key,
+    /// retry link, phase, times, event identities) is what list caches serve and decide
+    /// from: a cache of summaries stays small however large runs grow.
+    pub fn drop_details(&mut self, events: EventDetail) {
+        self.spec.payload = None;
+        self.spec.headers = None;
+        self.spec.workflow = None;
+        self.spec.reused_steps = Vec::new();
+        if let Some(status) = self.status.as_mut() {
+            status.steps = Vec::new();
+            status.error = None;
+            status.conditions = Vec::new();
+            if events == EventDetail::IdentityOnly {
+                for event in &mut status.pending_events {
+                    event.data = serde_json::Value::Null;
+                }
+            }
+        }
+    }
+
     /// When execution started; before the controller records it, when the Run was
     /// created.
     pub fn started_at(&self) -> Timestamp {
@@ -259,6 +282,15 @@ impl Run {
             .and_then(|s| s.started_at)
             .unwrap_or_else(|| super::timestamps::created_at(&self.metadata))
     }
+}
+
+/// How much of a run's pending events [`Run::drop_details`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventDetail {
+    /// Whole: the delivery worker sends their data.
+    Whole,
+    /// Id, kind and time only: enough to tell whether they are settled.
+    IdentityOnly,
 }
 
 /// Status of one step.

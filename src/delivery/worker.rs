@@ -157,12 +157,13 @@ fn watch<K>(
     tx: mpsc::UnboundedSender<Input>,
     wrap: fn(ObjectRef<K>) -> Input,
     holder: Option<HolderKind>,
+    compact: fn(&mut K),
     shutdown: CancellationToken,
 ) -> DecodedStore<K>
 where
     K: crate::kubeutil::lenient::Watched,
 {
-    let (reader, events) = lenient::reflector(api, watcher::Config::default());
+    let (reader, events) = lenient::compact_reflector(api, watcher::Config::default(), compact);
     // Taken when a list begins (before its request is sent), handed over when it ends.
     let mut mark = 0;
     undecodable::spawn_watch(
@@ -214,6 +215,7 @@ pub async fn run(
             tx.clone(),
             Input::Hook,
             None,
+            |_| {},
             shutdown.clone(),
         ),
         runs: watch(
@@ -222,6 +224,8 @@ pub async fn run(
             tx.clone(),
             Input::Run,
             Some(HolderKind::Run),
+            // The worker reads a run's events (with their data) and nothing else.
+            |run| run.drop_details(crate::crd::EventDetail::Whole),
             shutdown.clone(),
         ),
         workflows: watch(
@@ -230,6 +234,7 @@ pub async fn run(
             tx.clone(),
             Input::Workflow,
             Some(HolderKind::Workflow),
+            |_| {},
             shutdown.clone(),
         ),
     };

@@ -101,12 +101,14 @@ enum StepOutcome {
 }
 
 /// Executes the remaining steps of `run` as its pinned workflow version
-/// (`spec.workflow`) defines them, then writes its final status. The run controller
+/// (`spec.workflow`) defines them, then writes its final status. Returns that status
+/// once it has landed (None: the run is gone or another execution owns it); the
+/// caller frees the run's concurrency slot, then [`report`]s it. The run controller
 /// executes only pinned runs.
-pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
+pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) -> Option<RunStatus> {
     let Some(wf) = run.spec.workflow.as_ref() else {
         tracing::error!(run = %run.name_any(), "not executed: the run is not pinned to a workflow version");
-        return;
+        return None;
     };
     let namespace = run.namespace().unwrap_or_default();
     let api: Api<Run> = Api::namespaced(engine.client.clone(), &namespace);
@@ -201,8 +203,14 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
     }
     if !writer.finish(&status).await {
         tracing::info!(run = %run.name_any(), "execution stopped: the run is gone or executed elsewhere");
-        return;
+        return None;
     }
+    Some(status)
+}
+
+/// Counts a run whose final status landed and records its Kubernetes Event: after the
+/// hand-over of its slot, so the Event write never delays the next queued run.
+pub async fn report(engine: &Engine, run: &Run, status: &RunStatus) {
     let phase = status.phase.as_str();
     tracing::info!(run = %run.name_any(), phase, "run finished");
     let telemetry = &engine.telemetry;
@@ -220,7 +228,7 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) {
         _ => "RunCancelled",
     };
     telemetry
-        .event(&run, status.phase == RunPhase::Failed, reason, note)
+        .event(run, status.phase == RunPhase::Failed, reason, note)
         .await;
 }
 

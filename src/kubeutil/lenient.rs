@@ -322,16 +322,30 @@ where
     K: Watched,
 {
     let (reader, writer) = reflector::store();
-    let watch = watcher(api, config).modify(move |object| {
+    let events =
+        reflector::reflector(writer, compact_watch(api, config, compact)).default_backoff();
+    (DecodedStore { inner: reader }, events)
+}
+
+/// The watch events of `api`, each decoded object as `compact` leaves it (and without
+/// managedFields but for the last spec write time): for a store of compact objects
+/// that is not a [`DecodedStore`], such as a controller's.
+pub fn compact_watch<K>(
+    api: Api<Lenient<K>>,
+    config: watcher::Config,
+    compact: fn(&mut K),
+) -> impl Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static
+where
+    K: Watched,
+{
+    watcher(api, config).modify(move |object| {
         if let Lenient::Decoded(decoded) = object {
             // Freshly decoded, so not shared: no copy is made.
             let decoded = Arc::make_mut(decoded);
             crate::crd::timestamps::compact_managed_fields(decoded.meta_mut());
             compact(decoded);
         }
-    });
-    let events = reflector::reflector(writer, watch).default_backoff();
-    (DecodedStore { inner: reader }, events)
+    })
 }
 
 #[cfg(test)]

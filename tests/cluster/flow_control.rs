@@ -429,9 +429,17 @@ async fn cancel_in_progress_replaces_the_running_run() {
         .await;
     let old_status = finished_run(&api.ns, &old, MINUTE).await;
     assert!(old_status.spec.cancel, "cancel requested on the old run");
-    assert_eq!(old_status.status.unwrap().phase, RunPhase::Cancelled);
+    let old_status = old_status.status.unwrap();
+    assert_eq!(old_status.phase, RunPhase::Cancelled);
     let new_status = finished_run(&api.ns, &new, MINUTE).await.status.unwrap();
     assert_eq!(new_status.phase, RunPhase::Succeeded);
+    // The limit held throughout: the new run started once the old one had stopped.
+    assert!(
+        new_status.started_at >= old_status.finished_at,
+        "new run started {:?}, old run stopped {:?}",
+        new_status.started_at,
+        old_status.finished_at
+    );
 }
 
 #[tokio::test]
