@@ -473,6 +473,11 @@ class Console(unittest.TestCase):
         self.click("#rotate-secret")
         rotated = self.find("#once input[data-secret]").get_attribute("value")
         self.assertTrue(rotated.startswith("whsec_") and rotated != secret)
+        self.go("/webhooks", f'#webhooks tr[data-id="{hook_id}"]')
+        self.driver.execute_script("window.confirm = () => true")
+        self.click(f'#webhooks tr[data-id="{hook_id}"] button')
+        self.text_in("main", "No webhooks yet.")
+        self.assertEqual(api("GET", f"/webhooks/{hook_id}")[0], 404)
 
     def test_13_api_keys_create_and_revoke(self):
         self.ensure_admin()
