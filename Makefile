@@ -74,7 +74,7 @@ fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPL
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/fuzz-api.sh
 
 .PHONY: console-test
-console-test: build ## The web console in headless Chromium (selenium) against a real operator; screenshots in .flowline/console-test/
+console-test: build cluster install-crds ## The web console in headless Chromium (selenium) against a real operator; screenshots in .flowline/console-test/
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/console-test.sh
 
 .PHONY: bench-api
