@@ -9,6 +9,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv="$repo/.flowline/venv"
 flowline="$repo/target/debug/flowline"
 out="$repo/.flowline/console-test"
+# kubectl of the local control plane (make puts it on PATH; direct runs too).
+export PATH="$repo/.flowline/bin:$PATH"
 
 for tool in chromium chromedriver; do
   command -v "$tool" >/dev/null || {
