@@ -134,9 +134,6 @@ class Console(unittest.TestCase):
         if not scopes or "admin" not in scopes:
             self.sign_in(ADMIN_KEY)
 
-    def field(self, css):
-        return self.find(css)
-
     def set_value(self, element, text):
         element.clear()
         element.send_keys(text)
