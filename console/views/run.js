@@ -138,7 +138,15 @@ export async function render(main, params) {
     if (unfinished(run.status) && !stopped) timer = setTimeout(poll, delay);
   };
   if (unfinished(run.status)) timer = setTimeout(poll, pollDelay(run));
-  return () => { stopped = true; clearTimeout(timer); };
+  // Between polls, running bars grow with the clock (drawn locally, no request).
+  const clock = setInterval(() => { if (unfinished(run.status)) drawTimeline(timeline, run); }, 250);
+  return () => { stopped = true; clearTimeout(timer); clearInterval(clock); };
+}
+
+/** A step's duration, or for one still running the time since it started. */
+function elapsed(step, now) {
+  if (step.duration_ms !== null && step.duration_ms !== undefined) return step.duration_ms;
+  return step.status === 'running' && step.started_at ? Math.max(0, now - Date.parse(step.started_at)) : null;
 }
 
 /** One row a step: a bar from its first attempt's start to its last attempt's end. */
@@ -167,7 +175,7 @@ function drawTimeline(box, run) {
       return h('div.lane', { dataset: { step: step.step_id, status: step.status } },
         h('span.lane-label', {}, step.name || step.step_id),
         h('div.track', {}, bar),
-        h('span.lane-meta', {}, `${step.status} · ${duration(step.duration_ms)}${step.attempts > 1 ? ` · ${step.attempts} attempts` : ''}`));
+        h('span.lane-meta', {}, `${step.status} · ${duration(elapsed(step, end))}${step.attempts > 1 ? ` · ${step.attempts} attempts` : ''}`));
     }),
     h('div.axis', {}, h('span', {}, '0'), h('span', {}, duration(span))));
 }
