@@ -42,6 +42,7 @@ export async function render(main, params) {
     h('td', { 'data-label': 'Runs' }, link(`/workflows/${encodeURIComponent(wf.id)}/runs`, 'Runs'))));
   const query = new URLSearchParams();
   if (state) query.set('state', state);
+  if (params.limit) query.set('limit', params.limit);
   const first = `/workflows${query.toString() ? `?${query}` : ''}`;
   if (page.next_cursor) query.set('cursor', page.next_cursor);
   fill(body,

@@ -436,7 +436,9 @@ class Console(unittest.TestCase):
         self.go(f"/workflows/{Console.workflow_id}/runs", "#runs")
         Select(self.find("#status-filter")).select_by_value("queued")
         self.text_in("main", "No queued runs.")
-        Select(self.find("#status-filter")).select_by_value("succeeded")
+        old = self.find("#status-filter")
+        Select(old).select_by_value("succeeded")
+        self.wait.until(EC.staleness_of(old))
         self.find("#runs tbody tr")
         self.assertIn("status=succeeded", self.driver.current_url)
         self.shot("runs")
@@ -494,6 +496,25 @@ class Console(unittest.TestCase):
         self.wait.until(EC.invisibility_of_element_located((By.CSS_SELECTOR, '#api-keys tr[data-name="ci-runner"]')))
         WebDriverWait(self.driver, 5, poll_frequency=0.2).until(
             lambda d: api("GET", "/workflows", key=value)[0] == 401)
+
+    def test_13b_workflows_list_filters_and_pages(self):
+        self.ensure_admin()
+        self.go("/workflows?limit=1", "#workflows")
+        row = self.find("#workflows tbody tr")
+        first = row.get_attribute("data-id")
+        self.click("nav.pager a")
+        self.wait.until(EC.staleness_of(row))
+        self.assertIn("cursor=", self.driver.current_url)
+        self.assertNotEqual(self.find("#workflows tbody tr").get_attribute("data-id"), first)
+        self.find('nav.pager a[href="/workflows?limit=1"]')
+        old = self.find("#state-filter")
+        Select(old).select_by_value("active")
+        self.wait.until(EC.staleness_of(old))  # the page was drawn again, filtered
+        self.assertIn("state=active", self.driver.current_url)
+        self.find("#workflows tbody tr")
+        states = [api("GET", f"/workflows/{r.get_attribute('data-id')}")[1]["state"]
+                  for r in self.driver.find_elements(By.CSS_SELECTOR, "#workflows tbody tr")]
+        self.assertTrue(states and all(s == "active" for s in states), states)
 
     def test_14_a_read_key_sees_no_write_controls(self):
         self.sign_in(READ_KEY)
