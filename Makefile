@@ -47,6 +47,7 @@ cluster-test: cluster install-crds python-deps ## Tests against the control plan
 	  $(CARGO) test -- --ignored --test-threads 4
 	$(MAKE) --no-print-directory fuzz-api
 	$(MAKE) --no-print-directory client-test
+	$(MAKE) --no-print-directory console-test
 	$(MAKE) --no-print-directory chart-test
 
 # `make chaos` sizes (FLOWLINE_CHAOS_* in tests/cluster/chaos/settings.rs); SEED empty
@@ -66,7 +67,7 @@ chaos: cluster install-crds ## Crash-proof acceptance: RUNS runs, KILLS operator
 	  chaos::a_killed_operator_is_invisible_to_users
 
 .PHONY: python-deps
-python-deps: ## schemathesis, the standardwebhooks verifier, openapi-spec-validator and openapi-python-client in .flowline/venv (from PyPI)
+python-deps: ## schemathesis, the standardwebhooks verifier, openapi-spec-validator, openapi-python-client and selenium in .flowline/venv (from PyPI)
 	hack/python-deps.sh
 
 .PHONY: fuzz-api
@@ -76,6 +77,10 @@ fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPL
 .PHONY: client-test
 client-test: build ## Validate /v1/openapi.json and drive a client generated from it (openapi-python-client) through a session
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/client-test.sh
+
+.PHONY: console-test
+console-test: build cluster install-crds ## The web console in headless Chromium (selenium) against a real operator; screenshots in .flowline/console-test/
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/console-test.sh
 
 .PHONY: bench-api
 bench-api: cluster install-crds ## /v1 reads (watch caches) vs the same reads from kube-apiserver

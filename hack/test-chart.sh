@@ -178,6 +178,8 @@ cmp -s "$repo/crds/flowline.yaml" "$chart/crds/flowline.yaml" ||
 need=(Cargo.toml Cargo.lock src)
 grep -q '^\[\[bench\]\]' "$repo/Cargo.toml" && need+=(benches)
 grep -q '^\[\[test\]\]' "$repo/Cargo.toml" && need+=(tests)
+# build.rs embeds the web console's files.
+[ -e "$repo/build.rs" ] && need+=(build.rs console)
 while read -r p; do need+=("${p%%/*}"); done < <(sed -n 's/^path *= *"\([^"]*\)".*/\1/p' "$repo/Cargo.toml")
 for p in "${need[@]}"; do
   [ -e "$repo/$p" ] || die "Cargo.toml needs $p, which does not exist"
@@ -356,6 +358,27 @@ grep -q -- '--trusted-proxy' "$tmp/api-default.yaml" && die "the default API tru
 for want in '- --unauthenticated-requests-per-minute=30' '- --trusted-proxy=10.0.0.0/8' '- --trusted-proxy=192.168.1.1'; do
   grep -qF -- "$want" "$tmp/api-full.yaml" || die "api.* values: the full API lacks \"$want\""
 done
+# The console: served by the API pods unless console.enabled=false (--no-console); the
+# Ingress publishes its paths one by one, never `/` as a prefix (that would publish
+# /metrics and the health endpoints).
+grep -q -- '--no-console' "$tmp/api-default.yaml" "$tmp/api-full.yaml" && die "the console is off by default"
+render_doc "$tmp/render-full.yaml" Ingress "$fullname" >"$tmp/ingress-full.yaml"
+for want in '- path: /v1' '- path: /assets' '- path: /workflows' '- path: /runs' '- path: /webhooks' '- path: /api-keys'; do
+  grep -qF -- "$want" "$tmp/ingress-full.yaml" || die "the Ingress does not route \"$want\""
+done
+python3 - "$tmp/ingress-full.yaml" <<'PY' || die "the Ingress must route / (Exact), /v1 and the console's prefixes, nothing else"
+import re, sys
+routes = re.findall(r"- path: (\S+)\n\s+pathType: (\S+)", open(sys.argv[1]).read())
+want = {("/v1", "Prefix"), ("/", "Exact")} | {(p, "Prefix") for p in ["/assets", "/workflows", "/runs", "/webhooks", "/api-keys"]}
+sys.exit(0 if set(routes) == want and len(routes) == len(want) else f"routes: {routes}")
+PY
+# shellcheck disable=SC2086
+helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" ${set_flags[full]} --set console.enabled=false \
+  >"$tmp/render-no-console.yaml" || die "helm template (console.enabled=false)"
+render_doc "$tmp/render-no-console.yaml" Deployment "$fullname-api" >"$tmp/api-no-console.yaml"
+grep -qx -- ' *- --no-console' "$tmp/api-no-console.yaml" || die "console.enabled=false does not pass --no-console to the API"
+[ "$(render_doc "$tmp/render-no-console.yaml" Ingress "$fullname" | grep -c -- '- path: ')" = 1 ] ||
+  die "console.enabled=false: the Ingress must route /v1 alone"
 grep -qE -- '--unauthenticated-requests|--trusted-proxy' "$tmp/controller-full.yaml" &&
   die "the controller got the API's rate-limit flags (it serves no /v1)"
 grep -qE -- '- --step-image=.+:.+$' "$tmp/controller-default.yaml" || die "the controller does not pass its own image as --step-image"
@@ -462,6 +485,7 @@ bad_values=(
   "watchNamespaces={Bad_NS}|does not match pattern"
   "api.autoscaling.enabled=yes|got string, want boolean"
   "ingress.enabled=true|ingress.enabled needs ingress.host"
+  "console.enabled=no|got string, want boolean"
   "service.type=Internal|value must be one of"
   "serviceMonitor.interval=soon|does not match pattern"
   "delivery.concurrency=0|minimum: got 0, want 1"

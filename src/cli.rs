@@ -213,6 +213,9 @@ pub struct OperatorArgs {
     /// for a controller Deployment next to separate API replicas.
     #[arg(long)]
     pub no_api: bool,
+    /// Do not serve the web console at `/` (it is served with `/v1`, and needs it).
+    #[arg(long, env = "FLOWLINE_NO_CONSOLE")]
+    pub no_console: bool,
     /// PEM file of extra CA certificates trusted for webhook deliveries (besides the
     /// system roots).
     #[arg(long, value_name = "PATH", env = "FLOWLINE_CA_BUNDLE")]

@@ -3,6 +3,7 @@
 //! The folders follow the architecture: `crd` (the state), `controller`
 //! (reconcilers), `engine` (step execution), `delivery` (webhook events), `api`
 //! (the `/v1` HTTP facade), `telemetry` (health, metrics, logs), `operator` (wiring).
+//! `console` serves the web UI's embedded files (a client of `/v1`, like curl).
 //! `clock` and `ids` sit at the bottom: helpers every layer needs. Layers never point
 //! up: nothing below `api` imports it (`tests/layers.rs` checks).
 #![forbid(unsafe_code)]
@@ -11,6 +12,7 @@ pub mod api;
 pub mod api_key_command;
 pub mod cli;
 pub mod clock;
+pub mod console;
 pub mod controller;
 pub mod crd;
 pub mod delivery;

@@ -96,6 +96,9 @@ pub async fn run(
         let state = ApiState::new(client.clone(), caches, args.api_config())
             .with_metrics(http_metrics.clone());
         app = app.merge(crate::api::router(state));
+        if !args.no_console {
+            app = app.merge(crate::console::router());
+        }
     }
     let app = app.layer(axum::middleware::from_fn_with_state(
         http_metrics,

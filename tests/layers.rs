@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 /// `src/<name>/`, or both.
 const LOWER: &[&str] = &[
     "clock",
+    // The web console serves files; its app talks to `/v1` over HTTP, never to `api`.
+    "console",
     "controller",
     "crd",
     "delivery",

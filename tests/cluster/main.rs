@@ -5,6 +5,7 @@
 mod api;
 mod chaos;
 mod cli;
+mod console;
 mod delivery;
 mod durable;
 mod engine;

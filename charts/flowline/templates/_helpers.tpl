@@ -109,9 +109,12 @@ namespaces only in namespaced mode). */}}
 {{- end }}
 {{- end }}
 
-{{/* Flags of the API alone: the budget of requests without a valid key, and the
-proxies whose X-Forwarded-For names the client. */}}
+{{/* Flags of the API alone: the budget of requests without a valid key, the
+proxies whose X-Forwarded-For names the client, and whether the console is served. */}}
 {{- define "flowline.apiArgs" -}}
+{{- if not .Values.console.enabled }}
+- --no-console
+{{- end }}
 - --unauthenticated-requests-per-minute={{ .Values.api.unauthenticatedRequestsPerMinute | int }}
 {{- range .Values.api.trustedProxies }}
 - --trusted-proxy={{ . }}

@@ -1,0 +1,113 @@
+// The console's only way to the server: the public /v1 API, with the key the user
+// pasted. The key stays in sessionStorage (this tab, until it is closed or the user
+// signs out); nothing is sent anywhere else.
+
+const KEY = 'flowline.key';
+const SCOPES = 'flowline.scopes';
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    const error = (body && body.error) || {};
+    super(error.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = error.code || 'http_error';
+    this.details = error.details || [];
+  }
+}
+
+export const session = {
+  key: () => sessionStorage.getItem(KEY),
+  scopes: () => JSON.parse(sessionStorage.getItem(SCOPES) || '[]'),
+  can: (scope) => session.scopes().includes(scope),
+  save(key, scopes) {
+    sessionStorage.setItem(KEY, key);
+    sessionStorage.setItem(SCOPES, JSON.stringify(scopes));
+  },
+  clear() {
+    sessionStorage.removeItem(KEY);
+    sessionStorage.removeItem(SCOPES);
+  },
+};
+
+/** Calls /v1<path>; resolves to the JSON body (null for 204), rejects with ApiError. */
+export async function call(method, path, { body, query, key, headers } = {}) {
+  const url = new URL(`/v1${path}`, location.origin);
+  for (const [k, v] of Object.entries(query || {})) {
+    if (v !== undefined && v !== null && v !== '') url.searchParams.set(k, v);
+  }
+  const init = {
+    method,
+    headers: { Authorization: `Bearer ${key || session.key()}`, Accept: 'application/json', ...headers },
+    cache: 'no-store',
+  };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let res;
+  try {
+    res = await fetch(url, init);
+  } catch (e) {
+    throw new ApiError(0, { error: { code: 'network_error', message: `The API is unreachable (${e.message})` } });
+  }
+  const text = await res.text();
+  let parsed = null;
+  try { parsed = text ? JSON.parse(text) : null; } catch { parsed = null; }
+  if (!res.ok) {
+    const err = new ApiError(res.status, parsed);
+    err.retryAfter = Number(res.headers.get('Retry-After')) || null;
+    // A revoked or expired key: back to the sign-in page (unless this was the probe).
+    if (res.status === 401 && !key) window.dispatchEvent(new CustomEvent('flowline:unauthenticated'));
+    throw err;
+  }
+  return parsed;
+}
+
+export const get = (path, query) => call('GET', path, { query });
+export const post = (path, body, opts = {}) => call('POST', path, { body, ...opts });
+export const patch = (path, body) => call('PATCH', path, { body });
+export const del = (path) => call('DELETE', path);
+
+/**
+ * The scopes of a key. /v1 has no "who am I"; each scope is read from how the API
+ * answers one request that changes nothing: 403 `insufficient_scope` means the scope
+ * is missing, any other answer that it is there. Every valid key can read.
+ *   admin   GET  /v1/api-keys?limit=1
+ *   write   POST /v1/workflows {}          → 400 validation_error (nothing created)
+ *   execute POST /v1/runs/<no such run>/cancel → 404 run_not_found
+ */
+export async function probeScopes(key) {
+  await call('GET', '/workflows', { key, query: { limit: 1 } });
+  const has = async (method, path, body, query) => {
+    try {
+      await call(method, path, { key, body, query });
+      return true;
+    } catch (e) {
+      if (e.code === 'insufficient_scope') return false;
+      if (e.status === 400 || e.status === 404) return true;
+      throw e;
+    }
+  };
+  const [admin, write, execute] = await Promise.all([
+    has('GET', '/api-keys', undefined, { limit: 1 }),
+    has('POST', '/workflows', {}),
+    has('POST', '/runs/console-scope-probe/cancel'),
+  ]);
+  const scopes = ['read'];
+  if (write || admin) scopes.push('write');
+  if (execute || admin) scopes.push('execute');
+  if (admin) scopes.push('admin');
+  return scopes;
+}
+
+/** Every page of a list, following next_cursor (for pickers; lists page in the UI). */
+export async function listAll(path, query = {}, max = 500) {
+  const items = [];
+  let cursor;
+  do {
+    const page = await get(path, { ...query, limit: 100, cursor });
+    items.push(...page.data);
+    cursor = page.next_cursor;
+  } while (cursor && items.length < max);
+  return items;
+}

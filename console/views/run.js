@@ -1,0 +1,181 @@
+// One run: a live timeline (a bar per step spanning its attempts, redrawn while the
+// run is unfinished, without reloading), each step's input, output, error and
+// attempts, and cancel / retry.
+
+import { get, post, session } from '../api.js';
+import { h, fill, link, time, badge, duration, json, pageTitle, errorText, toast } from '../dom.js';
+import { navigate } from '../app.js';
+
+/**
+ * How long to wait before the next poll: every second while the run is young, then
+ * less often, so a long run watched on the free plan (60 requests a minute) leaves the
+ * account's budget to everything else.
+ */
+function pollDelay(run) {
+  const age = Date.now() - Date.parse(run.started_at);
+  if (age < 15000) return 1000;
+  if (age < 120000) return 3000;
+  return 10000;
+}
+const unfinished = (status) => status === 'running' || status === 'queued';
+
+export async function render(main, params) {
+  const id = params.runId;
+  let run = await get(`/runs/${encodeURIComponent(id)}`);
+  let workflow = null;
+  try { workflow = await get(`/workflows/${encodeURIComponent(run.workflow_id)}`); } catch { workflow = null; }
+  const declared = Object.fromEntries((workflow?.steps || []).map((s) => [s.id, s]));
+
+  const head = h('div.row');
+  const summary = h('dl.summary');
+  const timeline = h('div.timeline', { id: 'timeline', role: 'img' });
+  const steps = h('div.step-records', { id: 'step-records' });
+  const live = h('p.sr-only', { 'aria-live': 'polite' });
+  fill(main,
+    pageTitle(`Run ${id}`, head),
+    h('p', {}, 'Workflow ', link(`/workflows/${run.workflow_id}/runs`, workflow?.name || run.workflow_id)),
+    summary,
+    h('h2', {}, 'Timeline'),
+    timeline,
+    h('h2', {}, 'Steps'),
+    steps,
+    live);
+
+  const stepBoxes = new Map();
+  const draw = () => {
+    fill(head, badge(run.status), actions(run));
+    fill(summary,
+      h('dt', {}, 'Status'), h('dd', { id: 'run-status' }, run.status),
+      h('dt', {}, 'Trigger'), h('dd', {}, run.trigger),
+      h('dt', {}, 'Started'), h('dd', {}, time(run.started_at)),
+      h('dt', {}, 'Finished'), h('dd', {}, time(run.finished_at)),
+      h('dt', {}, 'Duration'), h('dd', {}, duration(run.duration_ms)),
+      run.retry_of ? [h('dt', {}, 'Retry of'), h('dd', {}, link(`/runs/${run.retry_of}`, run.retry_of))] : null,
+      run.error ? [h('dt', {}, 'Error'), h('dd.error', { id: 'run-error' }, run.error)] : null,
+      h('dt', {}, 'Payload'), h('dd', {}, json(run.payload)));
+    drawTimeline(timeline, run);
+    for (const step of run.steps) {
+      let box = stepBoxes.get(step.step_id);
+      if (!box) {
+        box = h('details.step-record', { id: `step-${step.step_id}`, dataset: { step: step.step_id } });
+        stepBoxes.set(step.step_id, box);
+        steps.append(box);
+      }
+      drawStep(box, step, declared[step.step_id], run);
+    }
+  };
+
+  function actions(r) {
+    if (!session.can('execute')) return h('span.muted', {}, 'Cancel and retry need the execute scope.');
+    if (unfinished(r.status)) {
+      return h('button.danger', {
+        type: 'button', id: 'cancel', disabled: r.cancel_requested,
+        onclick: async (e) => {
+          e.target.disabled = true;
+          try { run = await post(`/runs/${id}/cancel`); toast('Cancel requested'); draw(); } catch (err) { toast(errorText(err), 'error'); e.target.disabled = false; }
+        },
+      }, r.cancel_requested ? 'Cancelling…' : 'Cancel run');
+    }
+    const retry = (from) => async () => {
+      try {
+        const next = await post(`/runs/${id}/retry`, { from });
+        toast('Retry started');
+        navigate(`/runs/${next.id}`);
+      } catch (err) { toast(errorText(err), 'error'); }
+    };
+    return [
+      r.status === 'succeeded' ? null : h('button.secondary', { type: 'button', id: 'retry-failed', onclick: retry('failed') }, 'Retry from the failed step'),
+      h('button.secondary', { type: 'button', id: 'retry-start', onclick: retry('start') }, 'Run again from the start'),
+    ];
+  }
+
+  function drawStep(box, step, decl, r) {
+    const open = box.open;
+    const body = [
+      h('summary', {},
+        h('strong', {}, step.name || step.step_id), ' ', badge(step.status),
+        h('span.muted', {}, ` ${step.action || ''} · ${duration(step.duration_ms)} · ${step.attempts} attempt${step.attempts === 1 ? '' : 's'}`)),
+      h('dl.summary', {},
+        h('dt', {}, 'Attempts'), h('dd', {}, String(step.attempts)),
+        h('dt', {}, 'Started'), h('dd', {}, time(step.started_at)),
+        h('dt', {}, 'Finished'), h('dd', {}, time(step.finished_at)),
+        step.reused ? [h('dt', {}, 'Output'), h('dd', {}, 'kept from the run this one retries')] : null),
+      h('h3', {}, 'Input'),
+      decl ? json(decl.with || {}) : h('p.muted', {}, 'The step is no longer in the workflow.'),
+      decl ? h('p.help', {}, 'As declared in the workflow now (templates unrendered).') : null,
+      h('h3', {}, 'Output'),
+      step.output === null || step.output === undefined ? h('p.muted', {}, 'None yet.') : json(step.output),
+      step.output_truncated ? h('p.notice', {}, 'Stored truncated: the output was over 64 KiB.') : null,
+      step.error ? [h('h3', {}, 'Error'), h('pre.error', {}, step.error)] : null,
+    ];
+    if (step.status === 'waiting' && session.can('execute')) {
+      const decide = (verb) => async () => {
+        try { run = await post(`/runs/${r.id}/steps/${step.step_id}/${verb}`, { comment: `${verb}d in the console` }); draw(); } catch (err) { toast(errorText(err), 'error'); }
+      };
+      body.push(h('div.row', {}, h('button.primary', { type: 'button', onclick: decide('approve') }, 'Approve'),
+        h('button.danger', { type: 'button', onclick: decide('reject') }, 'Reject')));
+    }
+    fill(box, ...body);
+    box.open = open;
+  }
+
+  draw();
+  let timer = null;
+  let stopped = false;
+  const poll = async () => {
+    if (stopped) return;
+    let delay = pollDelay(run);
+    try {
+      const next = await get(`/runs/${encodeURIComponent(id)}`);
+      if (stopped) return;
+      if (next.status !== run.status) live.textContent = `Run ${next.status}`;
+      run = next;
+      draw();
+    } catch (e) {
+      // Rate limited or briefly unavailable: wait as told, then go on.
+      delay = Math.max(delay, (e.retryAfter || 2) * 1000);
+    }
+    if (unfinished(run.status) && !stopped) timer = setTimeout(poll, delay);
+  };
+  if (unfinished(run.status)) timer = setTimeout(poll, pollDelay(run));
+  // Between polls, running bars grow with the clock (drawn locally, no request).
+  const clock = setInterval(() => { if (unfinished(run.status)) drawTimeline(timeline, run); }, 250);
+  return () => { stopped = true; clearTimeout(timer); clearInterval(clock); };
+}
+
+/** A step's duration, or for one still running the time since it started. */
+function elapsed(step, now) {
+  if (step.duration_ms !== null && step.duration_ms !== undefined) return step.duration_ms;
+  return step.status === 'running' && step.started_at ? Math.max(0, now - Date.parse(step.started_at)) : null;
+}
+
+/** One row a step: a bar from its first attempt's start to its last attempt's end. */
+function drawTimeline(box, run) {
+  const t0 = Date.parse(run.started_at);
+  const now = Date.now();
+  const end = run.finished_at ? Date.parse(run.finished_at) : now;
+  const span = Math.max(end - t0, 1);
+  box.setAttribute('aria-label', `Timeline of ${run.steps.length} steps over ${duration(span)}`);
+  fill(box,
+    run.steps.map((step) => {
+      const bar = h(`div.bar.s-${step.status}`, { title: `${step.step_id}: ${step.status}` });
+      if (step.started_at) {
+        const from = Date.parse(step.started_at) - t0;
+        const to = (step.finished_at ? Date.parse(step.finished_at) : end) - t0;
+        bar.style.left = `${Math.min(100, (from / span) * 100)}%`;
+        bar.style.width = `${Math.max(0.5, ((to - from) / span) * 100)}%`;
+        // Attempts after the first split the bar with ticks (the API keeps the first
+        // start and the last finish of a step, not each attempt's).
+        for (let i = 1; i < step.attempts; i += 1) {
+          const tick = h('span.tick');
+          tick.style.left = `${(i / step.attempts) * 100}%`;
+          bar.append(tick);
+        }
+      } else bar.classList.add('not-started');
+      return h('div.lane', { dataset: { step: step.step_id, status: step.status } },
+        h('span.lane-label', {}, step.name || step.step_id),
+        h('div.track', {}, bar),
+        h('span.lane-meta', {}, `${step.status} · ${duration(elapsed(step, end))}${step.attempts > 1 ? ` · ${step.attempts} attempts` : ''}`));
+    }),
+    h('div.axis', {}, h('span', {}, '0'), h('span', {}, duration(span))));
+}
