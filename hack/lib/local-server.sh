@@ -1,5 +1,5 @@
 # Sourced by the scripts that start a throwaway `flowline operator` or `flowline api`
-# on loopback against the local control plane (fuzz-api.sh, console-test.sh).
+# on loopback against the local control plane (serve-flowline.sh, console-test.sh).
 
 # A free TCP port on 127.0.0.1.
 free_port() {

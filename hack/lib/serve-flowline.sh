@@ -8,6 +8,9 @@
 # sets FLOWLINE_NS, FLOWLINE_URL and FLOWLINE_KEY; the server's log is
 # .flowline/<name>.log. An EXIT trap stops the server and deletes the namespace.
 
+# shellcheck source=local-server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/local-server.sh"
+
 serve_flowline() {
   local name=$1 role=$2
   shift 2
@@ -15,7 +18,7 @@ serve_flowline() {
   repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   local flowline="$repo/target/debug/flowline" log="$repo/.flowline/$name.log" port
   FLOWLINE_NS="flowline-$name-$RANDOM$RANDOM"
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   FLOWLINE_URL="http://127.0.0.1:$port"
   _flowline_server_pid=
   trap _flowline_stop EXIT
@@ -29,13 +32,7 @@ serve_flowline() {
   "$flowline" "$role" --listen "127.0.0.1:$port" --watch-namespace "$FLOWLINE_NS" \
     --leader-election-namespace "$FLOWLINE_NS" "$@" >"$log" 2>&1 &
   _flowline_server_pid=$!
-  for _ in $(seq 150); do
-    curl -fsS "$FLOWLINE_URL/readyz" >/dev/null 2>&1 && return 0
-    kill -0 "$_flowline_server_pid" 2>/dev/null || { cat "$log" >&2; return 1; }
-    sleep 0.2
-  done
-  echo "flowline $role did not become ready; its log: $log" >&2
-  return 1
+  wait_ready "$port" "$_flowline_server_pid" "$log"
 }
 
 _flowline_stop() {
