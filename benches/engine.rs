@@ -116,9 +116,46 @@ async fn main() {
         .into(),
         ..Default::default()
     };
-    let stop = controller(&client, &ns, kwok);
+    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcd).
+    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcd".into());
+    if parts.contains(['a', 'b', 'c']) {
+        abc(&client, &ns, &runs, kwok, &parts).await;
+    }
+    if parts.contains('d') {
+        concurrency_drain(&client, &ns, &runs).await;
+    }
 
-    // (a) 40 sequential 10 ms steps.
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::background())
+        .await
+        .unwrap();
+}
+
+/// (a) to (c), those of them `parts` names.
+async fn abc(
+    client: &Client,
+    ns: &str,
+    runs: &Api<Run>,
+    kwok: flowline::engine::job::JobSettings,
+    parts: &str,
+) {
+    let (client, ns) = (client.clone(), ns.to_string());
+    let stop = controller(&client, &ns, kwok);
+    if parts.contains('a') {
+        part_a(&client, &ns, runs).await;
+    }
+    if parts.contains('b') {
+        part_b(&client, &ns, runs).await;
+    }
+    stop.cancel();
+    if parts.contains('c') {
+        part_c(&client, &ns, runs).await;
+    }
+}
+
+/// (a) 40 sequential 10 ms steps.
+async fn part_a(client: &Client, ns: &str, runs: &Api<Run>) {
+    let (client, ns) = (client.clone(), ns.to_string());
     let steps: Vec<Value> = (0..40)
         .map(|i| json!({"id": format!("s{i}"), "action": "delay", "with": {"ms": 10}}))
         .collect();
@@ -147,8 +184,11 @@ async fn main() {
         bare_40.as_secs_f64(),
         engine_40.as_secs_f64() / bare_40.as_secs_f64()
     );
+}
 
-    // (b) 1,000 runs of 3 no-op steps.
+/// (b) 1,000 runs of 3 no-op steps against a raw create + status patch.
+async fn part_b(client: &Client, ns: &str, runs: &Api<Run>) {
+    let (client, ns) = (client.clone(), ns.to_string());
     let n = 1000;
     let noop = workflow(
         &client,
@@ -179,7 +219,6 @@ async fn main() {
     let engine_elapsed = t.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await; // late Event writes land
     let engine_writes = writes(&client).await - before;
-    stop.cancel();
 
     // Reference: the same objects, created and given a final status directly.
     let before = writes(&client).await;
@@ -214,8 +253,11 @@ async fn main() {
         raw_writes / n as f64,
         engine_rate / raw_rate
     );
+}
 
-    // (c) job executor overhead per step.
+/// (c) job executor overhead per step.
+async fn part_c(client: &Client, ns: &str, runs: &Api<Run>) {
+    let (client, ns) = (client.clone(), ns.to_string());
     let stop = controller(
         &client,
         &ns,
@@ -276,13 +318,6 @@ async fn main() {
         e * 1e3,
         (e - b) * 1e3
     );
-
-    concurrency_drain(&client, &ns, &runs).await;
-
-    Api::<Namespace>::all(client)
-        .delete(&ns, &DeleteParams::background())
-        .await
-        .unwrap();
 }
 
 /// (d): the queue of a `limit: 4` workflow against 4 clients that keep 4 runs of an
@@ -311,6 +346,7 @@ async fn concurrency_drain(client: &Client, ns: &str, runs: &Api<Run>) {
     )
     .await;
 
+    let before = writes(client).await;
     let t = Instant::now();
     futures::future::join_all((0..clients).map(|c| {
         let (runs, unlimited) = (runs.clone(), unlimited.clone());
@@ -326,7 +362,10 @@ async fn concurrency_drain(client: &Client, ns: &str, runs: &Api<Run>) {
     }))
     .await;
     let clients_elapsed = t.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await; // late Event writes land
+    let clients_writes = writes(client).await - before;
 
+    let before = writes(client).await;
     let t = Instant::now();
     in_parallel(n, |i| {
         let run = run_object(&format!("limited-{i}"), &limited);
@@ -340,6 +379,8 @@ async fn concurrency_drain(client: &Client, ns: &str, runs: &Api<Run>) {
     })
     .await;
     let queue_elapsed = t.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let queue_writes = writes(client).await - before;
     stop.cancel();
 
     let list = runs
@@ -373,5 +414,10 @@ async fn concurrency_drain(client: &Client, ns: &str, runs: &Api<Run>) {
         "    4 clients, no limit: {clients_rate:.0} runs/s; limit 4, all queued at once: \
          {queue_rate:.0} runs/s; ratio {:.2}x; most running at once under the limit: {most}",
         queue_rate / clients_rate
+    );
+    println!(
+        "    API writes per run (the create included): 4 clients {:.2}; limit 4 {:.2}",
+        clients_writes / n as f64,
+        queue_writes / n as f64
     );
 }

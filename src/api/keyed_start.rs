@@ -41,11 +41,15 @@ pub(super) async fn start(
         now: now_ms(),
     };
     let mut name = idempotency::head_name(&workflow, &key);
+    // Runs the cache still shows but the API server no longer has: a deletion the watch
+    // has not delivered yet must neither answer for the key nor block its name.
+    let mut gone: Vec<String> = Vec::new();
     for _ in 0..MAX_KEY_WALK {
         // A free name is taken only when no run holds the key elsewhere: a Run applied
         // with kubectl with this key, or a later name whose predecessor retention deleted.
         let cached = cache::get(&state.caches.runs, namespace, &name)
-            .or_else(|| live_holder(state, namespace, &req));
+            .filter(|run| !gone.contains(&run.name_any()))
+            .or_else(|| live_holder(state, namespace, &req, &gone));
         let holder = match cached {
             Some(run) => Holder::Run(run),
             None => {
@@ -71,8 +75,12 @@ pub(super) async fn start(
             Holder::Run(run) => match idempotency::decide(Some(&run), &req) {
                 Outcome::Replay => {
                     cache::await_write(&state.caches.runs, &*run).await;
-                    let whole = super::runs::read_whole(state, namespace, &run.name_any()).await?;
-                    return Ok(answer(state, StatusCode::OK, &whole));
+                    match super::runs::read_whole(state, namespace, &run.name_any()).await {
+                        Ok(whole) => return Ok(answer(state, StatusCode::OK, &whole)),
+                        // Deleted since the cache saw it: walk again without it.
+                        Err(ApiError::NotFound(_)) => gone.push(run.name_any()),
+                        Err(e) => return Err(e),
+                    }
                 }
                 Outcome::Reused => return Err(ApiError::IdempotencyKeyReused),
                 Outcome::Next(next) => name = next,
@@ -109,9 +117,10 @@ fn live_holder(
     state: &ApiState,
     namespace: &str,
     req: &idempotency::Request,
+    gone: &[String],
 ) -> Option<std::sync::Arc<Run>> {
     cache::in_namespace(&state.caches.runs, namespace)
         .into_iter()
-        .filter(|r| idempotency::holds(r, req))
+        .filter(|r| idempotency::holds(r, req) && !gone.contains(&r.name_any()))
         .max_by_key(|r| created_at(&r.metadata))
 }

@@ -3,24 +3,47 @@
 //! workflow. A Run's creator labels it (`running`, as a Run without status is); the
 //! run controller brings the labels up to date once its status says otherwise. A
 //! status write cannot carry labels (the status subresource ignores metadata), so
-//! this costs a write when a run is queued, admitted or finished.
+//! each relabelling costs a write of its own: a finished phase is labelled at once, a
+//! passing one (`queued`, `running`) only once the run has stayed in it for
+//! [`SETTLE`], so a run that waits or executes briefly costs one label write (at its
+//! end) instead of three.
 
+use std::time::Duration;
+
+use jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::crd::{Run, labels};
+use crate::crd::{Run, RunPhase, labels};
 use crate::engine::status_writer::FIELD_MANAGER;
 
-/// The merge patch that brings `run`'s labels in line with it, if any is needed. A
-/// run whose status was never written keeps what its creator set (a write then would
-/// only make the pinning write conflict). Pure.
-pub fn patch(run: &Run) -> Option<Value> {
+/// How long a run stays `queued` or `running` before its label says so. The run
+/// controller looks at an unfinished run at least every 10 s, so the label follows
+/// within about that.
+pub const SETTLE: Duration = Duration::from_secs(3);
+
+/// The merge patch that brings `run`'s labels in line with it at `now`, if any is
+/// needed. A run whose status was never written keeps what its creator set (a write
+/// then would only make the pinning write conflict). Pure.
+pub fn patch(run: &Run, now: Timestamp) -> Option<Value> {
     let status = run.status.as_ref()?;
-    let wanted = [
-        (labels::PHASE, status.phase.as_str()),
-        (labels::WORKFLOW, run.spec.workflow_ref.as_str()),
-    ];
+    // When the run entered its passing phase: queued since it was created, running
+    // since it was admitted.
+    let since = match status.phase {
+        RunPhase::Queued => Some(crate::crd::timestamps::created_at(&run.metadata)),
+        RunPhase::Running => Some(run.started_at()),
+        _ => None,
+    };
+    let settled = since.is_none_or(|since| {
+        now.duration_since(since)
+            .try_into()
+            .is_ok_and(|elapsed: Duration| elapsed >= SETTLE)
+    });
+    let mut wanted = vec![(labels::WORKFLOW, run.spec.workflow_ref.as_str())];
+    if settled {
+        wanted.push((labels::PHASE, status.phase.as_str()));
+    }
     let current = run.labels();
     let stale: serde_json::Map<String, Value> = wanted
         .into_iter()
@@ -32,7 +55,7 @@ pub fn patch(run: &Run) -> Option<Value> {
 
 /// Applies [`patch`] when one is needed; a Run that is gone needs none.
 pub async fn sync(client: &Client, run: &Run) -> Result<(), kube::Error> {
-    let Some(patch) = patch(run) else {
+    let Some(patch) = patch(run, crate::clock::now_ms()) else {
         return Ok(());
     };
     let api: Api<Run> = Api::namespaced(client.clone(), &run.namespace().unwrap_or_default());
@@ -74,8 +97,44 @@ mod tests {
             Some("failed"),
         );
         assert_eq!(
-            patch(&labelled),
+            patch(&labelled, Timestamp::now()),
             Some(json!({"metadata": {"labels": {"flowline.io/phase": "failed"}}}))
+        );
+    }
+
+    #[test]
+    fn a_passing_phase_is_labelled_once_the_run_stayed_in_it() {
+        let created = Timestamp::from_second(1_000_000).unwrap();
+        let mut queued = run(
+            json!({"flowline.io/phase": "running", "flowline.io/workflow": "wf"}),
+            Some("queued"),
+        );
+        queued.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created));
+        let soon = created + jiff::SignedDuration::from_secs(1);
+        assert_eq!(patch(&queued, soon), None, "queued for a moment: no write");
+        let later = created + SETTLE;
+        assert_eq!(
+            patch(&queued, later),
+            Some(json!({"metadata": {"labels": {"flowline.io/phase": "queued"}}}))
+        );
+        // Running counts from its admission, not from its creation.
+        let mut running = queued.clone();
+        let status = running.status.as_mut().unwrap();
+        status.phase = RunPhase::Running;
+        status.started_at = Some(later);
+        running
+            .labels_mut()
+            .insert("flowline.io/phase".into(), "queued".into());
+        assert_eq!(patch(&running, later + jiff::SignedDuration::from_secs(1)), None);
+        assert_eq!(
+            patch(&running, later + SETTLE),
+            Some(json!({"metadata": {"labels": {"flowline.io/phase": "running"}}}))
+        );
+        // A finished phase is labelled at once, whenever the run started.
+        running.status.as_mut().unwrap().phase = RunPhase::Succeeded;
+        assert_eq!(
+            patch(&running, later),
+            Some(json!({"metadata": {"labels": {"flowline.io/phase": "succeeded"}}}))
         );
     }
 
@@ -85,7 +144,7 @@ mod tests {
             json!({"flowline.io/phase": "queued", "flowline.io/workflow": "wf", "team": "a"}),
             Some("queued"),
         );
-        assert_eq!(patch(&labelled), None);
+        assert_eq!(patch(&labelled, Timestamp::now()), None);
     }
 
     /// A Kubernetes client whose API server answers every request with `code`, and
@@ -167,12 +226,12 @@ mod tests {
     #[test]
     fn a_kubectl_run_gets_both_labels_once_it_has_a_status() {
         assert_eq!(
-            patch(&run(json!({}), None)),
+            patch(&run(json!({}), None), Timestamp::now()),
             None,
             "not before its first status"
         );
         assert_eq!(
-            patch(&run(json!({}), Some("running"))),
+            patch(&run(json!({}), Some("running")), Timestamp::now()),
             Some(json!({"metadata": {"labels": {
                 "flowline.io/phase": "running", "flowline.io/workflow": "wf"}}}))
         );

@@ -31,6 +31,11 @@ use crate::delivery::unseen::{Holder, HolderKind};
 pub const FIELD_MANAGER: &str = "flowline-controller";
 /// Longest a changed status waits before it is written.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the first status (`running`, the run's start) waits before it is written:
+/// a run that ends within it costs one status write instead of two. Short next to
+/// any step that does real work, so a run's progress still shows at once; a crash
+/// within it leaves the run as it was, and the next execution starts it again.
+pub const FIRST_WRITE_GRACE: Duration = Duration::from_millis(50);
 
 pub struct StatusWriter {
     target: Target,
@@ -248,8 +253,9 @@ impl Target {
 
 impl StatusWriter {
     /// Starts a writer for `run` as read by the caller (its resourceVersion is the
-    /// first write's condition); the first change is written at once, later ones at
-    /// most every [`FLUSH_INTERVAL`]. The status budget leaves room for the Run's
+    /// first write's condition); the first change is written after
+    /// [`FIRST_WRITE_GRACE`] unless the writer is finished first, later ones at most
+    /// every [`FLUSH_INTERVAL`]. The status budget leaves room for the Run's
     /// metadata and spec (its payload). `fence` is cancelled when another execution
     /// turns out to have written the status: the caller must stop executing.
     pub fn start(api: Api<Run>, run: &Run, initial: RunStatus, fence: &CancellationToken) -> Self {
@@ -274,6 +280,7 @@ impl StatusWriter {
         let (stop, flush_target) = (closing.clone(), target.clone());
         let flusher = tokio::spawn(async move {
             let mut progress = flush_target.fresh_progress();
+            let mut first = true;
             loop {
                 // Closing wins over a pending change: the final write carries the
                 // newest status anyway, so flushing first would only cost a write.
@@ -281,6 +288,13 @@ impl StatusWriter {
                     biased;
                     _ = stop.cancelled() => break,
                     changed = rx.changed() => if changed.is_err() { break },
+                }
+                if std::mem::take(&mut first) {
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(FIRST_WRITE_GRACE) => {}
+                    }
                 }
                 let latest = || rx.borrow_and_update().clone();
                 flush_target
