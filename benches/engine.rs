@@ -170,7 +170,7 @@ async fn part_a(client: &Client, ns: &str, runs: &Api<Run>) {
     runs.create(&PostParams::default(), &run_object("forty-1", &forty))
         .await
         .unwrap();
-    until_finished(&runs, "forty-1").await;
+    until_finished(runs, "forty-1").await;
     let engine_40 = t.elapsed();
     let t = Instant::now();
     for _ in 0..40 {
@@ -302,7 +302,7 @@ async fn part_c(client: &Client, ns: &str, runs: &Api<Run>) {
         )
         .await
         .unwrap();
-        until_finished(&runs, &format!("jobbed-{i}")).await;
+        until_finished(runs, &format!("jobbed-{i}")).await;
         engine.push(t.elapsed().as_secs_f64());
     }
     stop.cancel();

@@ -109,7 +109,9 @@ mod tests {
             json!({"flowline.io/phase": "running", "flowline.io/workflow": "wf"}),
             Some("queued"),
         );
-        queued.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created));
+        queued.metadata.creation_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created),
+        );
         let soon = created + jiff::SignedDuration::from_secs(1);
         assert_eq!(patch(&queued, soon), None, "queued for a moment: no write");
         let later = created + SETTLE;
@@ -125,7 +127,10 @@ mod tests {
         running
             .labels_mut()
             .insert("flowline.io/phase".into(), "queued".into());
-        assert_eq!(patch(&running, later + jiff::SignedDuration::from_secs(1)), None);
+        assert_eq!(
+            patch(&running, later + jiff::SignedDuration::from_secs(1)),
+            None
+        );
         assert_eq!(
             patch(&running, later + SETTLE),
             Some(json!({"metadata": {"labels": {"flowline.io/phase": "running"}}}))
