@@ -125,7 +125,8 @@ pub struct StepInput {
     #[schema(max_length = 200)]
     pub name: Option<String>,
     pub action: Action,
-    /// Inputs of the action; string values may hold `{{ … }}` templates.
+    /// Inputs of the action; string values may hold `{{ … }}` templates, which must
+    /// parse and may read `steps.<id>` of earlier steps only.
     /// `http.request`: `url` (required), `method`, `headers`, `query`, `body`,
     /// `expect_status`. `transform`: `value` (required). `delay`: `ms` (required).
     /// `fail`: `message`. `container`: `image` (required), `command`, `args`, `env`.
@@ -135,7 +136,8 @@ pub struct StepInput {
     /// Timeout of one attempt, in milliseconds.
     #[schema(minimum = 1, maximum = 86_400_000)]
     pub timeout_ms: Option<u64>,
-    /// Boolean expression over the template context; false skips the step.
+    /// Boolean expression over the template context; false skips the step. Must
+    /// parse, and may read `steps.<id>` of earlier steps only.
     #[schema(min_length = 1, max_length = 1000, pattern = r"\S")]
     pub when: Option<String>,
 }
@@ -273,6 +275,10 @@ struct Problems(Vec<FieldError>);
 impl Problems {
     fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.0.push(FieldError::new(field, message));
+    }
+
+    fn has(&self, field: &str) -> bool {
+        self.0.iter().any(|e| e.field == field)
     }
 
     fn finish<T>(self, value: T) -> Result<T, ApiError> {
@@ -456,6 +462,15 @@ fn steps(items: Vec<StepInput>, p: &mut Problems) -> Vec<Step> {
             );
         }
         out.push(step(item, &at, p));
+    }
+    // What would fail every run (`when` and templates that do not parse, reads of steps
+    // that do not run before): the engine's own check, on fields not already refused.
+    let found = crate::engine::spec_check::steps(&out);
+    let fresh: Vec<bool> = found.iter().map(|f| !p.has(&f.path)).collect();
+    for (problem, fresh) in found.into_iter().zip(fresh) {
+        if fresh {
+            p.add(problem.path, problem.message);
+        }
     }
     out
 }
@@ -849,6 +864,58 @@ mod tests {
         ] {
             assert!(got.iter().any(|f| f == want), "{want} missing from {got:?}");
         }
+    }
+
+    #[test]
+    fn steps_that_would_fail_every_run_are_refused_on_their_fields() {
+        let err = workflow_patch(json!({"steps": [
+            {"id": "a", "action": "transform", "with": {"value": "{{ steps.b.output }}"}},
+            {"id": "b", "action": "http.request", "when": "trigger.payload.n = 1",
+             "with": {"url": "https://x.test/{{ trigger.payload.id", "headers": {"X": "{{ }}"}}},
+            {"id": "c", "action": "fail", "when": "steps.ghost.output"}
+        ]}))
+        .err()
+        .unwrap();
+        let ApiError::Validation { details, .. } = err else {
+            panic!("not a validation error");
+        };
+        let got: Vec<(&str, &str)> = details
+            .iter()
+            .map(|d| (d.field.as_str(), d.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "steps[0].with.value",
+                    r#""steps.b.output" reads step "b", which runs later (steps[1]); a step reads only the steps before it"#
+                ),
+                (
+                    "steps[1].when",
+                    "syntax error at position 18: expected '==' to compare"
+                ),
+                ("steps[1].with.headers.X", r#"empty template "{{ }}""#),
+                (
+                    "steps[1].with.url",
+                    r#"unterminated template: "{{" at position 15 has no closing "}}""#
+                ),
+                (
+                    "steps[2].when",
+                    r#""steps.ghost.output" reads step "ghost", which this workflow does not have"#
+                ),
+            ]
+        );
+        // A field already refused is not refused twice.
+        let err = workflow_patch(json!({"steps": [{"id": "a", "action": "fail", "when": " "}]}))
+            .err()
+            .unwrap();
+        let ApiError::Validation { details, .. } = err else {
+            panic!("not a validation error");
+        };
+        assert_eq!(
+            details,
+            [FieldError::new("steps[0].when", "must not be empty")]
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::crd::{
 };
 use crate::delivery::settled::Outstanding;
 use crate::delivery::{outbox, unseen};
+use crate::engine::spec_check;
 use crate::engine::status_writer::FIELD_MANAGER;
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
@@ -181,6 +182,21 @@ pub fn plan(
     } else {
         // Ticks while not active never run: start counting afresh on activation.
         status.last_schedule_time = None;
+    }
+    // What would fail every run, as the API refuses it; a workflow written with kubectl
+    // gets it here. Its runs are not held back: they start (by hand, schedule or hook)
+    // and fail naming the problem, as before.
+    let problems = spec_check::workflow(&wf.spec);
+    if !problems.is_empty() {
+        let listed = spec_check::summary(&problems);
+        ready = match ready {
+            (ConditionStatus::False, reason, schedule) => (
+                ConditionStatus::False,
+                reason,
+                crate::limits::cap_error(format!("{schedule}; {listed}")),
+            ),
+            _ => (ConditionStatus::False, "InvalidSpec".into(), listed),
+        };
     }
     let (ready_status, reason, message) = ready;
     set_condition(
@@ -805,6 +821,65 @@ mod tests {
         );
         assert_eq!(p.status.pending_events, full.status.unwrap().pending_events);
         assert!(p.wake_at.is_some());
+    }
+
+    fn ready(p: &Plan) -> (ConditionStatus, &str, &str) {
+        let c = p
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("a Ready condition");
+        (c.status, c.reason.as_str(), c.message.as_str())
+    }
+
+    #[test]
+    fn a_spec_that_would_fail_every_run_is_not_ready() {
+        let now = Timestamp::now();
+        let mut w = wf("active", json!({}), (100, 100));
+        w.spec.steps = serde_json::from_value(json!([
+            {"id": "a", "action": "transform", "with": {"value": "{{ steps.b.output }}"}},
+            {"id": "b", "action": "fail", "when": "trigger.payload.n = 1"}
+        ]))
+        .unwrap();
+        let p = plan(&w, &[], &[], now, &mut ids());
+        assert_eq!(
+            ready(&p),
+            (
+                ConditionStatus::False,
+                "InvalidSpec",
+                "steps[0].with.value: \"steps.b.output\" reads step \"b\", which runs later \
+                 (steps[1]); a step reads only the steps before it; steps[1].when: syntax error at \
+                 position 18: expected '==' to compare"
+            )
+        );
+        // Runs are not held back, and the rest of the status is kept up to date.
+        assert_eq!(p.status.observed_generation, Some(3));
+        assert!(p.status.pending_events.len() == 1, "activation recorded");
+
+        // Fixed: Ready again.
+        w.spec.steps[1].when = Some("trigger.payload.n == 1".into());
+        w.spec.steps.swap(0, 1);
+        w.status = Some(p.status);
+        let p = plan(&w, &[], &[], now, &mut ids());
+        assert_eq!(ready(&p), (ConditionStatus::True, "Reconciled", ""));
+
+        // A bad schedule keeps its reason; the spec's problems are listed after it.
+        w.spec.trigger =
+            serde_json::from_value(json!({"type": "schedule", "cron": "nope"})).unwrap();
+        w.spec.steps[0].when = Some("(".into());
+        let p = plan(&w, &[], &[], now, &mut ids());
+        let (status, reason, message) = ready(&p);
+        assert_eq!(
+            (status, reason),
+            (ConditionStatus::False, "InvalidSchedule")
+        );
+        assert!(
+            message.ends_with(
+                "; steps[0].when: syntax error at position 1: expected a value, found the end"
+            ),
+            "{message}"
+        );
     }
 
     #[test]

@@ -45,6 +45,18 @@ pub enum ExprError {
 
 /// Evaluates a `when` expression to a boolean, using truthiness for a bare value.
 pub fn evaluate(expr: &str, ctx: &Value) -> Result<bool, ExprError> {
+    Ok(truthy(eval(&parse(expr)?, ctx)?.as_ref()))
+}
+
+/// Parses `expr` as [`evaluate`] does, without evaluating it: an error here fails every
+/// evaluation, whatever the context holds (how a workflow's `when` is checked before any
+/// run, `engine::spec_check`). What remains for evaluation is data: missing or truncated
+/// paths and comparisons of mismatched types.
+pub fn check(expr: &str) -> Result<(), ExprError> {
+    parse(expr).map(drop)
+}
+
+fn parse(expr: &str) -> Result<Node, ExprError> {
     let len = expr.chars().count();
     if len > MAX_LEN {
         return Err(ExprError::TooLong {
@@ -65,7 +77,7 @@ pub fn evaluate(expr: &str, ctx: &Value) -> Result<bool, ExprError> {
             token.position,
         ));
     }
-    Ok(truthy(eval(&node, ctx)?.as_ref()))
+    Ok(node)
 }
 
 /// The paths `expr` refers to, without evaluating it: how the engine learns which Secrets

@@ -16,6 +16,7 @@ pub mod reuse;
 pub mod run_condition;
 pub mod runner;
 pub mod secrets;
+pub mod spec_check;
 pub mod status_writer;
 pub mod template;
 pub mod write_failure;

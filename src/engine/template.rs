@@ -106,21 +106,121 @@ pub fn paths(value: &Value) -> Vec<&str> {
     found
 }
 
-/// Resolves a dot-separated path such as `steps.fetch.output.items.0.id`.
-pub fn lookup<'a>(ctx: &'a Value, path: &str) -> Result<&'a Value, TemplateError> {
-    let segments: Vec<&str> = path.split('.').collect();
+/// One template string as written, parsed without a context (see [`parse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed<'a> {
+    /// Where the string is, as rendering errors name it, e.g. `with.headers.Authorization`.
+    pub location: String,
+    /// The paths of its templates, in order, each well formed; up to the error if any.
+    pub paths: Vec<&'a str>,
+    /// The first error rendering would meet whatever the context holds: a malformed
+    /// template or path, an unknown root, or nesting too deep.
+    pub error: Option<TemplateError>,
+}
+
+/// Every string of `value` that holds a template (or that rendering could not reach,
+/// for nesting), located from `location` as [`render_in`] locates its errors, with what
+/// rendering would find out without a context. Everything reported here fails every
+/// render; a missing or truncated path depends on the run and is not looked at. How a
+/// workflow's `with` is checked before any run (`engine::spec_check`).
+pub fn parse<'a>(value: &'a Value, location: &str) -> Vec<Parsed<'a>> {
+    let mut found = Vec::new();
+    parse_into(value, &mut location.to_owned(), 0, &mut found);
+    found
+}
+
+/// As [`Renderer::value`] walks, so locations and the depth limit are the same; the
+/// limit bounds the recursion.
+fn parse_into<'a>(
+    value: &'a Value,
+    location: &mut String,
+    depth: usize,
+    found: &mut Vec<Parsed<'a>>,
+) {
+    let is_container = value.is_array() || value.is_object();
+    if is_container && depth >= MAX_DEPTH {
+        found.push(Parsed {
+            location: location.clone(),
+            paths: Vec::new(),
+            error: Some(TemplateError::TooDeep { limit: MAX_DEPTH }),
+        });
+        return;
+    }
+    match value {
+        Value::String(s) if s.contains("{{") => {
+            let (paths, error) = parse_str(s);
+            found.push(Parsed {
+                location: location.clone(),
+                paths,
+                error,
+            });
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let len = location.len();
+                location.push_str(&format!("[{i}]"));
+                parse_into(item, location, depth + 1, found);
+                location.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                let len = location.len();
+                push_key(location, key);
+                parse_into(item, location, depth + 1, found);
+                location.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The well-formed paths of the templates in `s`, up to its first error.
+fn parse_str(s: &str) -> (Vec<&str>, Option<TemplateError>) {
+    let mut paths = Vec::new();
+    let mut from = 0;
+    while let Some(open) = s[from..].find("{{").map(|i| from + i) {
+        let parsed = template_at(s, open).and_then(|(path, after)| {
+            check_path(path)?;
+            Ok((path, after))
+        });
+        match parsed {
+            Ok((path, after)) => {
+                paths.push(path);
+                from = after;
+            }
+            Err(e) => return (paths, Some(e)),
+        }
+    }
+    (paths, None)
+}
+
+/// Whether `path` is one that [`lookup`] can resolve in some context: dot-separated
+/// names under a known root.
+fn check_path(path: &str) -> Result<(), TemplateError> {
     let invalid =
-        |s: &&str| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == '{' || c == '}');
-    if segments.iter().any(invalid) {
+        |s: &str| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == '{' || c == '}');
+    if path.split('.').any(invalid) {
         return Err(TemplateError::InvalidPath {
             path: path.to_owned(),
         });
     }
-    if !segments.first().is_some_and(|root| ROOTS.contains(root)) {
+    if !path
+        .split('.')
+        .next()
+        .is_some_and(|root| ROOTS.contains(&root))
+    {
         return Err(TemplateError::UnknownRoot {
             path: path.to_owned(),
         });
     }
+    Ok(())
+}
+
+/// Resolves a dot-separated path such as `steps.fetch.output.items.0.id`.
+pub fn lookup<'a>(ctx: &'a Value, path: &str) -> Result<&'a Value, TemplateError> {
+    check_path(path)?;
+    let segments: Vec<&str> = path.split('.').collect();
     if let ["steps", step, "output", ..] = segments.as_slice()
         && is_truncated(ctx, step)
     {

@@ -19,6 +19,7 @@ mod leader;
 mod observability;
 mod replicas;
 mod retry;
+mod spec_errors;
 #[path = "../support/stall_proxy.rs"]
 mod stall_proxy;
 mod support;
