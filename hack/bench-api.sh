@@ -11,12 +11,21 @@ flowline="$repo/target/release/flowline"
 
 command -v wrk >/dev/null || { echo "[bench] installing wrk" >&2; apt-get install -y -qq wrk >/dev/null; }
 (cd "$repo" && cargo build --release --quiet)
+# The second reference: a bare axum server answering the same bytes from memory.
+bare_bin=$(cd "$repo" && cargo build --release --quiet --bench bare_axum --message-format=json |
+  python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "bare_axum" and m.get("executable"):
+        print(m["executable"])')
 
 ns="bench-api-$RANDOM"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 server=
+bare_pids=()
 cleanup() {
   [ -n "$server" ] && kill "$server" 2>/dev/null || true
+  for pid in "${bare_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
   kubectl delete clusterrolebinding "$ns" >/dev/null 2>&1 || true
 }
@@ -50,15 +59,30 @@ measure() {
     END { printf "%s %.2f %.2f\n", rps, p50, p99 }'
 }
 
+# Starts a bare server answering what /v1 answers at $1; sets bare_url.
+bare_for() {
+  local body="$repo/.flowline/bench-api-body-${#bare_pids[@]}.json" bare_port
+  curl -fsS -H "Authorization: Bearer $key" "$1" >"$body"
+  bare_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  BARE_BODY="$body" BARE_LISTEN="127.0.0.1:$bare_port" TOKIO_WORKER_THREADS=${BENCH_SERVER_THREADS:-1} \
+    "$bare_bin" >>"$repo/.flowline/bench-api.log" 2>&1 &
+  bare_pids+=($!)
+  bare_url="http://127.0.0.1:$bare_port/"
+  until curl -fsS "$bare_url" >/dev/null 2>&1; do sleep 0.1; done
+}
+
 echo "wrk, ${BENCH_THREADS:-1} thread, $concurrency connections, $duration per measurement, 100 workflows"
 echo
-echo "| read | /v1 req/s | /v1 p50 ms | /v1 p99 ms | apiserver req/s | apiserver p50 ms | apiserver p99 ms | req/s ratio | p99 ratio |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| read | /v1 req/s | /v1 p50 ms | /v1 p99 ms | apiserver req/s | apiserver p50 ms | apiserver p99 ms | req/s ratio | p99 ratio | bare axum req/s | bare axum p99 ms | /v1 vs bare req/s |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 row() {
+  bare_for "$2"
   read -r a_rps a_p50 a_p99 <<<"$(measure "$2" "$key")"
   read -r d_rps d_p50 d_p99 <<<"$(measure "$3" "$token")"
+  read -r b_rps _ b_p99 <<<"$(measure "$bare_url" none)"
   awk -v w="$1" -v ar="$a_rps" -v a5="$a_p50" -v a9="$a_p99" -v dr="$d_rps" -v d5="$d_p50" -v d9="$d_p99" \
-    'BEGIN { printf "| %s | %.0f | %.2f | %.2f | %.0f | %.2f | %.2f | %.1fx | %.1fx |\n", w, ar, a5, a9, dr, d5, d9, ar/dr, d9/a9 }'
+    -v br="$b_rps" -v b9="$b_p99" \
+    'BEGIN { printf "| %s | %.0f | %.2f | %.2f | %.0f | %.2f | %.2f | %.1fx | %.1fx | %.0f | %.2f | %.2fx |\n", w, ar, a5, a9, dr, d5, d9, ar/dr, d9/a9, br, b9, ar/br }'
 }
 row "one workflow" "http://127.0.0.1:$port/v1/workflows/wf-42" "$apiserver/apis/flowline.io/v1/namespaces/$ns/workflows/wf-42"
 row "list of 100" "http://127.0.0.1:$port/v1/workflows?limit=100" "$apiserver/apis/flowline.io/v1/namespaces/$ns/workflows?limit=100"
