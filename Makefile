@@ -119,6 +119,10 @@ install-crds: ## Apply crds/ to the cluster (server-side) and wait until Establi
 chart-crds: ## Copy crds/ into the Helm chart (run after make crds; chart-test fails while they differ)
 	cp crds/flowline.yaml charts/flowline/crds/flowline.yaml
 
+.PHONY: chart-docs
+chart-docs: ## Regenerate charts/flowline/README.md from values.yaml's `# --` comments (helm-docs, built once; chart-test fails while it is stale)
+	hack/helm-docs.sh
+
 .PHONY: chart-test
 chart-test: cluster install-crds ## Helm chart and examples/ against the control plane (hack/test-chart.sh; needs a built binary)
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/test-chart.sh
@@ -132,5 +136,5 @@ cluster-down: ## Stop the local control plane and delete its data
 	hack/cluster.sh down
 
 .PHONY: k8s-binaries
-k8s-binaries: ## Build or locate etcd, kube-*, kubectl, helm and kwok (cached by version)
+k8s-binaries: ## Build or locate etcd, kube-*, kubectl, helm and kwok (cached by version; helm-docs: hack/helm-docs.sh)
 	hack/k8s/build.sh

@@ -135,22 +135,25 @@ impl Drop for Server {
 
 fn spawn(role: &[&str], ns: &str) -> Server {
     let port = free_port();
-    let child = Command::new(concat!(
+    let mut command = Command::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/release/flowline"
-    ))
-    .args(role)
-    .args([
+    ));
+    command.args(role).args([
         "--listen",
         &format!("127.0.0.1:{port}"),
         "--watch-namespace",
         ns,
-    ])
-    .args(["--leader-election-namespace", ns])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("target/release/flowline (make bench-scale builds it)");
+    ]);
+    // Only the operator elects a leader: `flowline api` refuses controller flags.
+    if role.first() == Some(&"operator") {
+        command.args(["--leader-election-namespace", ns]);
+    }
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("target/release/flowline (make bench-scale builds it)");
     Server { child, port }
 }
 

@@ -2,7 +2,8 @@
 # Tests of the Helm chart (charts/flowline) and examples/ against a real API server:
 # the local control plane of `make cluster`, or the cluster in KUBECONFIG.
 #
-#   1. the chart's copy of the CRDs equals crds/flowline.yaml; the image's build context holds what cargo reads
+#   1. the chart's copy of the CRDs equals crds/flowline.yaml; the image's build context holds what cargo reads;
+#      charts/flowline/README.md equals what helm-docs generates now, and every value has a `# --` description
 #   2. helm lint --strict and helm template of every value set; wrong values are refused
 #   3. server-side dry run of every rendering (strict field validation)
 #   4. helm install, cluster mode, every option on; the Deployments become available;
@@ -26,7 +27,8 @@
 #      `kubectl apply --server-side --force-conflicts` upgrades them
 #
 # Needs KUBECONFIG, helm and kubectl (.flowline/bin is searched first), curl, python3,
-# openssl, and a built flowline binary (target/debug/flowline, or FLOWLINE_BIN).
+# openssl, and a built flowline binary (target/debug/flowline, or FLOWLINE_BIN);
+# hack/helm-docs.sh builds helm-docs (once, cached) when it is missing, which needs go.
 # Everything it creates is deleted on exit, failed or not. Nothing is skipped: a check
 # that cannot run fails the script.
 #
@@ -169,9 +171,12 @@ kube_version=$(kubectl get --raw /version | sed -n 's/.*"gitVersion": *"\([^"]*\
 log "cluster $kube_version, helm $(helm version --template '{{.Version}}'), run id $id"
 
 # ---------------------------------------------------------------------------------------
-step "1. the chart's CRDs equal crds/flowline.yaml; the image's build context holds what cargo reads"
+step "1. the chart's CRDs equal crds/flowline.yaml; the image's build context holds what cargo reads; the chart's README is fresh"
 cmp -s "$repo/crds/flowline.yaml" "$chart/crds/flowline.yaml" ||
   die "charts/flowline/crds/flowline.yaml differs from crds/flowline.yaml: run make chart-crds"
+# Regenerates the README into a temporary file and diffs it against the committed one;
+# also fails on a value without a `# --` description.
+"$repo/hack/helm-docs.sh" --check || die "charts/flowline/README.md: see above (make chart-docs)"
 
 # The image cannot be built here (no container runtime): check at least that its
 # build context (.dockerignore is an allowlist) lets in what cargo reads.
@@ -379,8 +384,21 @@ render_doc "$tmp/render-no-console.yaml" Deployment "$fullname-api" >"$tmp/api-n
 grep -qx -- ' *- --no-console' "$tmp/api-no-console.yaml" || die "console.enabled=false does not pass --no-console to the API"
 [ "$(render_doc "$tmp/render-no-console.yaml" Ingress "$fullname" | grep -c -- '- path: ')" = 1 ] ||
   die "console.enabled=false: the Ingress must route /v1 alone"
-grep -qE -- '--unauthenticated-requests|--trusted-proxy' "$tmp/controller-full.yaml" &&
+grep -qE -- '--unauthenticated-requests|--trusted-proxy|--default-plan|--enterprise-requests' "$tmp/controller-full.yaml" &&
   die "the controller got the API's rate-limit flags (it serves no /v1)"
+# Every rendering's arguments parse as flags of the Deployment's subcommand: `flowline
+# api` refuses the controller's flags. A trailing --help makes the binary stop once
+# clap has accepted every argument before it (and fail on the first it does not).
+for s in "${sets[@]}" no-console; do
+  for d in api controller; do
+    mapfile -t rendered_args < <(render_doc "$tmp/render-$s.yaml" Deployment "$fullname-$d" |
+      sed -n '/^        args:$/,/^        env:$/p' | sed -n 's/^        - //p' | sed -e 's/^"\(.*\)"$/\1/' -e "s/^'\(.*\)'$/\1/")
+    [ "${#rendered_args[@]}" -gt 1 ] || die "no arguments found in the $d Deployment ($s values)"
+    "$flowline_src" "${rendered_args[@]}" --help >/dev/null 2>"$tmp/out" ||
+      { cat "$tmp/out" >&2; die "the $d Deployment's arguments ($s values) do not parse: flowline ${rendered_args[*]}"; }
+  done
+done
+log "the arguments of both Deployments parse as flowline api / flowline operator flags in every rendering"
 grep -qE -- '- --step-image=.+:.+$' "$tmp/controller-default.yaml" || die "the controller does not pass its own image as --step-image"
 grep -qE -- '--allow-cidr|--ca-bundle|volumes:' "$tmp/controller-default.yaml" &&
   die "the default controller allows private networks or mounts a CA bundle"
@@ -441,9 +459,16 @@ for d in api controller; do
     'failureThreshold: 20' 'periodSeconds: 15' 'timeoutSeconds: 2' 'failureThreshold: 3'; do
     grep -qF -- "$want" "$tmp/$d-full.yaml" || die "the full $d Deployment lacks \"$want\" (podLabels, podAnnotations, extraEnv, extraVolumes, probes)"
   done
-  # extraArgs come last, after the component's own flags.
-  last_arg=$(sed -n '/^        args:$/,/^        env:$/p' "$tmp/$d-full.yaml" | grep -- '^        - ' | tail -1)
-  [ "$last_arg" = "        - --crd-wait-seconds=45" ] || die "the full $d Deployment's last argument is $last_arg, not extraArgs"
+  # extraArgs come last, after the component's own flags, then the component's own
+  # extraArgs (controller.extraArgs, api.extraArgs).
+  case $d in
+    api) own_extra=--trusted-proxy=172.16.0.0/12 other_extra=--leader-lease-seconds=20 ;;
+    controller) own_extra=--leader-lease-seconds=20 other_extra=--trusted-proxy=172.16.0.0/12 ;;
+  esac
+  last_args=$(sed -n '/^        args:$/,/^        env:$/p' "$tmp/$d-full.yaml" | grep -- '^        - ' | tail -2 | tr -d '\n')
+  [ "$last_args" = "        - --crd-wait-seconds=45        - $own_extra" ] ||
+    die "the full $d Deployment's last arguments are $last_args, not extraArgs then $d.extraArgs"
+  grep -qF -- "$other_extra" "$tmp/$d-full.yaml" && die "the $d Deployment got the other process's extraArgs ($other_extra)"
   grep -qF -- 'periodSeconds: 2' "$tmp/$d-default.yaml" && grep -qF -- 'failureThreshold: 30' "$tmp/$d-default.yaml" ||
     die "the default $d Deployment lost the default startup probe"
   grep -qE -- 'priorityClassName|@sha256:|FLOWLINE_CHART_TEST|/scratch' "$tmp/$d-default.yaml" &&
@@ -496,6 +521,8 @@ bad_values=(
   "image.digest=latest|does not match pattern"
   "priorityClassName=Top_Priority|does not match pattern"
   "extraArgs={verbose}|does not match pattern"
+  "api.extraArgs={verbose}|does not match pattern"
+  "controller.extraArgs={-v}|does not match pattern"
   "httpRoute.enabled=true|httpRoute.enabled needs httpRoute.parentRefs"
   "podLabels.app\\.kubernetes\\.io/component=other|podLabels may not set app.kubernetes.io/component"
   "podDisruptionBudget.maxUnavailable=half|does not match pattern '^[0-9]+%$'"
@@ -949,15 +976,18 @@ step "7. helm upgrade"
 key_hash() { kubectl get secret -n "$ns_rel" "$fullname-admin" -o jsonpath='{.data.sha256}' | base64 -d; }
 hash_before=$(key_hash)
 quiet "helm upgrade $rel" helm upgrade "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" \
-  --set admissionPolicy.enabled=false --set config.defaultPlan=enterprise --wait --timeout 120s
+  --set admissionPolicy.enabled=false --set config.defaultPlan=enterprise --set delivery.concurrency=8 \
+  --wait --timeout 120s
+kubectl get -n "$ns_rel" "deployment/$fullname-api" -o jsonpath='{.spec.template.spec.containers[0].args}' |
+  grep -q -- '--default-plan=enterprise' || die "helm upgrade did not change the API's arguments"
 kubectl get -n "$ns_rel" "deployment/$fullname-controller" -o jsonpath='{.spec.template.spec.containers[0].args}' |
-  grep -q -- '--default-plan=enterprise' || die "helm upgrade did not change the controller's arguments"
+  grep -q -- '--delivery-concurrency=8' || die "helm upgrade did not change the controller's arguments"
 quiet "Deployments available after the upgrade" kubectl rollout status -n "$ns_rel" --timeout 60s \
   "deployment/$fullname-controller" "deployment/$fullname-api"
 [ "$(kubectl get secret -n "$ns_rel" "$fullname-admin-key" -o jsonpath='{.data.api-key}' | base64 -d)" = "$key" ] ||
   die "helm upgrade changed the bootstrap key value"
 [ "$(key_hash)" = "$hash_before" ] || die "helm upgrade changed the bootstrap key record"
-log "upgraded (revision 2): --default-plan=enterprise rolled out; the bootstrap key is unchanged"
+log "upgraded (revision 2): --default-plan=enterprise (API) and --delivery-concurrency=8 (controller) rolled out; the bootstrap key is unchanged"
 quiet "helm upgrade (revoke the bootstrap key)" helm upgrade "$rel" "$chart" -n "$ns_rel" --reuse-values \
   --set bootstrapAdminKey.enabled=false --wait --timeout 120s
 for obj in "$fullname-admin-key" "$fullname-admin"; do

@@ -45,9 +45,9 @@ pub enum Command {
     Crdgen,
     /// Run the controllers and the /v1 API against the cluster of the current
     /// kubeconfig or the in-cluster service account.
-    Operator(OperatorArgs),
+    Operator(Box<OperatorArgs>),
     /// Run only the /v1 API (stateless; scale it apart from the controllers).
-    Api(OperatorArgs),
+    Api(ApiArgs),
     /// Run one built-in step (what a step Job's pod executes).
     Step,
     /// Manage API keys directly in the cluster (no running API needed).
@@ -114,9 +114,13 @@ pub enum ApiKeyCommand {
     },
 }
 
+/// Flags of `flowline api`: what the API process reads. `flowline operator` takes
+/// them too (it serves the API unless `--no-api`, and its controllers read the
+/// listener, the namespaces, `--allow-http` and `--default-executor` from here).
 #[derive(Args, Debug, Clone)]
-pub struct OperatorArgs {
-    /// Address of the HTTP listener (/healthz, /readyz, /metrics).
+pub struct ApiArgs {
+    /// Address of the HTTP listener (/v1 and the console when served, /healthz, /readyz,
+    /// /metrics).
     #[arg(long, default_value = "127.0.0.1:8080", env = "FLOWLINE_LISTEN")]
     pub listen: SocketAddr,
     /// How long to wait for the CRDs to become Established before giving up.
@@ -158,9 +162,6 @@ pub struct OperatorArgs {
     /// Executor of workflows that do not choose one.
     #[arg(long, value_enum, default_value = "inline")]
     pub default_executor: ExecutorArg,
-    /// Namespace of the leader-election Lease (in a pod: its own namespace).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub leader_election_namespace: String,
     /// Serve and reconcile only these namespaces (repeatable or comma-separated;
     /// default: the whole cluster). Namespaced installs need it: their RBAC covers only
     /// the listed namespaces.
@@ -171,6 +172,35 @@ pub struct OperatorArgs {
         env = "FLOWLINE_WATCH_NAMESPACES"
     )]
     pub watch_namespaces: Vec<String>,
+    /// Do not serve the web console at `/` (it is served with `/v1`, and needs it).
+    #[arg(long, env = "FLOWLINE_NO_CONSOLE")]
+    pub no_console: bool,
+}
+
+/// Flags only the controllers, the engine, the delivery worker and leader election
+/// read: `flowline operator` takes them, `flowline api` refuses them.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Controller options")]
+pub struct ControllerArgs {
+    /// Namespace of the leader-election Lease (in a pod: its own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// Name of the leader-election Lease (distinct per installation in one namespace).
+    #[arg(long, default_value = "flowline-controller")]
+    pub leader_election_lease: String,
+    /// Seconds a leader's Lease stays valid without renewal: a follower takes over
+    /// once it has seen the Lease unchanged for this long, on its own clock.
+    #[arg(long, value_name = "SECONDS", default_value = "15")]
+    pub leader_lease_seconds: u64,
+    /// Seconds the leader may go without a successful renewal before it exits (and
+    /// another replica may take over once the lease expires); default 2/3 of the
+    /// lease. Must end at least 0.5 s before the lease does.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
+    pub leader_renew_deadline_seconds: Option<std::time::Duration>,
+    /// Seconds between two attempts to renew or take the lease; default 2/15 of the
+    /// lease. Fractions allowed.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
+    pub leader_retry_period_seconds: Option<std::time::Duration>,
     /// Image of step Jobs running built-in actions (the operator's own image).
     #[arg(
         long,
@@ -193,29 +223,6 @@ pub struct OperatorArgs {
     /// Memory limit of every step container.
     #[arg(long, default_value = job::DEFAULT_MEMORY_LIMIT, value_parser = job::parse_quantity)]
     pub step_memory_limit: Quantity,
-    /// Name of the leader-election Lease (distinct per installation in one namespace).
-    #[arg(long, default_value = "flowline-controller")]
-    pub leader_election_lease: String,
-    /// Seconds a leader's Lease stays valid without renewal: a follower takes over
-    /// once it has seen the Lease unchanged for this long, on its own clock.
-    #[arg(long, value_name = "SECONDS", default_value = "15")]
-    pub leader_lease_seconds: u64,
-    /// Seconds the leader may go without a successful renewal before it exits (and
-    /// another replica may take over once the lease expires); default 2/3 of the
-    /// lease. Must end at least 0.5 s before the lease does.
-    #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
-    pub leader_renew_deadline_seconds: Option<std::time::Duration>,
-    /// Seconds between two attempts to renew or take the lease; default 2/15 of the
-    /// lease. Fractions allowed.
-    #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
-    pub leader_retry_period_seconds: Option<std::time::Duration>,
-    /// Run the controllers without serving `/v1` (and without the API's watch caches):
-    /// for a controller Deployment next to separate API replicas.
-    #[arg(long)]
-    pub no_api: bool,
-    /// Do not serve the web console at `/` (it is served with `/v1`, and needs it).
-    #[arg(long, env = "FLOWLINE_NO_CONSOLE")]
-    pub no_console: bool,
     /// PEM file of extra CA certificates trusted for webhook deliveries (besides the
     /// system roots).
     #[arg(long, value_name = "PATH", env = "FLOWLINE_CA_BUNDLE")]
@@ -239,6 +246,19 @@ pub struct OperatorArgs {
     pub delivery_time_scale: f64,
 }
 
+/// Flags of `flowline operator`: the API's and the controllers'.
+#[derive(Args, Debug, Clone)]
+pub struct OperatorArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+    /// Run the controllers without serving `/v1` (and without the API's watch caches):
+    /// for a controller Deployment next to separate API replicas.
+    #[arg(long)]
+    pub no_api: bool,
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecutorArg {
     Inline,
@@ -254,7 +274,7 @@ impl From<ExecutorArg> for crate::crd::Executor {
     }
 }
 
-impl OperatorArgs {
+impl ApiArgs {
     pub fn api_config(&self) -> crate::api::state::ApiConfig {
         crate::api::state::ApiConfig {
             allow_http_webhooks: self.allow_http,
@@ -270,17 +290,23 @@ impl OperatorArgs {
             ..Default::default()
         }
     }
+
+    pub fn scope(&self) -> crate::kubeutil::WatchScope {
+        crate::kubeutil::WatchScope::from_list(&self.watch_namespaces)
+    }
 }
 
 impl OperatorArgs {
     pub fn sender_config(&self) -> crate::delivery::sender::SenderConfig {
         crate::delivery::sender::SenderConfig {
-            ca_bundle: self.ca_bundle.clone(),
-            policy: self.destination_policy(),
-            allow_http: self.allow_http,
+            ca_bundle: self.controller.ca_bundle.clone(),
+            policy: self.controller.destination_policy(),
+            allow_http: self.api.allow_http,
         }
     }
+}
 
+impl ControllerArgs {
     /// The destination guard of deliveries and steps alike.
     pub fn destination_policy(&self) -> crate::egress::DestinationPolicy {
         crate::egress::DestinationPolicy::allowing(self.allow_cidrs.clone())
@@ -295,10 +321,6 @@ impl OperatorArgs {
             self.leader_renew_deadline_seconds,
             self.leader_retry_period_seconds,
         )
-    }
-
-    pub fn scope(&self) -> crate::kubeutil::WatchScope {
-        crate::kubeutil::WatchScope::from_list(&self.watch_namespaces)
     }
 
     /// Settings of the delivery worker of one namespace (or of the cluster).
@@ -379,6 +401,202 @@ mod tests {
             }
         ));
         assert!(Cli::try_parse_from(["flowline", "api-key", "list", "-o", "xml"]).is_err());
+    }
+
+    /// `--help` of a subcommand, as the user sees it.
+    fn help_of(subcommand: &str) -> String {
+        let err = Cli::try_parse_from(["flowline", subcommand, "--help"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp);
+        err.to_string()
+    }
+
+    /// The long flags (`--name`) of a `--help` text.
+    fn flags_in(help: &str) -> std::collections::BTreeSet<String> {
+        help.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == '[')
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .map(|w| w.trim_end_matches(['.', ')', ':', '`']).to_string())
+            .collect()
+    }
+
+    /// Every visible long flag of an argument group, from its clap definition.
+    fn visible_flags<A: Args>() -> Vec<String> {
+        A::augment_args(clap::Command::new("x"))
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect()
+    }
+
+    const CONTROLLER_ONLY: &[&str] = &[
+        "--leader-election-namespace",
+        "--leader-election-lease",
+        "--leader-lease-seconds",
+        "--leader-renew-deadline-seconds",
+        "--leader-retry-period-seconds",
+        "--step-image",
+        "--job-pod-annotation",
+        "--step-cpu-request",
+        "--step-memory-request",
+        "--step-cpu-limit",
+        "--step-memory-limit",
+        "--ca-bundle",
+        "--allow-cidr",
+        "--delivery-concurrency",
+        "--delivery-time-scale",
+        "--no-api",
+    ];
+
+    #[test]
+    fn api_help_lists_only_what_the_api_reads() {
+        let help = help_of("api");
+        let shown = flags_in(&help);
+        for flag in CONTROLLER_ONLY {
+            assert!(!shown.contains(*flag), "`api --help` lists {flag}:\n{help}");
+        }
+        for flag in visible_flags::<ControllerArgs>() {
+            assert!(!shown.contains(&flag), "`api --help` lists {flag}:\n{help}");
+        }
+        for flag in visible_flags::<ApiArgs>() {
+            assert!(shown.contains(&flag), "`api --help` lacks {flag}:\n{help}");
+        }
+        // What the API validates with at write time stays in its set.
+        for flag in ["--allow-http", "--default-executor", "--watch-namespace"] {
+            assert!(shown.contains(flag), "`api --help` lacks {flag}:\n{help}");
+        }
+        assert!(!help.contains("Controller options"), "{help}");
+    }
+
+    #[test]
+    fn operator_help_lists_both_sets() {
+        let help = help_of("operator");
+        let shown = flags_in(&help);
+        let mut want = visible_flags::<ApiArgs>();
+        want.extend(visible_flags::<ControllerArgs>());
+        want.push("--no-api".into());
+        for flag in want {
+            assert!(
+                shown.contains(&flag),
+                "`operator --help` lacks {flag}:\n{help}"
+            );
+        }
+        assert!(help.contains("Controller options"), "{help}");
+    }
+
+    #[test]
+    fn api_refuses_controller_flags() {
+        for args in [
+            &["--step-cpu-request", "100m"][..],
+            &["--leader-lease-seconds", "20"],
+            &["--allow-cidr", "10.0.0.0/8"],
+            &["--ca-bundle", "/etc/ca.pem"],
+            &["--delivery-concurrency", "4"],
+            &["--delivery-time-scale", "0.1"],
+            &["--job-pod-annotation", "a=b"],
+            &["--no-api"],
+        ] {
+            let Err(err) = Cli::try_parse_from(["flowline", "api"].iter().chain(args)) else {
+                panic!("`flowline api {args:?}` parsed");
+            };
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "api {args:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn api_takes_its_own_flags() {
+        let cli = Cli::try_parse_from([
+            "flowline",
+            "api",
+            "--listen=0.0.0.0:9000",
+            "--crd-wait-seconds=5",
+            "--default-plan=pro",
+            "--enterprise-requests-per-minute=9000",
+            "--rate-limit-window-seconds=2",
+            "--unauthenticated-requests-per-minute=7",
+            "--trusted-proxy=10.0.0.0/8,192.168.1.1",
+            "--allow-http",
+            "--default-executor=job",
+            "--watch-namespace=a,b",
+            "--no-console",
+        ])
+        .unwrap();
+        let Command::Api(api) = cli.command else {
+            panic!("not api");
+        };
+        assert_eq!(api.listen, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(api.crd_wait_seconds, 5);
+        assert_eq!(api.default_executor, ExecutorArg::Job);
+        assert_eq!(api.watch_namespaces, ["a", "b"]);
+        assert!(api.allow_http && api.no_console);
+        let config = api.api_config();
+        assert!(config.allow_http_webhooks);
+        assert_eq!(config.plans.plan, crate::api::ratelimit::Plan::Pro);
+        assert_eq!(config.plans.enterprise_requests, 9000);
+        assert_eq!(config.rate_limit_window_secs, 2);
+        assert_eq!(config.unauthenticated_requests, 7);
+    }
+
+    #[test]
+    fn operator_takes_both_sets() {
+        let cli = Cli::try_parse_from([
+            "flowline",
+            "operator",
+            "--listen=0.0.0.0:9000",
+            "--watch-namespace=a",
+            "--default-plan=enterprise",
+            "--unauthenticated-requests-per-minute=7",
+            "--trusted-proxy=10.0.0.0/8",
+            "--allow-http",
+            "--default-executor=job",
+            "--no-console",
+            "--no-api",
+            "--leader-election-namespace=ns",
+            "--leader-election-lease=lease",
+            "--leader-lease-seconds=20",
+            "--step-image=img:1",
+            "--job-pod-annotation=a=b",
+            "--step-cpu-request=100m",
+            "--step-memory-request=32Mi",
+            "--step-cpu-limit=2",
+            "--step-memory-limit=1Gi",
+            "--ca-bundle=/etc/ca.pem",
+            "--allow-cidr=10.0.0.0/8",
+            "--delivery-concurrency=4",
+            "--delivery-time-scale=0.5",
+        ])
+        .unwrap();
+        let Command::Operator(args) = cli.command else {
+            panic!("not operator");
+        };
+        assert!(args.no_api);
+        assert_eq!(args.api.watch_namespaces, ["a"]);
+        assert_eq!(args.api.default_executor, ExecutorArg::Job);
+        let controller = &args.controller;
+        assert_eq!(controller.leader_election_namespace, "ns");
+        assert_eq!(controller.leader_election_lease, "lease");
+        assert_eq!(controller.leader_lease_seconds, 20);
+        assert_eq!(controller.step_image, "img:1");
+        assert_eq!(controller.job_pod_annotations, [("a".into(), "b".into())]);
+        assert_eq!(controller.step_cpu_request, Quantity("100m".into()));
+        assert_eq!(controller.step_memory_limit, Quantity("1Gi".into()));
+        assert_eq!(controller.delivery_concurrency, 4);
+        let sender = args.sender_config();
+        assert!(sender.allow_http, "--allow-http reaches the deliveries");
+        assert_eq!(
+            sender.ca_bundle.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
+        );
+        // Without flags, the defaults of both sets.
+        let cli = Cli::try_parse_from(["flowline", "operator"]).unwrap();
+        let Command::Operator(args) = cli.command else {
+            panic!("not operator");
+        };
+        assert!(!args.no_api && !args.api.allow_http);
+        assert_eq!(args.controller.delivery_concurrency, 16);
+        assert_eq!(args.controller.leader_election_lease, "flowline-controller");
     }
 
     #[test]

@@ -57,10 +57,10 @@ async fn dispatch(
             Ended::Exit(ExitCode::SUCCESS)
         }
         Command::Operator(args) => {
-            Ended::Operator(flowline::operator::run(args, Role::Operator, &connection).await?)
+            Ended::Operator(flowline::operator::run(Role::Operator(args), &connection).await?)
         }
         Command::Api(args) => {
-            Ended::Operator(flowline::operator::run(args, Role::Api, &connection).await?)
+            Ended::Operator(flowline::operator::run(Role::Api(args), &connection).await?)
         }
         Command::ApiKey { command } => {
             flowline::api_key_command::run(command, &connection).await?;

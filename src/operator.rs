@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::cache::Caches;
 use crate::api::state::ApiState;
-use crate::cli::OperatorArgs;
+use crate::cli::{ApiArgs, OperatorArgs};
 use crate::controller::leader;
 use crate::telemetry::engine_metrics::EngineTelemetry;
 use crate::telemetry::http_metrics::HttpMetrics;
@@ -21,13 +21,40 @@ use crate::telemetry::leader_metrics::LeaderGauge;
 use crate::telemetry::{access_log, health, metrics::Metrics};
 pub use leading::{EXIT_LOST_LEADERSHIP, Leadership};
 
-/// Which parts of Flowline this process runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which parts of Flowline this process runs, with the flags of that command.
+#[derive(Debug, Clone)]
 pub enum Role {
-    /// Controllers and the API.
-    Operator,
-    /// The API alone.
-    Api,
+    /// `flowline operator`: the controllers, and the API unless `--no-api`.
+    Operator(Box<OperatorArgs>),
+    /// `flowline api`: the API alone.
+    Api(ApiArgs),
+}
+
+impl Role {
+    /// The API's flags (an operator has them too: the listener, the namespaces…).
+    fn api(&self) -> &ApiArgs {
+        match self {
+            Role::Operator(args) => &args.api,
+            Role::Api(args) => args,
+        }
+    }
+
+    /// Whether this process serves `/v1` (and holds the API's watch caches).
+    fn serves_api(&self) -> bool {
+        match self {
+            Role::Operator(args) => !args.no_api,
+            Role::Api(_) => true,
+        }
+    }
+
+    /// The process kind as `flowline_build_info` and the logs name it.
+    fn name(&self) -> &'static str {
+        match self {
+            Role::Api(_) => "api",
+            Role::Operator(args) if args.no_api => "controller",
+            Role::Operator(_) => "operator",
+        }
+    }
 }
 
 /// What is left once [`run`] has returned.
@@ -44,46 +71,37 @@ impl Stopped {
     }
 }
 
-pub async fn run(
-    args: OperatorArgs,
-    role: Role,
-    connection: &crate::kubeutil::Connection,
-) -> anyhow::Result<Stopped> {
+pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow::Result<Stopped> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
-    if role == Role::Api && args.no_api {
-        anyhow::bail!("`flowline api --no-api` would serve nothing; drop --no-api");
-    }
+    let api = role.api();
     let readiness = health::Readiness::default();
     let crds_gate = readiness.gate("crds");
     let metrics = Metrics::default();
-    crate::telemetry::build_info::register(
-        &metrics,
-        match role {
-            Role::Api => "api",
-            Role::Operator if args.no_api => "controller",
-            Role::Operator => "operator",
-        },
-    );
+    crate::telemetry::build_info::register(&metrics, role.name());
     let http_metrics = HttpMetrics::new(&metrics);
     // Checked before connecting: a timing that could let two leaders overlap is a
     // configuration error, not something to find out under load. The gauge is there
     // (at 0) from the first scrape on.
-    let candidate = match role {
-        Role::Operator => Some((args.leader_timing()?, LeaderGauge::new(&metrics))),
-        Role::Api => None,
+    let candidate = match &role {
+        Role::Operator(args) => Some((
+            args,
+            args.controller.leader_timing()?,
+            LeaderGauge::new(&metrics),
+        )),
+        Role::Api(_) => None,
     };
 
     // One configuration, several clients: the lease gets connections of its own.
     let kube_config = connection.config().await?;
     let client = kube::Client::try_from(kube_config.clone())?;
-    let scope = args.scope();
+    let scope = api.scope();
 
     let mut app = health::router(readiness.clone(), metrics.clone());
     // The API's watch caches are its own: a controller-only process (--no-api) does
     // not hold a second copy of every object.
-    if !args.no_api {
+    if role.serves_api() {
         let caches_gate = readiness.gate("caches");
         let caches = Caches::start(client.clone(), &scope, shutdown.clone());
         let watching = caches.clone();
@@ -93,10 +111,10 @@ pub async fn run(
             }
             caches_gate.open();
         });
-        let state = ApiState::new(client.clone(), caches, args.api_config())
+        let state = ApiState::new(client.clone(), caches, api.api_config())
             .with_metrics(http_metrics.clone());
         app = app.merge(crate::api::router(state));
-        if !args.no_console {
+        if !api.no_console {
             app = app.merge(crate::console::router());
         }
     }
@@ -106,13 +124,13 @@ pub async fn run(
     ));
     // Serve /healthz (and /readyz, not ready yet) while the CRDs are awaited, so a
     // slow CRD installation does not look like a dead process.
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = tokio::net::TcpListener::bind(api.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    if args.no_api {
-        tracing::info!(address = %args.listen, "serving /healthz, /readyz, /metrics (no /v1: --no-api)");
+        .with_context(|| format!("cannot listen on {}", api.listen))?;
+    if role.serves_api() {
+        tracing::info!(address = %api.listen, "serving /v1, /healthz, /readyz, /metrics");
     } else {
-        tracing::info!(address = %args.listen, "serving /v1, /healthz, /readyz, /metrics");
+        tracing::info!(address = %api.listen, "serving /healthz, /readyz, /metrics (no /v1: --no-api)");
     }
     let server = tokio::spawn(
         axum::serve(
@@ -123,20 +141,21 @@ pub async fn run(
         .into_future(),
     );
     if let Err(err) =
-        crate::kubeutil::wait_for_crds(&client, Duration::from_secs(args.crd_wait_seconds)).await
+        crate::kubeutil::wait_for_crds(&client, Duration::from_secs(api.crd_wait_seconds)).await
     {
         shutdown.cancel();
         let _ = server.await;
         return Err(err.into());
     }
     crds_gate.open();
-    tracing::info!(?role, "CRDs established");
+    tracing::info!(role = role.name(), "CRDs established");
 
     let mut leadership = None;
-    if let Some((timing, gauge)) = candidate {
+    if let Some((args, timing, gauge)) = candidate {
+        let controller = &args.controller;
         let telemetry = EngineTelemetry::new(&metrics, Some(client.clone()));
         let http = crate::egress::GuardedClient::new(crate::egress::ClientSettings {
-            policy: args.destination_policy(),
+            policy: controller.destination_policy(),
             ..Default::default()
         })
         .context("building the HTTP client of the engine")?;
@@ -147,25 +166,25 @@ pub async fn run(
         let ctx = crate::controller::run::Context::new(
             client.clone(),
             http,
-            args.default_executor.into(),
+            api.default_executor.into(),
             None,
             telemetry.clone(),
             crate::engine::job::JobSettings {
-                step_image: args.step_image.clone(),
-                pod_annotations: args.job_pod_annotations.iter().cloned().collect(),
+                step_image: controller.step_image.clone(),
+                pod_annotations: controller.job_pod_annotations.iter().cloned().collect(),
                 resources: crate::engine::job::StepResources {
-                    cpu_request: args.step_cpu_request.clone(),
-                    memory_request: args.step_memory_request.clone(),
-                    cpu_limit: args.step_cpu_limit.clone(),
-                    memory_limit: args.step_memory_limit.clone(),
+                    cpu_request: controller.step_cpu_request.clone(),
+                    memory_request: controller.step_memory_request.clone(),
+                    cpu_limit: controller.step_cpu_limit.clone(),
+                    memory_limit: controller.step_memory_limit.clone(),
                 },
-                destinations: args.destination_policy(),
+                destinations: controller.destination_policy(),
             },
         );
         let candidacy = Leadership::new(
             leader::LeaseConfig {
-                namespace: args.leader_election_namespace.clone(),
-                name: args.leader_election_lease.clone(),
+                namespace: controller.leader_election_namespace.clone(),
+                name: controller.leader_election_lease.clone(),
                 identity: format!("{}-{}", hostname(), crate::ids::new_id("op")),
                 timing,
             },
@@ -176,7 +195,7 @@ pub async fn run(
         let delivery_settings: Vec<_> = scope
             .each()
             .into_iter()
-            .map(|ns| args.delivery_settings(ns))
+            .map(|ns| controller.delivery_settings(ns))
             .collect();
         let workers = client.clone();
         let start = move |controllers: CancellationToken| {

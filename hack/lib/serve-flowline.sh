@@ -28,9 +28,11 @@ serve_flowline() {
   kubectl annotate namespace "$FLOWLINE_NS" flowline.io/plan=enterprise \
     flowline.io/requests-per-minute=100000000 >/dev/null
   FLOWLINE_KEY=$("$flowline" api-key create --namespace "$FLOWLINE_NS" --name "$name" --scopes admin 2>/dev/null)
-  # Its own namespace and lease: nothing else on the cluster is served or led.
-  "$flowline" "$role" --listen "127.0.0.1:$port" --watch-namespace "$FLOWLINE_NS" \
-    --leader-election-namespace "$FLOWLINE_NS" "$@" >"$log" 2>&1 &
+  # Its own namespace and, for an operator, its own lease: nothing else on the cluster
+  # is served or led. (`flowline api` has no leader-election flags and refuses them.)
+  local own=(--watch-namespace "$FLOWLINE_NS")
+  [ "$role" = operator ] && own+=(--leader-election-namespace "$FLOWLINE_NS")
+  "$flowline" "$role" --listen "127.0.0.1:$port" "${own[@]}" "$@" >"$log" 2>&1 &
   _flowline_server_pid=$!
   wait_ready "$port" "$_flowline_server_pid" "$log"
 }

@@ -92,13 +92,14 @@ spec:
 {{- .Values.bootstrapAdminKey.namespace | default .Release.Namespace }}
 {{- end }}
 
-{{/* Flags shared by `flowline operator` and `flowline api` (both serve the listed
-namespaces only in namespaced mode). */}}
+{{/* Flags of both processes (`flowline api --help`; `flowline operator` takes them
+too): both serve the listed namespaces only in namespaced mode; the API checks new
+webhooks' URLs with --allow-http and the controller delivers with it;
+--default-executor is the controller's default executor, and in the API's set for
+its write-time checks of workflows' steps. */}}
 {{- define "flowline.args" -}}
 - --listen=0.0.0.0:8080
 - --log-format={{ .Values.config.logFormat }}
-- --default-plan={{ .Values.config.defaultPlan }}
-- --enterprise-requests-per-minute={{ .Values.config.enterpriseRequestsPerMinute | int }}
 - --default-executor={{ .Values.config.defaultExecutor }}
 {{- if .Values.config.allowHttp }}
 - --allow-http
@@ -109,9 +110,12 @@ namespaces only in namespaced mode). */}}
 {{- end }}
 {{- end }}
 
-{{/* Flags of the API alone: the budget of requests without a valid key, the
-proxies whose X-Forwarded-For names the client, and whether the console is served. */}}
+{{/* Flags of the API alone: the accounts' rate-limit plans, the budget of requests
+without a valid key, the proxies whose X-Forwarded-For names the client, and whether
+the console is served. */}}
 {{- define "flowline.apiArgs" -}}
+- --default-plan={{ .Values.config.defaultPlan }}
+- --enterprise-requests-per-minute={{ .Values.config.enterpriseRequestsPerMinute | int }}
 {{- if not .Values.console.enabled }}
 - --no-console
 {{- end }}
@@ -121,9 +125,9 @@ proxies whose X-Forwarded-For names the client, and whether the console is serve
 {{- end }}
 {{- end }}
 
-{{/* Flags of the controller alone: no /v1 (the API Deployment serves it, and the
-controller then holds no API watch caches), the step-Job image, and webhook
-deliveries. */}}
+{{/* Flags of the controller alone (`flowline api` refuses them): no /v1 (the API
+Deployment serves it, and the controller then holds no API watch caches), the
+leader-election Lease, the step Jobs, and webhook deliveries. */}}
 {{- define "flowline.deliveryArgs" -}}
 - --no-api
 - --leader-election-lease={{ include "flowline.fullname" . }}-controller
@@ -177,6 +181,10 @@ containers:
   {{- include "flowline.apiArgs" $root | nindent 2 }}
   {{- end }}
   {{- with $root.Values.extraArgs }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- /* controller.extraArgs or api.extraArgs: flags only that process accepts. */}}
+  {{- with (index $root.Values .component).extraArgs }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
   env:
