@@ -22,6 +22,47 @@ impl FieldError {
 }
 
 /// Which kind of object was not found; each has its own code.
+/// Every error code of the API (`error.code`), in snake_case on the wire. The
+/// OpenAPI document's list of codes is derived from it, and a test checks that each is
+/// documented in docs/api.md and produced by some [`ApiError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidJson,
+    UnsupportedMediaType,
+    ValidationError,
+    InvalidCursor,
+    Unauthenticated,
+    InsufficientScope,
+    WorkflowNotFound,
+    RunNotFound,
+    WebhookNotFound,
+    ApiKeyNotFound,
+    DeliveryNotFound,
+    EventExpired,
+    NotFound,
+    MethodNotAllowed,
+    WorkflowActive,
+    WorkflowPaused,
+    RunNotRunning,
+    InvalidSignature,
+    HookNotFound,
+    NotWebhookTriggered,
+    IdempotencyKeyReused,
+    RunNotFinished,
+    PayloadTooLarge,
+    RateLimited,
+    Unavailable,
+    InternalError,
+}
+
+impl ErrorCode {
+    /// Every code, as sent.
+    pub fn all() -> impl Iterator<Item = &'static str> {
+        <ErrorCode as strum::IntoEnumIterator>::iter().map(Into::into)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Missing {
     Workflow,
@@ -144,34 +185,41 @@ impl ApiError {
         }
     }
 
+    /// The contract's error code, as sent in the body's `error.code`.
     pub fn code(&self) -> &'static str {
+        self.error_code().into()
+    }
+
+    /// The error code of this error: every code the API answers with is one of
+    /// [`ErrorCode`], so the OpenAPI document and the docs can list them all.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            ApiError::InvalidJson(_) => "invalid_json",
-            ApiError::UnsupportedMediaType => "unsupported_media_type",
-            ApiError::Validation { .. } => "validation_error",
-            ApiError::InvalidCursor => "invalid_cursor",
-            ApiError::Unauthenticated => "unauthenticated",
-            ApiError::InsufficientScope(_) => "insufficient_scope",
-            ApiError::NotFound(Missing::Workflow) => "workflow_not_found",
-            ApiError::NotFound(Missing::Run) => "run_not_found",
-            ApiError::NotFound(Missing::Webhook) => "webhook_not_found",
-            ApiError::NotFound(Missing::ApiKey) => "api_key_not_found",
-            ApiError::NotFound(Missing::Delivery) => "delivery_not_found",
-            ApiError::RouteNotFound => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::WorkflowActive => "workflow_active",
-            ApiError::WorkflowPaused => "workflow_paused",
-            ApiError::RunNotRunning(_) => "run_not_running",
-            ApiError::IdempotencyKeyReused => "idempotency_key_reused",
-            ApiError::RunNotFinished(_) => "run_not_finished",
-            ApiError::EventExpired => "event_expired",
-            ApiError::InvalidSignature(_) => "invalid_signature",
-            ApiError::HookNotFound => "hook_not_found",
-            ApiError::NotWebhookTriggered => "not_webhook_triggered",
-            ApiError::PayloadTooLarge => "payload_too_large",
-            ApiError::RateLimited { .. } => "rate_limited",
-            ApiError::Unavailable => "unavailable",
-            ApiError::Internal(_) => "internal_error",
+            ApiError::InvalidJson(_) => ErrorCode::InvalidJson,
+            ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
+            ApiError::Validation { .. } => ErrorCode::ValidationError,
+            ApiError::InvalidCursor => ErrorCode::InvalidCursor,
+            ApiError::Unauthenticated => ErrorCode::Unauthenticated,
+            ApiError::InsufficientScope(_) => ErrorCode::InsufficientScope,
+            ApiError::NotFound(Missing::Workflow) => ErrorCode::WorkflowNotFound,
+            ApiError::NotFound(Missing::Run) => ErrorCode::RunNotFound,
+            ApiError::NotFound(Missing::Webhook) => ErrorCode::WebhookNotFound,
+            ApiError::NotFound(Missing::ApiKey) => ErrorCode::ApiKeyNotFound,
+            ApiError::NotFound(Missing::Delivery) => ErrorCode::DeliveryNotFound,
+            ApiError::RouteNotFound => ErrorCode::NotFound,
+            ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            ApiError::WorkflowActive => ErrorCode::WorkflowActive,
+            ApiError::WorkflowPaused => ErrorCode::WorkflowPaused,
+            ApiError::RunNotRunning(_) => ErrorCode::RunNotRunning,
+            ApiError::IdempotencyKeyReused => ErrorCode::IdempotencyKeyReused,
+            ApiError::RunNotFinished(_) => ErrorCode::RunNotFinished,
+            ApiError::EventExpired => ErrorCode::EventExpired,
+            ApiError::InvalidSignature(_) => ErrorCode::InvalidSignature,
+            ApiError::HookNotFound => ErrorCode::HookNotFound,
+            ApiError::NotWebhookTriggered => ErrorCode::NotWebhookTriggered,
+            ApiError::PayloadTooLarge => ErrorCode::PayloadTooLarge,
+            ApiError::RateLimited { .. } => ErrorCode::RateLimited,
+            ApiError::Unavailable => ErrorCode::Unavailable,
+            ApiError::Internal(_) => ErrorCode::InternalError,
         }
     }
 }
@@ -215,7 +263,7 @@ struct ErrorObject<'a> {
 fn error_code_schema() -> utoipa::openapi::schema::Object {
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
-        .enum_values(Some(super::openapi::ERROR_CODES.iter().copied()))
+        .enum_values(Some(ErrorCode::all()))
         .build()
 }
 
