@@ -3,12 +3,13 @@
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::auth::{Principal, Scope};
 use super::cache;
@@ -25,14 +26,13 @@ use crate::delivery::signing::generate_secret;
 use crate::delivery::worker::{REDELIVER_ANNOTATION, REDELIVERY_REQUESTS, redelivery_requests};
 use crate::ids::new_token_id;
 
-pub fn router() -> Router<ApiState> {
-    Router::new()
-        .route("/v1/webhooks/{id}/deliveries", get(list))
-        .route(
-            "/v1/webhooks/{id}/deliveries/{delivery_id}/retry",
-            post(retry),
-        )
-        .route("/v1/webhooks/{id}/rotate-secret", post(rotate_secret))
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(retry))
+        .routes(routes!(rotate_secret))
 }
 
 #[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", operation_id = "webhooks.deliveries.list", tag = "webhooks",

@@ -10,14 +10,15 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
-use axum::routing::post;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Patch;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::auth::{Principal, Scope};
 use super::cache;
@@ -36,8 +37,10 @@ pub const SECRET_TYPE: &str = "flowline.io/hook-secret";
 /// Label naming the workflow a hook Secret belongs to.
 pub const LABEL: &str = "flowline.io/hook";
 
-pub fn router() -> Router<ApiState> {
-    Router::new().route("/v1/workflows/{id}/hook-secret/rotate", post(rotate))
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new().routes(routes!(rotate))
 }
 
 /// Name of the Secret holding a workflow's inbound secret.

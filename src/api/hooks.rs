@@ -10,15 +10,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
 use kube::{Api, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::cache;
 use super::error::{ApiError, ApiResult, write_error};
@@ -41,11 +42,10 @@ pub const RECORDED_HEADERS: [&str; 4] = [
 /// Longest recorded header value; longer values are cut.
 const MAX_HEADER_VALUE: usize = 512;
 
-pub fn router() -> Router<ApiState> {
-    Router::new()
-        .route("/v1/hooks/{workflow_id}", post(receive))
-        // Merged after the main router's own, which covers only its routes.
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new().routes(routes!(receive))
 }
 
 /// The answer to an accepted hook.

@@ -5,12 +5,13 @@ use std::collections::BTreeMap;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{delete, get};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::pagination::Page;
 use super::views::{ApiKeyCreated, ApiKeyView};
@@ -26,10 +27,12 @@ use super::workflows::location;
 use crate::clock::{format_ts, now_ms};
 use crate::ids::new_id;
 
-pub fn router() -> Router<ApiState> {
-    Router::new()
-        .route("/v1/api-keys", get(list).post(create))
-        .route("/v1/api-keys/{id}", delete(remove))
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(remove))
 }
 
 /// A key just created: its Secret, its record, and its value (shown once).

@@ -28,33 +28,55 @@ pub(crate) mod workflows;
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;
+use axum::response::IntoResponse;
+use utoipa_axum::router::OpenApiRouter;
 
 use self::error::ApiError;
 use self::state::ApiState;
 
-/// The `/v1` routes, authenticated and rate limited (unknown routes included).
-pub fn router(state: ApiState) -> Router {
-    Router::new()
+/// The `/v1` routes as their handlers declare them: those that take an API key, and
+/// the inbound hooks (a signature instead). The router and the OpenAPI document are
+/// both made from these, so neither keeps a list of its own.
+pub(crate) fn declared() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
+    let keyed = OpenApiRouter::new()
         .merge(workflows::router())
         .merge(runs::router())
         .merge(retry::router())
         .merge(webhooks::router())
         .merge(deliveries::router())
         .merge(keys::router())
-        .merge(hook_secret::router())
+        .merge(hook_secret::router());
+    (keyed, hooks::router())
+}
+
+/// The `/v1` routes, authenticated and rate limited (unknown routes included).
+pub fn router(state: ApiState) -> Router {
+    let (keyed, hooks) = declared();
+    let (keyed, keyed_doc) = keyed.split_for_parts();
+    let (hooks, hooks_doc) = hooks.split_for_parts();
+    let document = std::sync::Arc::new(openapi::assemble(keyed_doc, hooks_doc));
+    keyed
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(from_fn_with_state(state.clone(), middleware::authenticate))
         // Added after the layer: hooks carry a signature instead of an API key, and
         // spend the per-address budget of unauthenticated requests.
-        .merge(hooks::router().layer(from_fn_with_state(
-            state.clone(),
-            middleware::limit_by_address,
-        )))
+        .merge(
+            hooks
+                // Merged after the main router's own, which covers only its routes.
+                .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+                .layer(from_fn_with_state(
+                    state.clone(),
+                    middleware::limit_by_address,
+                )),
+        )
         // Added after the layer: the description is public.
         .route(
             "/v1/openapi.json",
-            axum::routing::get(|| async { axum::Json(openapi::document()) }),
+            axum::routing::get(move || {
+                let document = document.clone();
+                async move { axum::Json(&*document).into_response() }
+            }),
         )
         .with_state(state)
 }

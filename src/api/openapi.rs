@@ -74,31 +74,6 @@ pub struct RunListQuery {
     ),
     security(("bearer" = [])),
     components(schemas(super::error::ErrorBody)),
-    modifiers(&SharedResponses),
-    paths(
-        super::workflows::list,
-        super::workflows::show,
-        super::workflows::create,
-        super::workflows::update,
-        super::workflows::remove,
-        super::runs::list,
-        super::runs::show,
-        super::runs::start,
-        super::runs::cancel,
-        super::retry::retry,
-        super::webhooks::list,
-        super::webhooks::show,
-        super::webhooks::create,
-        super::webhooks::remove,
-        super::deliveries::list,
-        super::deliveries::retry,
-        super::deliveries::rotate_secret,
-        super::keys::list,
-        super::keys::create,
-        super::keys::remove,
-        super::hook_secret::rotate,
-        super::hooks::receive,
-    )
 )]
 struct ApiDoc;
 
@@ -224,9 +199,24 @@ impl Modify for SharedResponses {
     }
 }
 
-/// The whole document.
+/// The whole document: the description and tags of [`ApiDoc`], the operations the
+/// routers declare (`keyed`: those that take an API key; `hooks`), then what every
+/// operation shares ([`SharedResponses`]).
+pub(super) fn assemble(
+    keyed: utoipa::openapi::OpenApi,
+    hooks: utoipa::openapi::OpenApi,
+) -> utoipa::openapi::OpenApi {
+    let mut document = ApiDoc::openapi();
+    document.merge(keyed);
+    document.merge(hooks);
+    SharedResponses.modify(&mut document);
+    document
+}
+
+/// The whole document, as `/v1/openapi.json` serves it.
 pub fn document() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+    let (keyed, hooks) = super::declared();
+    assemble(keyed.split_for_parts().1, hooks.split_for_parts().1)
 }
 
 #[cfg(test)]

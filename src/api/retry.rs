@@ -2,14 +2,15 @@
 //! same workflow version — that keeps the results of the steps that succeeded before
 //! the first failure, or starts over.
 
+use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::post;
-use axum::{Extension, Router};
 use jiff::Timestamp;
 use kube::ResourceExt;
 use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::auth::{Principal, Scope};
 use super::error::{ApiError, ApiResult, write_error};
@@ -22,8 +23,10 @@ use crate::clock::now_ms;
 use crate::crd::{Run, RunPhase, Workflow, WorkflowState};
 use crate::ids::new_id;
 
-pub fn router() -> Router<ApiState> {
-    Router::new().route("/v1/runs/{id}/retry", post(retry))
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new().routes(routes!(retry))
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/retry", operation_id = "runs.retry", tag = "runs",

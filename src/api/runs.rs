@@ -4,11 +4,12 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::pagination::Page;
 use super::views::{RunListItem, RunView};
@@ -29,11 +30,13 @@ use crate::crd::{Run, RunTrigger, Workflow, WorkflowState};
 use crate::ids::new_id;
 use crate::kubeutil::lenient::Lenient;
 
-pub fn router() -> Router<ApiState> {
-    Router::new()
-        .route("/v1/workflows/{id}/runs", get(list).post(start))
-        .route("/v1/runs/{id}", get(show))
-        .route("/v1/runs/{id}/cancel", post(cancel))
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, start))
+        .routes(routes!(show))
+        .routes(routes!(cancel))
 }
 
 pub(super) fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Run>> {

@@ -3,12 +3,13 @@
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::pagination::Page;
 use super::views::{WebhookCreated, WebhookView};
@@ -27,10 +28,12 @@ use crate::crd::{SecretReference, Webhook, WebhookSpec};
 use crate::delivery::signing::generate_secret;
 use crate::ids::new_id;
 
-pub fn router() -> Router<ApiState> {
-    Router::new()
-        .route("/v1/webhooks", get(list).post(create))
-        .route("/v1/webhooks/{id}", get(show).delete(remove))
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(show, remove))
 }
 
 pub(crate) fn find(

@@ -3,11 +3,12 @@
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use kube::api::{DeleteParams, Patch};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::pagination::Page;
 use super::views::{WorkflowListItem, WorkflowView};
@@ -25,10 +26,12 @@ use crate::crd::timestamps::{UPDATED_AT_ANNOTATION, created_at, creation_annotat
 use crate::crd::{TriggerType, Workflow, WorkflowSpec, WorkflowState};
 use crate::ids::new_id;
 
-pub fn router() -> Router<ApiState> {
-    Router::new()
-        .route("/v1/workflows", get(list).post(create))
-        .route("/v1/workflows/{id}", get(show).patch(update).delete(remove))
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(show, update, remove))
 }
 
 /// The workflow from the cache, or `workflow_not_found` (also for other accounts).
