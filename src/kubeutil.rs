@@ -1,6 +1,8 @@
 //! Small helpers around the Kubernetes client shared by every component.
 
 pub mod lenient;
+#[cfg(test)]
+pub mod mock_api;
 
 use std::time::Duration;
 

@@ -483,7 +483,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         }
         Decision::Pin => {
             if let Some(wf) = workflow {
-                pin(&ctx, &run, &wf).await?;
+                pin(&ctx.client, &run, &wf).await?;
             }
             // Its own watch event brings the pinned run back here to execute.
         }
@@ -494,7 +494,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                 cancel_others,
             } => {
                 for name in cancel_others {
-                    request_cancel(&ctx, &namespace, &name).await?;
+                    request_cancel(&ctx.client, &namespace, &name).await?;
                 }
                 let engine = ctx.engine.clone();
                 let ctx = ctx.clone();
@@ -514,7 +514,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
             }
             Admitted::Queue { cancel_others } => {
                 for name in cancel_others {
-                    request_cancel(&ctx, &namespace, &name).await?;
+                    request_cancel(&ctx.client, &namespace, &name).await?;
                 }
                 if run.phase() != RunPhase::Queued {
                     mark_queued(&ctx, &run).await;
@@ -532,8 +532,8 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
 /// Records the workflow version a Run created without one executes. The write is
 /// conditional on the Run's resourceVersion: a run that changed meanwhile is decided
 /// again from its watch event.
-async fn pin(ctx: &Context, run: &Run, wf: &Workflow) -> Result<(), ReconcileError> {
-    let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
+async fn pin(client: &Client, run: &Run, wf: &Workflow) -> Result<(), ReconcileError> {
+    let api: Api<Run> = Api::namespaced(client.clone(), &run.namespace().unwrap_or_default());
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": run.resource_version()},
         "spec": {"workflow": WorkflowSnapshot::of(wf)},
@@ -554,8 +554,12 @@ async fn pin(ctx: &Context, run: &Run, wf: &Workflow) -> Result<(), ReconcileErr
 
 /// Asks the run `name` to stop (`spec.cancel`), as the API's cancel does: a run
 /// superseded under `cancel_in_progress`. A run already gone needs nothing.
-async fn request_cancel(ctx: &Context, namespace: &str, name: &str) -> Result<(), ReconcileError> {
-    let api: Api<Run> = Api::namespaced(ctx.client.clone(), namespace);
+async fn request_cancel(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), ReconcileError> {
+    let api: Api<Run> = Api::namespaced(client.clone(), namespace);
     let params = kube::api::PatchParams {
         field_manager: Some(crate::engine::status_writer::FIELD_MANAGER.into()),
         ..Default::default()
@@ -774,6 +778,74 @@ mod tests {
             "spec": {"name": "W", "state": state, "executor": executor, "steps": [{"id": "a", "action": "delay", "with": {"ms": 1}}]},
         }))
         .unwrap()
+    }
+
+    /// The pinning write is conditional on the Run as read and carries the version; a
+    /// conflict or a gone Run is left to the next watch event, any other failure
+    /// surfaces (the controller retries it).
+    #[tokio::test]
+    async fn pin_writes_the_version_conditionally_and_returns_other_failures() {
+        use crate::kubeutil::mock_api;
+        let wf = workflow("active", None);
+        let mut r = run(json!(null), false);
+        r.metadata.resource_version = Some("41".into());
+        for code in [200, 409, 404] {
+            let (client, log) = mock_api::client(move |_| {
+                let body = if code == 200 {
+                    json!({"apiVersion": "flowline.io/v1", "kind": "Run",
+                           "metadata": {"name": "r", "namespace": "n"}, "spec": {"workflowRef": "wf"}})
+                } else {
+                    mock_api::status(code)
+                };
+                (code, body)
+            });
+            pin(&client, &r, &wf)
+                .await
+                .unwrap_or_else(|e| panic!("{code}: {e}"));
+            let seen = mock_api::seen(&log);
+            assert_eq!(seen.len(), 1, "one write, no retry of a {code}");
+            assert_eq!(seen[0].method, "PATCH");
+            assert_eq!(seen[0].path, "/apis/flowline.io/v1/namespaces/n/runs/r");
+            assert_eq!(seen[0].body["metadata"]["resourceVersion"], "41");
+            assert_eq!(seen[0].body["spec"]["workflow"]["generation"], 4);
+        }
+        let (failing, _) = mock_api::client(|_| (500, mock_api::status(500)));
+        assert!(
+            pin(&failing, &r, &wf).await.is_err(),
+            "a 500 is not swallowed"
+        );
+    }
+
+    /// A superseded run is asked to stop through `spec.cancel`; one already gone needs
+    /// nothing; any other failure surfaces.
+    #[tokio::test]
+    async fn request_cancel_sets_spec_cancel_and_returns_other_failures() {
+        use crate::kubeutil::mock_api;
+        let (client, log) = mock_api::client(|_| {
+            (
+                200,
+                json!({"apiVersion": "flowline.io/v1", "kind": "Run",
+                         "metadata": {"name": "old", "namespace": "n"}, "spec": {"workflowRef": "wf"}}),
+            )
+        });
+        request_cancel(&client, "n", "old").await.unwrap();
+        let seen = mock_api::seen(&log);
+        assert_eq!(
+            (
+                seen[0].method.as_str(),
+                seen[0].path.as_str(),
+                &seen[0].body
+            ),
+            (
+                "PATCH",
+                "/apis/flowline.io/v1/namespaces/n/runs/old",
+                &json!({"spec": {"cancel": true}})
+            )
+        );
+        let (gone, _) = mock_api::client(|_| (404, mock_api::status(404)));
+        request_cancel(&gone, "n", "old").await.unwrap();
+        let (failing, _) = mock_api::client(|_| (503, mock_api::status(503)));
+        assert!(request_cancel(&failing, "n", "old").await.is_err());
     }
 
     #[test]

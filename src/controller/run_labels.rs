@@ -76,7 +76,7 @@ pub async fn sync(client: &Client, run: &Run) -> Result<(), kube::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
+    use crate::kubeutil::mock_api;
 
     fn run(labels: Value, phase: Option<&str>) -> Run {
         let mut run = json!({
@@ -152,41 +152,17 @@ mod tests {
         assert_eq!(patch(&labelled, Timestamp::now()), None);
     }
 
-    /// A Kubernetes client whose API server answers every request with `code`, and
-    /// the requests it got (method, path, body).
-    /// The requests a mocked API server got: method, path, body.
-    type Seen = Arc<Mutex<Vec<(String, String, Value)>>>;
-
-    fn api_answering(code: u16) -> (Client, Seen) {
-        use http_body_util::BodyExt;
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let log = log.clone();
-            async move {
-                let (parts, body) = req.into_parts();
-                let body = body.collect().await?.to_bytes();
-                log.lock().unwrap().push((
-                    parts.method.to_string(),
-                    parts.uri.path().to_string(),
-                    serde_json::from_slice(&body).unwrap_or(Value::Null),
-                ));
-                let answer = if code < 300 {
-                    serde_json::to_value(run(json!({}), Some("failed")))?
-                } else {
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "no", "code": code})
-                };
-                Ok::<_, tower::BoxError>(
-                    http::Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(http_body_util::Full::new(bytes::Bytes::from(
-                            serde_json::to_vec(&answer)?,
-                        )))?,
-                )
-            }
-        });
-        (Client::new(service, "n"), seen)
+    /// A mocked API server answering every request with `code` (a Run when it is a
+    /// success).
+    fn api_answering(code: u16) -> (Client, mock_api::Log) {
+        mock_api::client(move |_| {
+            let body = if code < 300 {
+                serde_json::to_value(run(json!({}), Some("failed"))).unwrap()
+            } else {
+                mock_api::status(code)
+            };
+            (code, body)
+        })
     }
 
     #[tokio::test]
@@ -195,14 +171,14 @@ mod tests {
             json!({"flowline.io/phase": "running", "flowline.io/workflow": "wf"}),
             Some("failed"),
         );
-        let (client, seen) = api_answering(200);
+        let (client, log) = api_answering(200);
         sync(&client, &stale).await.unwrap();
-        let seen = seen.lock().unwrap().clone();
+        let seen = mock_api::seen(&log);
         assert_eq!(seen.len(), 1);
-        assert_eq!(seen[0].0, "PATCH");
-        assert_eq!(seen[0].1, "/apis/flowline.io/v1/namespaces/n/runs/r");
+        assert_eq!(seen[0].method, "PATCH");
+        assert_eq!(seen[0].path, "/apis/flowline.io/v1/namespaces/n/runs/r");
         assert_eq!(
-            seen[0].2,
+            seen[0].body,
             json!({"metadata": {"labels": {"flowline.io/phase": "failed"}}})
         );
 
@@ -220,10 +196,10 @@ mod tests {
             json!({"flowline.io/phase": "failed", "flowline.io/workflow": "wf"}),
             Some("failed"),
         );
-        let (idle, seen) = api_answering(200);
+        let (idle, log) = api_answering(200);
         sync(&idle, &fresh).await.unwrap();
         assert!(
-            seen.lock().unwrap().is_empty(),
+            mock_api::seen(&log).is_empty(),
             "labels in step cost no request"
         );
     }
