@@ -555,13 +555,13 @@ fn step(s: StepInput, at: &str, p: &mut Problems) -> Step {
     if let Some(f) = &s.for_each {
         text(f, &format!("{at}.for_each"), MAX_FOR_EACH, true, p);
     }
-    if let Some(n) = s.for_each_concurrency {
-        if !(1..=MAX_FOR_EACH_CONCURRENCY).contains(&n) {
-            p.add(
-                format!("{at}.for_each_concurrency"),
-                format!("must be an integer from 1 to {MAX_FOR_EACH_CONCURRENCY}"),
-            );
-        }
+    if let Some(n) = s.for_each_concurrency
+        && !(1..=MAX_FOR_EACH_CONCURRENCY).contains(&n)
+    {
+        p.add(
+            format!("{at}.for_each_concurrency"),
+            format!("must be an integer from 1 to {MAX_FOR_EACH_CONCURRENCY}"),
+        );
     }
     Step {
         id: s.id,

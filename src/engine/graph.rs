@@ -71,6 +71,10 @@ fn edges(steps: &[Step], index: usize) -> Vec<(usize, usize)> {
     out
 }
 
+/// A step on the depth-first path: its position, its edges (needed position, index in
+/// `needs`) and the next edge to follow.
+type Frame = (usize, Vec<(usize, usize)>, usize);
+
 /// The cycles among the needs (depth-first, in declared order), each reported once on
 /// the need that closes it: `cycle: a needs b, b needs c, c needs a`.
 fn cycles(steps: &[Step]) -> Vec<NeedsProblem> {
@@ -88,8 +92,7 @@ fn cycles(steps: &[Step]) -> Vec<NeedsProblem> {
             continue;
         }
         // (step, its edges, next edge to follow)
-        let mut stack: Vec<(usize, Vec<(usize, usize)>, usize)> =
-            vec![(root, edges(steps, root), 0)];
+        let mut stack: Vec<Frame> = vec![(root, edges(steps, root), 0)];
         mark[root] = Mark::Open;
         while let Some((at, out, next)) = stack.last_mut() {
             let at = *at;
@@ -232,12 +235,10 @@ pub fn decide(graph: &Graph, states: &[State], parallelism: usize, stopping: boo
     let running = states.iter().filter(|s| **s == State::Running).count();
     let failed = states.contains(&State::Failed);
     if failed || stopping {
-        let outcome = (running == 0).then(|| {
-            if failed {
-                Outcome::Failed
-            } else {
-                Outcome::Stopped
-            }
+        let outcome = (running == 0).then_some(if failed {
+            Outcome::Failed
+        } else {
+            Outcome::Stopped
         });
         return Decision {
             start: Vec::new(),
