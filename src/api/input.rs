@@ -795,6 +795,49 @@ mod tests {
     }
 
     #[test]
+    fn needs_parallelism_and_for_each_are_read_and_checked_on_their_fields() {
+        let patch = workflow_patch(json!({"parallelism": 5, "steps": [
+            {"id": "a", "action": "transform", "with": {"value": [1]}},
+            {"id": "b", "action": "transform", "needs": ["a"], "for_each": "{{ steps.a.output }}",
+             "for_each_concurrency": 7, "with": {"value": "{{ item }}"}}]}))
+        .unwrap();
+        assert_eq!(patch.parallelism, Some(Some(5)));
+        let steps = patch.steps.unwrap();
+        assert_eq!(steps[1].needs, ["a"]);
+        assert_eq!(steps[1].for_each.as_deref(), Some("{{ steps.a.output }}"));
+        assert_eq!(steps[1].for_each_concurrency, Some(7));
+        assert_eq!(
+            workflow_patch(json!({"parallelism": null}))
+                .unwrap()
+                .parallelism,
+            Some(None)
+        );
+        for (body, field) in [
+            (json!({"parallelism": 101}), "parallelism"),
+            (
+                json!({"steps": [{"id": "a", "action": "fail", "needs": ["A!"]}]}),
+                "steps[0].needs[0]",
+            ),
+            (
+                json!({"steps": [{"id": "a", "action": "fail", "needs": ["b"]},
+                                 {"id": "b", "action": "fail", "needs": ["a"]}]}),
+                "steps[1].needs[0]",
+            ),
+            (
+                json!({"steps": [{"id": "a", "action": "fail", "for_each": "{{ run.id }}",
+                                  "for_each_concurrency": 51}]}),
+                "steps[0].for_each_concurrency",
+            ),
+        ] {
+            assert_eq!(
+                fields(workflow_patch(body.clone()).err().unwrap()),
+                [field],
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
     fn a_webhook_trigger_is_accepted_on_create_and_patch_without_cron() {
         let created =
             create_workflow(json!({"name": "In", "trigger": {"type": "webhook"}})).unwrap();

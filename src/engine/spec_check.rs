@@ -442,6 +442,31 @@ mod tests {
     }
 
     #[test]
+    fn for_each_is_checked_and_item_is_read_only_where_it_exists() {
+        let steps = json!([
+            {"id": "list", "action": "transform", "with": {"value": [1, 2]}},
+            {"id": "each", "action": "transform", "forEach": "{{ steps.list.output }}",
+             "forEachConcurrency": 2, "with": {"value": "{{ item }} at {{ index }}"}},
+            {"id": "bad", "action": "transform", "forEach": "{{ item }} {{ secrets.s.k }}",
+             "with": {"value": 1}},
+            {"id": "later", "action": "transform", "forEach": "{{ steps.nope.output",
+             "with": {"value": "{{ item.x }}"}},
+            {"id": "plain", "action": "transform", "forEachConcurrency": 3,
+             "with": {"value": "{{ item }}"}}
+        ]);
+        assert_eq!(
+            paths(steps),
+            [
+                "steps[2].for_each",
+                "steps[2].for_each",
+                "steps[3].for_each",
+                "steps[4].for_each_concurrency",
+                "steps[4].with.value",
+            ]
+        );
+    }
+
+    #[test]
     fn needs_problems_are_problems_of_the_spec() {
         let found = paths(json!([
             {"id": "a", "action": "fail", "needs": ["b"]},

@@ -407,4 +407,11 @@ async fn a_cyclic_workflow_applied_with_kubectl_is_not_ready() {
         message.contains("steps[1].needs[0]: the needs form a cycle: a needs b, b needs a"),
         "{message}"
     );
+    // The fan-out example is a sound graph.
+    let example =
+        std::fs::read_to_string(crate::support::repo_root().join("examples/fan-out.yaml")).unwrap();
+    let out = ns.kubectl_apply(&example);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (status, reason, message) = ready_condition(&ns, "invoice-reminders").await;
+    assert_eq!(status, ConditionStatus::True, "{reason}: {message}");
 }
