@@ -5,7 +5,9 @@
 //! (c) the job executor's per-step overhead vs a bare Job going create → Complete;
 //! (d) 1,000 runs of a workflow with `concurrency: {limit: 4}`, all created at once and
 //!     drained by the queue, vs 1,000 runs of the same steps without a limit started
-//!     by 4 clients that each wait for their run to finish before starting the next.
+//!     by 4 clients that each wait for their run to finish before starting the next;
+//! (e) a graph of 100 parallel 10 ms delay steps (`parallelism: 100`) vs a workflow of
+//!     one such step: the ratio of their create → finished times (goal: within 3x).
 //! Not a test: it prints figures; docs/benchmarks.md records them.
 
 use std::sync::Arc;
@@ -116,13 +118,18 @@ async fn main() {
         .into(),
         ..Default::default()
     };
-    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcd).
-    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcd".into());
+    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcde).
+    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcde".into());
     if parts.contains(['a', 'b', 'c']) {
         abc(&client, &ns, &runs, kwok, &parts).await;
     }
     if parts.contains('d') {
         concurrency_drain(&client, &ns, &runs).await;
+    }
+    if parts.contains('e') {
+        let stop = controller(&client, &ns, Default::default());
+        part_e(&client, &ns, &runs).await;
+        stop.cancel();
     }
 
     Api::<Namespace>::all(client)
@@ -183,6 +190,53 @@ async fn part_a(client: &Client, ns: &str, runs: &Api<Run>) {
         engine_40.as_secs_f64(),
         bare_40.as_secs_f64(),
         engine_40.as_secs_f64() / bare_40.as_secs_f64()
+    );
+}
+
+/// (e) 100 parallel 10 ms steps vs one: what a wide graph costs over its longest branch.
+async fn part_e(client: &Client, ns: &str, runs: &Api<Run>) {
+    let root = json!({"id": "go", "action": "transform", "with": {"value": 1}});
+    let branches: Vec<Value> = (0..100)
+        .map(|i| json!({"id": format!("p{i}"), "action": "delay", "needs": ["go"], "with": {"ms": 10}}))
+        .collect();
+    let wide = workflow(
+        client,
+        ns,
+        "wide",
+        json!({"name": "Wide", "parallelism": 100,
+               "steps": std::iter::once(root.clone()).chain(branches).collect::<Vec<_>>()}),
+    )
+    .await;
+    let narrow = workflow(
+        client,
+        ns,
+        "narrow",
+        json!({"name": "Narrow", "steps": [root,
+            {"id": "p0", "action": "delay", "needs": ["go"], "with": {"ms": 10}}]}),
+    )
+    .await;
+    // Median of 5 runs each, alternating.
+    let (mut wide_s, mut narrow_s) = (Vec::new(), Vec::new());
+    for i in 0..5 {
+        for (wf, times) in [(&wide, &mut wide_s), (&narrow, &mut narrow_s)] {
+            let name = format!("{}-{i}", wf.metadata.name.as_deref().unwrap_or("wf"));
+            let t = Instant::now();
+            runs.create(&PostParams::default(), &run_object(&name, wf))
+                .await
+                .unwrap();
+            until_finished(runs, &name).await;
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (w, n) = (median(&mut wide_s), median(&mut narrow_s));
+    println!("(e) 100 parallel 10 ms steps (parallelism 100) vs one, median of 5");
+    println!(
+        "    wide: {w:.3} s; one step: {n:.3} s; ratio {:.2}x (goal: within 3x)",
+        w / n
     );
 }
 

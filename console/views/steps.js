@@ -306,7 +306,7 @@ export function toApiSteps(steps) {
     if (s.retry) out.retry = s.retry;
     if (s.timeout_ms !== null && s.timeout_ms !== undefined && s.timeout_ms !== '') out.timeout_ms = s.timeout_ms;
     if (s.when && s.when.trim()) out.when = s.when;
-    for (const extra of ['needs', 'for_each']) if (s[extra] !== undefined && s[extra] !== null) out[extra] = s[extra];
+    for (const extra of ['needs', 'for_each', 'for_each_concurrency']) if (s[extra] !== undefined && s[extra] !== null) out[extra] = s[extra];
     return out;
   });
 }

@@ -15,8 +15,8 @@ use super::error::{ApiError, FieldError};
 use crate::controller::schedule::Schedule;
 use crate::crd::{
     Action, Concurrency, ConcurrencyPolicy, EventKind, Executor, MAX_CONCURRENCY_KEY,
-    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, Step, Trigger, TriggerType,
-    WorkflowState,
+    MAX_CONCURRENCY_LIMIT, MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM,
+    MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
 };
 
 pub const MAX_NAME: usize = 200;
@@ -37,7 +37,10 @@ const _: () = assert!(
         && MAX_STEPS == 100
         && MAX_RUN_TIMEOUT_MS == 604_800_000
         && MAX_CONCURRENCY_LIMIT == 10_000
-        && MAX_CONCURRENCY_KEY == 500,
+        && MAX_CONCURRENCY_KEY == 500
+        && MAX_PARALLELISM == 100
+        && MAX_FOR_EACH == 1000
+        && MAX_FOR_EACH_CONCURRENCY == 50,
     "keep the #[schema(...)] bounds below in step"
 );
 
@@ -108,6 +111,11 @@ pub struct WorkflowPatchBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<ConcurrencyInput>)]
     pub concurrency: Option<Option<ConcurrencyInput>>,
+    /// Most steps of one run executing at once when the steps form a graph (some step
+    /// has `needs`); `null` returns to the default, 10.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    pub parallelism: Option<Option<u32>>,
 }
 
 /// A step as written in `PATCH /v1/workflows/{id}`.
@@ -140,7 +148,31 @@ pub struct StepInput {
     /// parse, and may read `steps.<id>` of earlier steps only.
     #[schema(min_length = 1, max_length = 1000, pattern = r"\S")]
     pub when: Option<String>,
+    /// Ids of the steps this one runs after. With `needs` on any step the steps form a
+    /// graph: a step starts when every step it needs has succeeded or been skipped, and
+    /// independent steps run in parallel (`parallelism`). Unknown ids, the step itself,
+    /// repeated ids and cycles are refused.
+    #[schema(max_items = 100, inline)]
+    pub needs: Option<Vec<NeedInput>>,
+    /// A template that renders to a JSON array, e.g. `{{ steps.list.output.items }}`:
+    /// the step runs once per element (at most 1000), reading `{{ item }}` and
+    /// `{{ index }}`; its output is the array of the iterations' outputs, in order.
+    #[schema(min_length = 1, max_length = 1000, pattern = r"\S")]
+    pub for_each: Option<String>,
+    /// Iterations of a `for_each` step running at once (default 4).
+    #[schema(minimum = 1, maximum = 50)]
+    pub for_each_concurrency: Option<u32>,
 }
+
+/// A step id in `needs`.
+#[derive(Deserialize, ToSchema)]
+#[schema(
+    as = StepNeed,
+    pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    min_length = 1,
+    max_length = 63
+)]
+pub struct NeedInput(pub String);
 
 /// `retry` of a step; absent fields take their defaults (1 attempt, 1000 ms, factor 2).
 #[derive(Deserialize, ToSchema)]
@@ -336,6 +368,8 @@ pub struct WorkflowPatch {
     pub timeout_ms: Option<Option<u64>>,
     /// `Some(None)` removes the concurrency control.
     pub concurrency: Option<Option<Concurrency>>,
+    /// `Some(None)` returns to the default parallelism.
+    pub parallelism: Option<Option<u32>>,
 }
 
 pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
@@ -343,7 +377,7 @@ pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
         return Err(ApiError::field(
             "body",
             "give at least one of: name, description, state, trigger, executor, steps, \
-             timeout_ms, concurrency",
+             timeout_ms, concurrency, parallelism",
         ));
     }
     let body: WorkflowPatchBody = shaped(body)?;
@@ -353,6 +387,14 @@ pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
     }
     if let Some(Some(d)) = &body.description {
         text(d, "description", MAX_DESCRIPTION, false, &mut p);
+    }
+    if let Some(Some(n)) = body.parallelism
+        && !(1..=MAX_PARALLELISM).contains(&n)
+    {
+        p.add(
+            "parallelism",
+            format!("must be an integer from 1 to {MAX_PARALLELISM}, or null for the default"),
+        );
     }
     if let Some(Some(ms)) = body.timeout_ms
         && !(1..=MAX_RUN_TIMEOUT_MS).contains(&ms)
@@ -374,6 +416,7 @@ pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
         steps: body.steps.map(|s| steps(s, &mut p)),
         timeout_ms: body.timeout_ms,
         concurrency: body.concurrency.map(|c| c.map(|c| concurrency(c, &mut p))),
+        parallelism: body.parallelism,
     };
     p.finish(patch)
 }
@@ -498,6 +541,28 @@ fn step(s: StepInput, at: &str, p: &mut Problems) -> Step {
     if let Some(when) = &s.when {
         text(when, &format!("{at}.when"), MAX_WHEN, true, p);
     }
+    let needs: Vec<String> = s
+        .needs
+        .unwrap_or_default()
+        .into_iter()
+        .map(|n| n.0)
+        .collect();
+    for (j, need) in needs.iter().enumerate() {
+        if !is_dns_label(need) {
+            p.add(format!("{at}.needs[{j}]"), "must be a step id");
+        }
+    }
+    if let Some(f) = &s.for_each {
+        text(f, &format!("{at}.for_each"), MAX_FOR_EACH, true, p);
+    }
+    if let Some(n) = s.for_each_concurrency
+        && !(1..=MAX_FOR_EACH_CONCURRENCY).contains(&n)
+    {
+        p.add(
+            format!("{at}.for_each_concurrency"),
+            format!("must be an integer from 1 to {MAX_FOR_EACH_CONCURRENCY}"),
+        );
+    }
     Step {
         id: s.id,
         name: s.name,
@@ -506,6 +571,9 @@ fn step(s: StepInput, at: &str, p: &mut Problems) -> Step {
         retry: s.retry.map(|r| retry(r, &format!("{at}.retry"), p)),
         timeout_ms: s.timeout_ms,
         when: s.when,
+        needs,
+        for_each: s.for_each,
+        for_each_concurrency: s.for_each_concurrency,
     }
 }
 
@@ -724,6 +792,49 @@ mod tests {
             create_workflow(json!([1])).err().unwrap().code(),
             "validation_error"
         );
+    }
+
+    #[test]
+    fn needs_parallelism_and_for_each_are_read_and_checked_on_their_fields() {
+        let patch = workflow_patch(json!({"parallelism": 5, "steps": [
+            {"id": "a", "action": "transform", "with": {"value": [1]}},
+            {"id": "b", "action": "transform", "needs": ["a"], "for_each": "{{ steps.a.output }}",
+             "for_each_concurrency": 7, "with": {"value": "{{ item }}"}}]}))
+        .unwrap();
+        assert_eq!(patch.parallelism, Some(Some(5)));
+        let steps = patch.steps.unwrap();
+        assert_eq!(steps[1].needs, ["a"]);
+        assert_eq!(steps[1].for_each.as_deref(), Some("{{ steps.a.output }}"));
+        assert_eq!(steps[1].for_each_concurrency, Some(7));
+        assert_eq!(
+            workflow_patch(json!({"parallelism": null}))
+                .unwrap()
+                .parallelism,
+            Some(None)
+        );
+        for (body, field) in [
+            (json!({"parallelism": 101}), "parallelism"),
+            (
+                json!({"steps": [{"id": "a", "action": "fail", "needs": ["A!"]}]}),
+                "steps[0].needs[0]",
+            ),
+            (
+                json!({"steps": [{"id": "a", "action": "fail", "needs": ["b"]},
+                                 {"id": "b", "action": "fail", "needs": ["a"]}]}),
+                "steps[1].needs[0]",
+            ),
+            (
+                json!({"steps": [{"id": "a", "action": "fail", "for_each": "{{ run.id }}",
+                                  "for_each_concurrency": 51}]}),
+                "steps[0].for_each_concurrency",
+            ),
+        ] {
+            assert_eq!(
+                fields(workflow_patch(body.clone()).err().unwrap()),
+                [field],
+                "{body}"
+            );
+        }
     }
 
     #[test]

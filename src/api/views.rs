@@ -79,6 +79,12 @@ pub struct StepView {
     pub retry: Option<RetryView>,
     pub timeout_ms: Option<u64>,
     pub when: Option<String>,
+    /// Ids of the steps this one runs after (empty: none; see `parallelism`).
+    pub needs: Vec<String>,
+    /// Template rendering to the array the step iterates over; `null` for none.
+    pub for_each: Option<String>,
+    /// Iterations running at once; `null` for the default (4).
+    pub for_each_concurrency: Option<u32>,
 }
 
 /// How many runs of a workflow execute at once.
@@ -106,6 +112,9 @@ pub struct WorkflowView {
     pub timeout_ms: Option<u64>,
     /// Concurrency control of the workflow's runs; `null` for none.
     pub concurrency: Option<ConcurrencyView>,
+    /// Most steps of one run executing at once when the steps form a graph; `null` for
+    /// the default (10).
+    pub parallelism: Option<u32>,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: ApiTime,
     #[schema(value_type = String, format = DateTime)]
@@ -147,6 +156,9 @@ impl From<&Workflow> for WorkflowView {
                 }),
                 timeout_ms: s.timeout_ms,
                 when: s.when.clone(),
+                needs: s.needs.clone(),
+                for_each: s.for_each.clone(),
+                for_each_concurrency: s.for_each_concurrency,
             })
             .collect();
         WorkflowView {
@@ -163,6 +175,7 @@ impl From<&Workflow> for WorkflowView {
                 key: c.key.clone(),
                 policy: c.policy,
             }),
+            parallelism: spec.parallelism,
             created_at: ApiTime(created_at(&wf.metadata)),
             updated_at: ApiTime(updated_at(&wf.metadata)),
         }
@@ -216,6 +229,23 @@ pub struct StepRecordView {
     pub error: Option<String>,
     /// True when the output was kept from the run this one retries, not produced again.
     pub reused: bool,
+    /// A `for_each` step: how many elements it iterates over; `null` otherwise.
+    pub items: Option<u32>,
+    /// A `for_each` step: one record per iteration, for the first 100 elements.
+    pub iterations: Vec<IterationView>,
+}
+
+/// Execution record of one iteration of a `for_each` step.
+#[derive(Serialize, ToSchema)]
+pub struct IterationView {
+    pub index: u32,
+    pub status: StepPhase,
+    pub attempts: u32,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub started_at: Option<ApiTime>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<ApiTime>,
+    pub error: Option<String>,
 }
 
 impl From<&StepRecord> for StepRecordView {
@@ -233,6 +263,19 @@ impl From<&StepRecord> for StepRecordView {
             output_truncated: r.output_truncated,
             error: r.error.clone(),
             reused: r.reused,
+            items: r.items,
+            iterations: r
+                .iterations
+                .iter()
+                .map(|i| IterationView {
+                    index: i.index,
+                    status: i.status,
+                    attempts: i.attempts,
+                    started_at: i.started_at.map(ApiTime),
+                    finished_at: i.finished_at.map(ApiTime),
+                    error: i.error.clone(),
+                })
+                .collect(),
         }
     }
 }

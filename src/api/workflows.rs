@@ -118,6 +118,7 @@ async fn create(
             history: Default::default(),
             timeout_ms: None,
             concurrency: None,
+            parallelism: None,
         },
     );
     wf.metadata.annotations = Some(creation_annotations(now_ms()));
@@ -182,6 +183,9 @@ async fn update(
             "concurrency".into(),
             json!(c.map(|c| json!({"limit": c.limit, "key": c.key, "policy": c.policy}))),
         );
+    }
+    if let Some(n) = patch.parallelism {
+        spec.insert("parallelism".into(), json!(n));
     }
     let body = json!({
         "metadata": {"annotations": {UPDATED_AT_ANNOTATION: format_ts(now_ms())}},

@@ -14,16 +14,18 @@ pub use common::{
     Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
 };
 pub use run::{
-    EventDetail, ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord,
-    WorkflowSnapshot,
+    EventDetail, IterationRecord, ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger,
+    StepPhase, StepRecord, WorkflowSnapshot,
 };
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,
 };
 pub use workflow::{
-    Action, Concurrency, ConcurrencyPolicy, Executor, History, MAX_CONCURRENCY_KEY,
-    MAX_CONCURRENCY_LIMIT, MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger,
-    TriggerType, Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
+    Action, Concurrency, ConcurrencyPolicy, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM,
+    Executor, History, MAX_CONCURRENCY_KEY, MAX_CONCURRENCY_LIMIT, MAX_FOR_EACH,
+    MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS, MAX_PARALLELISM,
+    MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger, TriggerType, Workflow,
+    WorkflowSpec, WorkflowState, WorkflowStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

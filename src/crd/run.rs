@@ -123,6 +123,9 @@ pub struct WorkflowSnapshot {
     /// The workflow's concurrency control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// The workflow's `parallelism` (steps of a graph executing at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
 }
 
 impl WorkflowSnapshot {
@@ -135,6 +138,7 @@ impl WorkflowSnapshot {
             steps: wf.spec.steps.clone(),
             timeout_ms: wf.spec.timeout_ms,
             concurrency: wf.spec.concurrency.clone(),
+            parallelism: wf.spec.parallelism,
         }
     }
 }
@@ -402,6 +406,37 @@ pub struct StepRecord {
     /// instead of executing the step again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reused: bool,
+    /// A `forEach` step: how many elements its template rendered to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<u32>,
+    /// A `forEach` step: one record per iteration, for the first 100 elements (the
+    /// outputs are in `output`, in input order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub iterations: Vec<IterationRecord>,
+}
+
+/// Execution record of one iteration of a `forEach` step.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IterationRecord {
+    /// The element's position in the array (`{{ index }}`).
+    pub index: u32,
+    /// `pending`, `running`, `succeeded`, `failed` or `cancelled`.
+    #[serde(default)]
+    pub status: StepPhase,
+    /// Attempts made so far.
+    #[serde(default)]
+    pub attempts: u32,
+    /// When the iteration's first attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    /// When the iteration reached a final status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
+    /// Why the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

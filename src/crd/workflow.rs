@@ -80,7 +80,32 @@ pub struct WorkflowSpec {
     /// How many runs may execute at once, per group, and what happens to the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// Most steps of one run that execute at once when the steps form a graph (some
+    /// step has `needs`); default 10, at most 100. Sequential workflows run one step
+    /// at a time whatever it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub parallelism: Option<u32>,
 }
+
+/// Steps of one run executing at once in a graph workflow, by default.
+pub const DEFAULT_PARALLELISM: u32 = 10;
+/// Most steps of one run executing at once in a graph workflow.
+pub const MAX_PARALLELISM: u32 = 100;
+/// Iterations of one `forEach` step executing at once, by default.
+pub const DEFAULT_FOR_EACH_CONCURRENCY: u32 = 4;
+/// Most iterations of one `forEach` step executing at once.
+pub const MAX_FOR_EACH_CONCURRENCY: u32 = 50;
+/// Most elements a `forEach` template may render to.
+pub const MAX_FOR_EACH_ITEMS: usize = 1000;
+/// Iterations of one step with a record of their own in the status.
+pub const MAX_ITERATION_RECORDS: usize = 100;
+/// Longest `forEach` template.
+pub const MAX_FOR_EACH: usize = 1000;
+const _: () = assert!(
+    MAX_PARALLELISM == 100 && MAX_FOR_EACH_CONCURRENCY == 50 && MAX_FOR_EACH == 1000,
+    "keep the schema bounds of parallelism, forEachConcurrency and forEach in step"
+);
 
 /// Longest run timeout: 7 days.
 pub const MAX_RUN_TIMEOUT_MS: u64 = 604_800_000;
@@ -261,6 +286,24 @@ pub struct Step {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1000))]
     pub when: Option<String>,
+    /// Ids of the steps this step runs after. When any step of the workflow has
+    /// `needs`, the steps form a graph: a step starts once every step it needs has
+    /// succeeded or been skipped, steps without `needs` start at once, and independent
+    /// steps run in parallel (bounded by `parallelism`). Without `needs` anywhere the
+    /// steps run in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), inner(length(min = 1, max = 63)))]
+    pub needs: Vec<String>,
+    /// A template rendering to a JSON array: the step runs once per element, with
+    /// `{{ item }}` and `{{ index }}` in its context; its output is the array of the
+    /// iterations' outputs, in input order (at most 1000 elements).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1000))]
+    pub for_each: Option<String>,
+    /// Iterations of a `forEach` step executing at once; default 4, at most 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 50))]
+    pub for_each_concurrency: Option<u32>,
 }
 
 impl Step {

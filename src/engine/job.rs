@@ -152,9 +152,13 @@ pub enum JobError {
 }
 
 /// Name of the Job of one attempt: readable, unique per run/step/attempt, ≤ 63 chars.
+/// `step` may be `<id>.<index>` (an iteration); the dot becomes `-` in the readable part.
 pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
     let digest = hex::encode(&Sha256::digest(format!("{run}/{step}/{attempt}").as_bytes())[..4]);
-    let readable: String = format!("{run}-{step}").chars().take(45).collect();
+    let readable: String = format!("{run}-{}", step.replace('.', "-"))
+        .chars()
+        .take(45)
+        .collect();
     format!("{}-{attempt}-{digest}", readable.trim_end_matches('-'))
 }
 
@@ -304,9 +308,13 @@ fn container_security() -> SecurityContext {
 
 /// The Job of one attempt. Pure. `secrets` are the placeholders the inputs were rendered
 /// with: they become `secretKeyRef`s, never values in the Pod spec.
+/// `key` names the attempt: the step id, or `<step id>.<index>` for an iteration of a
+/// `forEach` step.
+#[allow(clippy::too_many_arguments)]
 pub fn build(
     run: &Run,
     step: &Step,
+    key: &str,
     attempt: u32,
     inputs: &Value,
     timeout: Option<Duration>,
@@ -331,7 +339,7 @@ pub fn build(
     };
     let labels = BTreeMap::from([
         (labels::RUN.to_owned(), run.name_any()),
-        (labels::STEP.to_owned(), step.id.clone()),
+        (labels::STEP.to_owned(), key.to_owned()),
         (labels::WORKFLOW.to_owned(), run.spec.workflow_ref.clone()),
     ]);
     let pod = PodSpec {
@@ -353,7 +361,7 @@ pub fn build(
     };
     Ok(Job {
         metadata: ObjectMeta {
-            name: Some(job_name(&run.name_any(), &step.id, attempt)),
+            name: Some(job_name(&run.name_any(), key, attempt)),
             labels: Some(labels.clone()),
             owner_references: run.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
@@ -514,6 +522,7 @@ mod tests {
         let job = build(
             &run(),
             &step("transform"),
+            "fetch-orders",
             2,
             &json!({"value": 1}),
             Some(Duration::from_millis(1500)),
@@ -563,6 +572,7 @@ mod tests {
         let job = build(
             &run(),
             &step("http.request"),
+            "fetch-orders",
             1,
             &inputs,
             None,
@@ -611,6 +621,7 @@ mod tests {
             let job = build(
                 &run(),
                 &step(action),
+                "fetch-orders",
                 1,
                 &inputs,
                 None,
@@ -657,6 +668,7 @@ mod tests {
         let job = build(
             &run(),
             &step("container"),
+            "fetch-orders",
             1,
             &inputs,
             None,
@@ -690,6 +702,7 @@ mod tests {
         let job = build(
             &run(),
             &step("container"),
+            "fetch-orders",
             1,
             &inputs,
             None,
@@ -718,6 +731,7 @@ mod tests {
             build(
                 &run(),
                 &step("container"),
+                "fetch-orders",
                 1,
                 &inputs,
                 None,
@@ -754,6 +768,7 @@ mod tests {
             build(
                 &run(),
                 &step("container"),
+                "fetch-orders",
                 1,
                 &inputs,
                 None,

@@ -7,6 +7,7 @@ pub mod concurrency_key;
 pub mod deadline;
 pub mod events;
 pub mod expr;
+pub mod graph;
 pub mod job;
 pub mod nesting;
 pub mod output;

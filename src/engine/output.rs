@@ -120,6 +120,15 @@ fn shorten_error(step: &mut StepRecord) -> usize {
     saved
 }
 
+/// Drops the iteration records of a `forEach` step (`items` still says how many there
+/// were; the outputs are in `output`).
+fn drop_iterations(step: &mut StepRecord) -> usize {
+    if step.iterations.is_empty() {
+        return 0;
+    }
+    size(&std::mem::take(&mut step.iterations))
+}
+
 /// Keeps the run's outputs under [`MAX_RUN_OUTPUTS`] by truncating the oldest large
 /// outputs first.
 pub fn enforce_run_budget(steps: &mut [StepRecord]) {
@@ -158,17 +167,27 @@ pub fn status_size(status: &RunStatus) -> usize {
 
 /// The status to write: every error capped, then degraded in stages — outputs to
 /// previews, outputs dropped, step errors shortened, each oldest first — until it
-/// serializes to at most `budget` bytes or nothing more can go. Phase, times, step
+/// serializes to at most `budget` bytes or nothing more can go (last: the iteration
+/// records of `forEach` steps). Phase, times, step
 /// states and events are never touched, so the final phase always gets written.
 pub fn bound(status: RunStatus, budget: usize) -> RunStatus {
     let mut bounded = status;
     bounded.error = bounded.error.map(cap_error);
     for step in bounded.steps.iter_mut() {
         step.error = step.error.take().map(cap_error);
+        // An iteration's error is a preview: a `forEach` step has up to 100 of them.
+        for iteration in step.iterations.iter_mut() {
+            iteration.error = iteration.error.take().map(|e| cap_to(e, ERROR_PREVIEW));
+        }
     }
     // `current` only ever overestimates: every stage counts at most what it saved.
     let mut current = size(&bounded);
-    let stages: [fn(&mut StepRecord) -> usize; 3] = [output_to_preview, drop_output, shorten_error];
+    let stages: [fn(&mut StepRecord) -> usize; 4] = [
+        output_to_preview,
+        drop_output,
+        shorten_error,
+        drop_iterations,
+    ];
     for stage in stages {
         let Some(excess) = current.checked_sub(budget).filter(|e| *e > 0) else {
             break;
@@ -372,6 +391,17 @@ mod tests {
             error: rng.random_bool(0.3).then(|| random_text(rng, 700_000)),
             next_attempt_at: Some(now),
             reused: rng.random_bool(0.5),
+            items: Some(100),
+            iterations: (0..rng.random_range(0..=crate::crd::MAX_ITERATION_RECORDS as u32))
+                .map(|index| crate::crd::IterationRecord {
+                    index,
+                    status: StepPhase::Failed,
+                    attempts: rng.random(),
+                    started_at: Some(now),
+                    finished_at: Some(now),
+                    error: rng.random_bool(0.3).then(|| random_text(rng, 10_000)),
+                })
+                .collect(),
         }
     }
 

@@ -1,21 +1,30 @@
-//! The inline executor: runs a Run's steps in order inside the operator, records
-//! step-level results, and stops promptly on cancel.
+//! The executor: runs a Run's steps in order (or as a graph, `needs`, in parallel),
+//! records step-level results, and stops promptly on cancel.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use jiff::Timestamp;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::actions;
+use super::graph::{self, Graph, Outcome, State};
 use super::output;
 use super::redact::Redactor;
 use super::status_writer::StatusWriter;
 use super::{expr, job, retry, secrets, template};
 use crate::clock::now_ms;
 use crate::crd::{
-    Action, EventKind, Executor, Run, RunPhase, RunStatus, Step, StepPhase, WorkflowSnapshot,
+    Action, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM, EventKind, Executor,
+    IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS,
+    MAX_PARALLELISM, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, WorkflowSnapshot,
 };
 use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
 
@@ -71,11 +80,15 @@ pub fn finish(status: &mut RunStatus, phase: RunPhase, error: Option<String>, as
     output::enforce_run_budget(&mut status.steps);
 }
 
-/// The `{{ … }}` context: trigger payload, run, workflow, finished steps, secrets.
-fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, secrets: Value) -> Value {
+/// The `{{ … }}` context of step `index`: trigger payload, run, workflow and the
+/// finished steps it may read (`visible`: the steps before it, or its ancestors in a
+/// graph). The step's task adds `secrets`.
+fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, visible: &[bool]) -> Value {
     let mut steps = Map::new();
-    for r in &status.steps {
-        if matches!(r.status, StepPhase::Succeeded | StepPhase::Skipped) {
+    for (i, r) in status.steps.iter().enumerate() {
+        if visible.get(i) == Some(&true)
+            && matches!(r.status, StepPhase::Succeeded | StepPhase::Skipped)
+        {
             steps.insert(
                 r.step_id.clone(),
                 json!({"output": r.output, "output_truncated": r.output_truncated, "status": r.status}),
@@ -90,14 +103,43 @@ fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, secrets: Value)
         "run": {"id": run.name_any()},
         "workflow": {"id": run.spec.workflow_ref, "name": wf.name},
         "steps": steps,
-        "secrets": secrets,
+        "secrets": {},
     })
 }
 
+#[derive(Debug)]
 enum StepOutcome {
     Done,
     Failed(String),
     Cancelled,
+}
+
+/// What the step tasks of one run share.
+#[derive(Clone)]
+struct Shared {
+    engine: Engine,
+    run: Arc<Run>,
+    wf: Arc<WorkflowSnapshot>,
+    namespace: String,
+}
+
+/// What a step task tells the run's task, which alone owns the status (and so needs
+/// no lock around it).
+enum Report {
+    /// The step's record changed.
+    Record(usize, StepRecord),
+    /// Secret values the step read: redacted from every output recorded after it.
+    Secrets(Vec<String>),
+    /// The step ended, with its final record.
+    Ended(usize, StepRecord, StepOutcome),
+}
+
+/// How the steps of a run ended.
+enum Ending {
+    Succeeded,
+    Failed(String),
+    /// A cancel or the run timeout.
+    Stopped,
 }
 
 /// Executes the remaining steps of `run` as its pinned workflow version
@@ -106,13 +148,13 @@ enum StepOutcome {
 /// caller frees the run's concurrency slot, then [`report`]s it. The run controller
 /// executes only pinned runs.
 pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) -> Option<RunStatus> {
-    let Some(wf) = run.spec.workflow.as_ref() else {
+    let Some(wf) = run.spec.workflow.clone() else {
         tracing::error!(run = %run.name_any(), "not executed: the run is not pinned to a workflow version");
         return None;
     };
     let namespace = run.namespace().unwrap_or_default();
     let api: Api<Run> = Api::namespaced(engine.client.clone(), &namespace);
-    let mut status = initial_status(&run, wf);
+    let mut status = initial_status(&run, &wf);
     // This execution's fencing token (see `RunStatus::execution_id`).
     status.execution_id = Some(crate::ids::new_id("exec"));
     super::events::record(&mut status, EventKind::RunStarted, &run, &wf.name);
@@ -133,55 +175,25 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) -> Opt
     if let Some(left) = left {
         tokio::spawn(stop_at_deadline(left, stop.clone(), timed_out.clone()));
     }
-    let cancel = &stop;
 
-    let mut failure = None;
-    let mut cancelled = false;
-    // Every secret value read for this run, replaced by `[redacted]` wherever a step's
-    // output or error enters the status (and so Events and webhook payloads).
-    let mut redactor = Redactor::default();
-    for (index, step) in wf.steps.iter().enumerate() {
-        let Some(record) = status.steps.get(index) else {
-            break;
-        };
-        if matches!(record.status, StepPhase::Succeeded | StepPhase::Skipped) {
-            continue; // finished before a restart
-        }
-        // Checked before each step: a run resumed past its deadline starts nothing.
-        if cancel.is_cancelled() {
-            cancelled = true;
-            break;
-        }
-        match run_step(
-            &engine,
-            &run,
-            wf,
-            &namespace,
-            step,
-            index,
-            &mut status,
-            &writer,
-            cancel,
-            &mut redactor,
-        )
-        .await
-        {
-            StepOutcome::Done => {}
-            StepOutcome::Failed(error) => {
-                failure = Some(error);
-                break;
-            }
-            StepOutcome::Cancelled => {
-                cancelled = true;
-                break;
-            }
-        }
-    }
+    let shared = Shared {
+        engine,
+        run: Arc::new(run),
+        wf: Arc::new(wf),
+        namespace,
+    };
+    let ending = match Graph::of(&shared.wf.steps) {
+        Ok(graph) => schedule(&shared, &graph, &mut status, &writer, &stop).await,
+        // Needs that name unknown steps or form a cycle (a Run written with kubectl):
+        // no step can be ordered, none runs.
+        Err(error) => Ending::Failed(error),
+    };
+    let (run, wf) = (&*shared.run, &*shared.wf);
     // Ends the deadline task of a run that finished in time.
-    cancel.cancel();
-    match (cancelled, failure) {
+    stop.cancel();
+    match ending {
         // Stopped by its timeout, not by a user: the run failed.
-        (true, _) if timed_out.is_cancelled() => finish(
+        Ending::Stopped if timed_out.is_cancelled() => finish(
             &mut status,
             RunPhase::Failed,
             Some(super::deadline::timed_out_error(
@@ -189,23 +201,163 @@ pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) -> Opt
             )),
             StepPhase::Cancelled,
         ),
-        (true, _) => finish(&mut status, RunPhase::Cancelled, None, StepPhase::Cancelled),
-        (false, Some(error)) => finish(
+        Ending::Stopped => finish(&mut status, RunPhase::Cancelled, None, StepPhase::Cancelled),
+        Ending::Failed(error) => finish(
             &mut status,
             RunPhase::Failed,
             Some(error),
             StepPhase::Pending,
         ),
-        (false, None) => finish(&mut status, RunPhase::Succeeded, None, StepPhase::Pending),
+        Ending::Succeeded => finish(&mut status, RunPhase::Succeeded, None, StepPhase::Pending),
     }
     if let Some(kind) = super::events::final_kind(status.phase) {
-        super::events::record(&mut status, kind, &run, &wf.name);
+        super::events::record(&mut status, kind, run, &wf.name);
     }
     if !writer.finish(&status).await {
         tracing::info!(run = %run.name_any(), "execution stopped: the run is gone or executed elsewhere");
         return None;
     }
     Some(status)
+}
+
+/// Runs the steps as [`graph::decide`] says: each step in a task of its own that
+/// reports its record back, at most `parallelism` at once (one at a time in a chain).
+/// The first failure cancels the running steps and starts nothing new; so does `stop`.
+async fn schedule(
+    shared: &Shared,
+    graph: &Graph,
+    status: &mut RunStatus,
+    writer: &StatusWriter,
+    stop: &CancellationToken,
+) -> Ending {
+    let steps = &shared.wf.steps;
+    // Finished before a restart (or kept from the run this one retries): not run again.
+    // A step without a record (a status written by hand) is not run, as before graphs.
+    let mut states: Vec<State> = (0..steps.len())
+        .map(|i| match status.steps.get(i).map(|r| r.status) {
+            Some(StepPhase::Succeeded | StepPhase::Skipped) | None => State::Done,
+            Some(_) => State::Waiting,
+        })
+        .collect();
+    let parallelism = if graph.parallel {
+        shared
+            .wf
+            .parallelism
+            .unwrap_or(DEFAULT_PARALLELISM)
+            .clamp(1, MAX_PARALLELISM) as usize
+    } else {
+        1
+    };
+    // Cancelled on the first failure, and with `stop`.
+    let branches = stop.child_token();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut tasks = JoinSet::new();
+    let mut task_steps = HashMap::new();
+    // Every secret value read for this run, replaced by `[redacted]` wherever a step's
+    // output or error enters the status (and so Events and webhook payloads).
+    let mut redactor = Redactor::default();
+    let mut failure: Option<String> = None;
+    let mut stop_seen = false;
+    loop {
+        let decision = graph::decide(graph, &states, parallelism, stop.is_cancelled());
+        if decision.cancel_running {
+            branches.cancel();
+        }
+        for index in decision.start {
+            states[index] = State::Running;
+            let ctx = context(&shared.run, &shared.wf, status, &graph.ancestors(index));
+            let task = step_task(
+                shared.clone(),
+                index,
+                status.steps[index].clone(),
+                ctx,
+                redactor.clone(),
+                tx.clone(),
+                branches.clone(),
+            );
+            let handle = tasks.spawn(task);
+            task_steps.insert(handle.id(), index);
+        }
+        match decision.outcome {
+            None => {}
+            Some(Outcome::Succeeded) => return Ending::Succeeded,
+            Some(Outcome::Stopped) => return Ending::Stopped,
+            Some(Outcome::Failed) => {
+                return Ending::Failed(failure.unwrap_or_else(|| "a step failed".into()));
+            }
+            Some(Outcome::Stuck(waiting)) => {
+                let ids: Vec<&str> = waiting.iter().map(|&i| steps[i].id.as_str()).collect();
+                return Ending::Failed(format!(
+                    "steps {} can never start: what they need did not succeed",
+                    ids.join(", ")
+                ));
+            }
+        }
+        tokio::select! {
+            Some(report) = rx.recv() => {
+                match report {
+                    Report::Record(index, record) => status.steps[index] = record,
+                    Report::Secrets(values) => {
+                        redactor.extend(values);
+                        continue;
+                    }
+                    Report::Ended(index, record, outcome) => {
+                        status.steps[index] = record;
+                        states[index] = match outcome {
+                            StepOutcome::Done => State::Done,
+                            StepOutcome::Failed(error) => {
+                                failure.get_or_insert(error);
+                                State::Failed
+                            }
+                            StepOutcome::Cancelled => State::Cancelled,
+                        };
+                    }
+                }
+                output::enforce_run_budget(&mut status.steps);
+                writer.update(status);
+            }
+            Some(joined) = tasks.join_next_with_id() => {
+                // A task that ended without its `Ended` report panicked.
+                if let Err(e) = joined
+                    && let Some(&index) = task_steps.get(&e.id())
+                    && states[index] == State::Running
+                {
+                    let error = format!("step {} failed: its task ended unexpectedly", steps[index].id);
+                    tracing::error!(run = %shared.run.name_any(), %error, "{e}");
+                    let record = &mut status.steps[index];
+                    record.status = StepPhase::Failed;
+                    record.finished_at = Some(now_ms());
+                    failure.get_or_insert(error);
+                    states[index] = State::Failed;
+                    writer.update(status);
+                }
+            }
+            _ = stop.cancelled(), if !stop_seen => stop_seen = true,
+        }
+    }
+}
+
+/// One step in its task: runs it, reporting its record as it changes, then its end.
+async fn step_task(
+    shared: Shared,
+    index: usize,
+    mut record: StepRecord,
+    mut ctx: Value,
+    redactor: Redactor,
+    tx: mpsc::UnboundedSender<Report>,
+    cancel: CancellationToken,
+) {
+    let outcome = run_step(
+        &shared,
+        index,
+        &mut record,
+        &mut ctx,
+        redactor,
+        &tx,
+        &cancel,
+    )
+    .await;
+    let _ = tx.send(Report::Ended(index, record, outcome));
 }
 
 /// Counts a run whose final status landed and records its Kubernetes Event: after the
@@ -244,161 +396,398 @@ async fn stop_at_deadline(left: Duration, stop: CancellationToken, timed_out: Ca
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Marks `record` failed with `reason` (which holds no secret value: already redacted,
+/// or none read) and returns the run's error naming the step.
+fn fail_record(record: &mut StepRecord, step: &Step, reason: String) -> StepOutcome {
+    let at = now_ms();
+    record.status = StepPhase::Failed;
+    record.finished_at = Some(at);
+    record.duration_ms = record.started_at.map(|s| millis_between(s, at));
+    record.error = Some(reason.clone());
+    StepOutcome::Failed(format!(
+        "step {} ({}) failed: {reason}",
+        step.id,
+        step.action.as_str()
+    ))
+}
+
+/// Marks `record` cancelled (by a cancel, the run timeout or a failure elsewhere).
+fn cancel_record(record: &mut StepRecord) -> StepOutcome {
+    record.status = StepPhase::Cancelled;
+    record.next_attempt_at = None;
+    if record.started_at.is_some() {
+        record.finished_at = Some(now_ms());
+    }
+    StepOutcome::Cancelled
+}
+
 async fn run_step(
-    engine: &Engine,
-    run: &Run,
-    wf: &WorkflowSnapshot,
-    namespace: &str,
-    step: &Step,
+    shared: &Shared,
     index: usize,
-    status: &mut RunStatus,
-    writer: &StatusWriter,
+    record: &mut StepRecord,
+    ctx: &mut Value,
+    mut redactor: Redactor,
+    tx: &mpsc::UnboundedSender<Report>,
     cancel: &CancellationToken,
-    redactor: &mut Redactor,
 ) -> StepOutcome {
-    // Records the failure; `reason` holds no secret value (already redacted, or none read).
-    let fail_redacted = |status: &mut RunStatus, reason: String| {
-        let record = &mut status.steps[index];
-        let at = now_ms();
-        record.status = StepPhase::Failed;
-        record.finished_at = Some(at);
-        record.duration_ms = record.started_at.map(|s| millis_between(s, at));
-        record.error = Some(reason.clone());
-        StepOutcome::Failed(format!(
-            "step {} ({}) failed: {reason}",
-            step.id,
-            step.action.as_str()
-        ))
+    let step = &shared.wf.steps[index];
+    let update = |record: &StepRecord| {
+        let _ = tx.send(Report::Record(index, record.clone()));
     };
+    // Cancelled by a failure elsewhere just before a crash: the attempt it had in
+    // flight was interrupted, not the user's failure.
+    if record.status == StepPhase::Cancelled && record.attempts > 0 {
+        record.status = StepPhase::Running;
+        record.finished_at = None;
+    }
     // Before any I/O: no Secret can make a payload that is too deep runnable.
-    if let Err(reason) = super::nesting::check_payload(run) {
-        return fail_redacted(status, reason);
+    if let Err(reason) = super::nesting::check_payload(&shared.run) {
+        return fail_record(record, step, reason);
     }
     // The one path that reads Secrets, for `with` and `when` alike.
-    let step_secrets = secrets::read_for_step(&engine.client, namespace, step).await;
+    let step_secrets = secrets::read_for_step(&shared.engine.client, &shared.namespace, step).await;
     if let Ok(read) = &step_secrets {
-        redactor.extend(read.values());
-    }
-    let redactor = &*redactor;
-    let fail_step =
-        |status: &mut RunStatus, reason: String| fail_redacted(status, redactor.text(&reason));
-    let step_secrets = match step_secrets {
-        Ok(read) => read,
-        Err(e) => return fail_step(status, e.to_string()),
-    };
-    let mut ctx = context(run, wf, status, step_secrets.context());
-    if let Some(when) = &step.when {
-        match expr::evaluate(when, &ctx) {
-            Ok(true) => {}
-            Ok(false) => {
-                status.steps[index].status = StepPhase::Skipped;
-                writer.update(status);
-                return StepOutcome::Done;
-            }
-            Err(e) => return fail_step(status, format!("`when` could not be evaluated: {e}")),
+        let values: Vec<String> = read.values().map(str::to_owned).collect();
+        if !values.is_empty() {
+            redactor.extend(&values);
+            let _ = tx.send(Report::Secrets(values));
         }
     }
-    let policy = step.retry.clone().unwrap_or_default();
-    let in_job = step.action == Action::Container
-        || wf.executor.unwrap_or(engine.default_executor) == Executor::Job;
-    let step_timeout = step.timeout_ms.map(Duration::from_millis);
-    loop {
-        let attempt = match retry::next_attempt(&status.steps[index], &policy, in_job) {
-            retry::NextAttempt::Run {
-                number,
-                interrupted,
-            } => {
-                let record = &mut status.steps[index];
-                record.interruptions += u32::from(interrupted);
-                number
+    let redactor = &redactor;
+    let step_secrets = match step_secrets {
+        Ok(read) => read,
+        Err(e) => return fail_record(record, step, redactor.text(&e.to_string())),
+    };
+    ctx["secrets"] = step_secrets.context();
+    if let Some(when) = &step.when {
+        match expr::evaluate(when, ctx) {
+            Ok(true) => {}
+            Ok(false) => {
+                record.status = StepPhase::Skipped;
+                return StepOutcome::Done;
             }
-            retry::NextAttempt::Reattach { number } => number,
-            retry::NextAttempt::Exhausted => {
-                let reason = status.steps[index]
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| "the retry policy allows no attempt".into());
-                // Redacted when it was recorded.
-                return fail_redacted(status, reason);
+            Err(e) => {
+                let reason = format!("`when` could not be evaluated: {e}");
+                return fail_record(record, step, redactor.text(&reason));
             }
-            retry::NextAttempt::TooManyInterruptions => {
-                let times = status.steps[index].interruptions + 1;
-                return fail_step(status, retry::interrupted_error(times));
-            }
-        };
-        {
-            let record = &mut status.steps[index];
+        }
+    }
+    let attempt = Attempts {
+        shared,
+        step,
+        secrets: &step_secrets,
+        redactor,
+        cancel,
+    };
+    let result = match &step.for_each {
+        Some(template) => for_each(&attempt, template, record, ctx, &update).await,
+        None => attempt.run(&step.id, record, ctx, &update).await,
+    };
+    match result {
+        Ok(out) => {
+            let (stored, truncated) = output::cap(out);
+            let at = now_ms();
+            record.status = StepPhase::Succeeded;
+            record.output = Some(stored);
+            record.output_truncated = truncated;
+            record.error = None;
+            record.finished_at = Some(at);
+            record.duration_ms = record.started_at.map(|s| millis_between(s, at));
+            StepOutcome::Done
+        }
+        Err(Stop::Failed(reason)) => fail_record(record, step, reason),
+        Err(Stop::Cancelled) => cancel_record(record),
+    }
+}
+
+/// Why attempts stopped without an output.
+enum Stop {
+    /// Failed for good: the reason, redacted.
+    Failed(String),
+    Cancelled,
+}
+
+/// What executing the attempts of one step (or one iteration of it) needs.
+struct Attempts<'a> {
+    shared: &'a Shared,
+    step: &'a Step,
+    secrets: &'a secrets::StepSecrets,
+    redactor: &'a Redactor,
+    cancel: &'a CancellationToken,
+}
+
+impl Attempts<'_> {
+    /// Executes attempts until one succeeds (its output, redacted) or the retry policy
+    /// is spent, recording each in `record`. `key` names the attempt's Job and
+    /// `Idempotency-Key` (the step id, or the step id and the iteration).
+    async fn run(
+        &self,
+        key: &str,
+        record: &mut StepRecord,
+        ctx: &mut Value,
+        update: &(dyn Fn(&StepRecord) + Sync),
+    ) -> Result<Value, Stop> {
+        let (shared, step, redactor, cancel) = (self.shared, self.step, self.redactor, self.cancel);
+        let engine = &shared.engine;
+        let policy = step.retry.clone().unwrap_or_default();
+        let in_job = step.action == Action::Container
+            || shared.wf.executor.unwrap_or(engine.default_executor) == Executor::Job;
+        let step_timeout = step.timeout_ms.map(Duration::from_millis);
+        loop {
+            let attempt = match retry::next_attempt(record, &policy, in_job) {
+                retry::NextAttempt::Run {
+                    number,
+                    interrupted,
+                } => {
+                    record.interruptions += u32::from(interrupted);
+                    number
+                }
+                retry::NextAttempt::Reattach { number } => number,
+                retry::NextAttempt::Exhausted => {
+                    // Redacted when it was recorded.
+                    return Err(Stop::Failed(
+                        record
+                            .error
+                            .clone()
+                            .unwrap_or_else(|| "the retry policy allows no attempt".into()),
+                    ));
+                }
+                retry::NextAttempt::TooManyInterruptions => {
+                    let times = record.interruptions + 1;
+                    return Err(Stop::Failed(retry::interrupted_error(times)));
+                }
+            };
             record.attempts = attempt;
             record.status = StepPhase::Running;
             record.started_at.get_or_insert_with(now_ms);
             record.next_attempt_at = None;
+            update(record);
+            let prepared = match prepare(
+                engine,
+                &shared.run,
+                step,
+                key,
+                attempt,
+                in_job,
+                ctx,
+                self.secrets,
+            ) {
+                Ok(prepared) => prepared,
+                // Rendering and building are deterministic: retrying cannot help.
+                Err(e) => return Err(Stop::Failed(redactor.text(&e))),
+            };
+            let timeout = step_timeout.unwrap_or(Duration::from_secs(24 * 3600));
+            let attempt_started = std::time::Instant::now();
+            let work = async {
+                match prepared {
+                    Prepared::Job(spec) => {
+                        job::run_attempt(&engine.client, &shared.namespace, *spec)
+                            .await
+                            .map_err(actions::ActionError)
+                    }
+                    Prepared::Inline(inputs) => {
+                        actions::execute(step.action, &inputs, &engine.http, step_timeout).await
+                    }
+                }
+            };
+            let result = tokio::select! {
+                _ = cancel.cancelled() => {
+                    if in_job {
+                        job::delete_run_jobs(&engine.client, &shared.namespace, &shared.run.name_any()).await;
+                    }
+                    return Err(Stop::Cancelled);
+                }
+                r = tokio::time::timeout(timeout, work) => r,
+            };
+            engine
+                .telemetry
+                .step_duration
+                .get_or_create(&ActionLabel {
+                    action: step.action.as_str(),
+                })
+                .observe(attempt_started.elapsed().as_secs_f64());
+            let result = result.map(|r| r.and_then(super::nesting::check_result));
+            let error = match result {
+                Ok(Ok(out)) => {
+                    record.error = None;
+                    return Ok(redactor.value(out));
+                }
+                Ok(Err(e)) => e.0,
+                Err(_) => format!("attempt timed out after {} ms", timeout.as_millis()),
+            };
+            let error = redactor.text(&error);
+            let Some(delay) = retry::delay_before(&policy, attempt + 1, rand::random()) else {
+                return Err(Stop::Failed(error));
+            };
+            record.error = Some(error);
+            record.next_attempt_at = Timestamp::now().checked_add(delay).ok();
+            update(record);
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(Stop::Cancelled),
+                _ = tokio::time::sleep(delay) => {}
+            }
         }
-        writer.update(status);
-        let prepared = match prepare(engine, run, step, attempt, in_job, &mut ctx, &step_secrets) {
-            Ok(prepared) => prepared,
-            // Rendering and building are deterministic: retrying cannot help.
-            Err(e) => return fail_step(status, e),
-        };
-        let timeout = step_timeout.unwrap_or(Duration::from_secs(24 * 3600));
-        let attempt_started = std::time::Instant::now();
-        let work = async {
-            match prepared {
-                Prepared::Job(spec) => job::run_attempt(&engine.client, namespace, *spec)
-                    .await
-                    .map_err(actions::ActionError),
-                Prepared::Inline(inputs) => {
-                    actions::execute(step.action, &inputs, &engine.http, step_timeout).await
-                }
+    }
+}
+
+/// A `forEach` step: renders its array, runs one iteration per element (each with the
+/// step's retry policy, at most `forEachConcurrency` at once), and returns their
+/// outputs in input order. The first iteration that fails for good fails the step and
+/// cancels the others.
+async fn for_each(
+    attempts: &Attempts<'_>,
+    template: &str,
+    record: &mut StepRecord,
+    ctx: &Value,
+    update: &(dyn Fn(&StepRecord) + Sync),
+) -> Result<Value, Stop> {
+    let step = attempts.step;
+    let items = match template::render(&Value::String(template.to_owned()), ctx) {
+        Ok(Value::Array(items)) => items,
+        Ok(other) => {
+            return Err(Stop::Failed(format!(
+                "forEach must render to a JSON array; it rendered to {}",
+                json_type(&other)
+            )));
+        }
+        Err(e) => {
+            return Err(Stop::Failed(
+                attempts.redactor.text(&format!("forEach: {e}")),
+            ));
+        }
+    };
+    if items.len() > MAX_FOR_EACH_ITEMS {
+        return Err(Stop::Failed(format!(
+            "forEach rendered {} elements; the limit is {MAX_FOR_EACH_ITEMS}",
+            items.len()
+        )));
+    }
+    let count = items.len();
+    let at = now_ms();
+    record.status = StepPhase::Running;
+    record.started_at.get_or_insert(at);
+    record.items = Some(count as u32);
+    record.iterations = (0..count.min(MAX_ITERATION_RECORDS))
+        .map(|i| IterationRecord {
+            index: i as u32,
+            ..Default::default()
+        })
+        .collect();
+    update(record);
+    let concurrency = step
+        .for_each_concurrency
+        .unwrap_or(DEFAULT_FOR_EACH_CONCURRENCY)
+        .clamp(1, MAX_FOR_EACH_CONCURRENCY) as usize;
+    let graph = Graph::independent(count);
+    let mut states = vec![State::Waiting; count];
+    let mut outputs: Vec<Value> = vec![Value::Null; count];
+    let mut failure: Option<String> = None;
+    let siblings = attempts.cancel.child_token();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, StepRecord)>();
+    let mut running = FuturesUnordered::new();
+    let mut cancel_seen = false;
+    let iteration = |index: usize, item: Value| {
+        let tx = tx.clone();
+        let siblings = siblings.clone();
+        let mut ctx = ctx.clone();
+        ctx["item"] = item;
+        ctx["index"] = json!(index);
+        let base: String = step.id.chars().take(58).collect();
+        let key = format!("{base}.{index}");
+        async move {
+            let this = Attempts {
+                cancel: &siblings,
+                ..*attempts
+            };
+            let mut record = StepRecord::default();
+            let report = |r: &StepRecord| {
+                let _ = tx.send((index, r.clone()));
+            };
+            let result = this.run(&key, &mut record, &mut ctx, &report).await;
+            (index, record, result)
+        }
+    };
+    let mut items = items.into_iter();
+    loop {
+        let decision = graph::decide(&graph, &states, concurrency, attempts.cancel.is_cancelled());
+        if decision.cancel_running {
+            siblings.cancel();
+        }
+        for index in decision.start {
+            states[index] = State::Running;
+            // Started in order: the next element is this one.
+            let item = items.next().unwrap_or(Value::Null);
+            running.push(iteration(index, item));
+        }
+        match decision.outcome {
+            None => {}
+            Some(Outcome::Succeeded) => return Ok(Value::Array(outputs)),
+            Some(Outcome::Failed) => {
+                return Err(Stop::Failed(failure.unwrap_or_default()));
             }
-        };
-        let result = tokio::select! {
-            _ = cancel.cancelled() => {
-                if in_job {
-                    job::delete_run_jobs(&engine.client, namespace, &run.name_any()).await;
-                }
-                return StepOutcome::Cancelled;
-            }
-            r = tokio::time::timeout(timeout, work) => r,
-        };
-        engine
-            .telemetry
-            .step_duration
-            .get_or_create(&ActionLabel {
-                action: step.action.as_str(),
-            })
-            .observe(attempt_started.elapsed().as_secs_f64());
-        let result = result.map(|r| r.and_then(super::nesting::check_result));
-        let error = match result {
-            Ok(Ok(out)) => {
-                let (stored, truncated) = output::cap(redactor.value(out));
-                let at = now_ms();
-                let record = &mut status.steps[index];
-                record.status = StepPhase::Succeeded;
-                record.output = Some(stored);
-                record.output_truncated = truncated;
-                record.error = None;
-                record.finished_at = Some(at);
-                record.duration_ms = record.started_at.map(|s| millis_between(s, at));
-                output::enforce_run_budget(&mut status.steps);
-                writer.update(status);
-                return StepOutcome::Done;
-            }
-            Ok(Err(e)) => e.0,
-            Err(_) => format!("attempt timed out after {} ms", timeout.as_millis()),
-        };
-        let error = redactor.text(&error);
-        let Some(delay) = retry::delay_before(&policy, attempt + 1, rand::random()) else {
-            return fail_redacted(status, error);
-        };
-        status.steps[index].error = Some(error);
-        let due = Timestamp::now().checked_add(delay).ok();
-        status.steps[index].next_attempt_at = due;
-        writer.update(status);
+            Some(Outcome::Stopped | Outcome::Stuck(_)) => return Err(Stop::Cancelled),
+        }
         tokio::select! {
-            _ = cancel.cancelled() => return StepOutcome::Cancelled,
-            _ = tokio::time::sleep(delay) => {}
+            Some((index, progress)) = rx.recv() => {
+                if let Some(it) = record.iterations.get_mut(index) {
+                    copy_iteration(it, &progress);
+                    update(record);
+                }
+            }
+            Some((index, mut done, result)) = running.next() => {
+                // Progress it reported before it ended comes first.
+                while let Ok((i, progress)) = rx.try_recv() {
+                    if let Some(it) = record.iterations.get_mut(i) {
+                        copy_iteration(it, &progress);
+                    }
+                }
+                let at = now_ms();
+                done.finished_at = Some(at);
+                states[index] = match result {
+                    Ok(out) => {
+                        done.status = StepPhase::Succeeded;
+                        outputs[index] = out;
+                        State::Done
+                    }
+                    Err(Stop::Failed(reason)) => {
+                        done.status = StepPhase::Failed;
+                        done.error = Some(reason.clone());
+                        failure.get_or_insert(format!("iteration {index}: {reason}"));
+                        State::Failed
+                    }
+                    Err(Stop::Cancelled) => {
+                        done.status = StepPhase::Cancelled;
+                        State::Cancelled
+                    }
+                };
+                if let Some(it) = record.iterations.get_mut(index) {
+                    copy_iteration(it, &done);
+                }
+                record.attempts = record.attempts.max(done.attempts);
+                update(record);
+            }
+            _ = attempts.cancel.cancelled(), if !cancel_seen => cancel_seen = true,
         }
+    }
+}
+
+/// What an iteration's record shows of its attempts.
+fn copy_iteration(to: &mut IterationRecord, from: &StepRecord) {
+    to.status = from.status;
+    to.attempts = from.attempts;
+    to.started_at = from.started_at;
+    to.finished_at = from.finished_at;
+    to.error = from.error.clone();
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 
@@ -412,10 +801,12 @@ enum Prepared {
 }
 
 /// Renders a step's inputs for one attempt (and builds its Job when it runs in one).
+#[allow(clippy::too_many_arguments)]
 fn prepare(
     engine: &Engine,
     run: &Run,
     step: &Step,
+    key: &str,
     attempt: u32,
     in_job: bool,
     ctx: &mut Value,
@@ -425,7 +816,7 @@ fn prepare(
     let with = step.with.as_ref().unwrap_or(&no_inputs);
     let run_uid = run.uid().unwrap_or_else(|| run.name_any());
     let keyed = |mut inputs: Value| {
-        actions::add_idempotency_key(step.action, &mut inputs, &run_uid, &step.id, attempt);
+        actions::add_idempotency_key(step.action, &mut inputs, &run_uid, key, attempt);
         inputs
     };
     if !in_job {
@@ -442,6 +833,7 @@ fn prepare(
     job::build(
         run,
         step,
+        key,
         attempt,
         &inputs,
         timeout,

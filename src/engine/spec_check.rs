@@ -9,8 +9,11 @@
 //! - a `when` that does not parse;
 //! - a template in `with` that does not parse (unterminated, empty, a malformed path or
 //!   an unknown root), or `with` nested deeper than the JSON limit;
-//! - a path `steps.<id>…` (in `with` or `when`) where `<id>` is not an earlier step: the
-//!   engine runs steps in order and a step's context holds only the steps before it;
+//! - `needs` naming an unknown step, the step itself or a step twice, or forming a cycle
+//!   ([`graph::problems`]);
+//! - a path `steps.<id>…` (in `with` or `when`) where `<id>` is not a step whose output
+//!   the step can see: in a sequential workflow (no `needs` anywhere) an earlier step; in
+//!   a graph an ancestor through `needs`, so a result never depends on timing;
 //! - a `concurrency.key` the engine could not render ([`concurrency_key::check`]).
 //!
 //! What depends on a run's data (a missing path, a truncated output, a comparison of
@@ -20,6 +23,7 @@
 
 use std::fmt;
 
+use super::graph::{self, Graph};
 use super::{concurrency_key, expr, template};
 use crate::crd::{Step, WorkflowSpec};
 
@@ -51,25 +55,82 @@ pub fn workflow(spec: &WorkflowSpec) -> Vec<Problem> {
     problems
 }
 
-/// Every problem of a workflow's steps, in order: each step's `when`, then its `with`.
+/// Every problem of a workflow's steps: their `needs`, then, step by step, its `when`
+/// and its `with`.
 pub fn steps(steps: &[Step]) -> Vec<Problem> {
-    let mut problems = Vec::new();
+    let mut problems: Vec<Problem> = graph::problems(steps)
+        .into_iter()
+        .map(|p| Problem {
+            path: p.path,
+            message: p.message,
+        })
+        .collect();
+    let graph = Graph::lenient(steps);
+    let scope = |index: usize| Scope {
+        steps,
+        index,
+        visible: graph.ancestors(index),
+        parallel: graph.parallel,
+    };
     for (index, step) in steps.iter().enumerate() {
         let at = format!("steps[{index}]");
         if let Some(when) = &step.when {
             let path = format!("{at}.when");
             match expr::check(when) {
-                Ok(()) => references(steps, index, &expr::paths(when), &path, &mut problems),
+                Ok(()) => references(&scope(index), &expr::paths(when), &path, &mut problems),
                 Err(e) => problems.push(Problem {
                     path,
                     message: e.to_string(),
                 }),
             }
         }
+        if let Some(for_each) = &step.for_each {
+            let value = serde_json::Value::String(for_each.clone());
+            for parsed in template::parse(&value, "for_each") {
+                let path = format!("{at}.for_each");
+                references(&scope(index), &parsed.paths, &path, &mut problems);
+                for read in &parsed.paths {
+                    let root = read.split('.').next().unwrap_or_default();
+                    if root == "secrets" || template::ITERATION_ROOTS.contains(&root) {
+                        problems.push(Problem {
+                            path: path.clone(),
+                            message: format!(
+                                "\"{read}\": for_each may read the trigger, the run, the \
+                                 workflow and earlier steps, not {root}"
+                            ),
+                        });
+                    }
+                }
+                if let Some(e) = parsed.error {
+                    problems.push(Problem {
+                        path,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        if step.for_each_concurrency.is_some() && step.for_each.is_none() {
+            problems.push(Problem {
+                path: format!("{at}.for_each_concurrency"),
+                message: "is only allowed with for_each".into(),
+            });
+        }
         let Some(with) = &step.with else { continue };
         for parsed in template::parse(with, "with") {
             let path = format!("{at}.{}", parsed.location);
-            references(steps, index, &parsed.paths, &path, &mut problems);
+            references(&scope(index), &parsed.paths, &path, &mut problems);
+            if step.for_each.is_none()
+                && let Some(read) = parsed.paths.iter().find(|p| {
+                    template::ITERATION_ROOTS.contains(&p.split('.').next().unwrap_or_default())
+                })
+            {
+                problems.push(Problem {
+                    path: path.clone(),
+                    message: format!(
+                        "\"{read}\" exists only in a step with for_each, once per element"
+                    ),
+                });
+            }
             if let Some(e) = parsed.error {
                 problems.push(Problem {
                     path,
@@ -81,14 +142,23 @@ pub fn steps(steps: &[Step]) -> Vec<Problem> {
     problems
 }
 
-/// Problems of the `steps.<id>` references among `paths`, read by step `index` at `at`.
-fn references(
-    steps: &[Step],
+/// What step `index` may read of the others.
+struct Scope<'a> {
+    steps: &'a [Step],
     index: usize,
-    paths: &[impl AsRef<str>],
-    at: &str,
-    problems: &mut Vec<Problem>,
-) {
+    /// The steps whose outputs it sees (earlier steps, or its ancestors in a graph).
+    visible: Vec<bool>,
+    parallel: bool,
+}
+
+/// Problems of the `steps.<id>` references among `paths`, read by the step of `scope`
+/// at `at`.
+fn references(scope: &Scope<'_>, paths: &[impl AsRef<str>], at: &str, problems: &mut Vec<Problem>) {
+    let rule = if scope.parallel {
+        "in a graph a step reads only the steps it needs, directly or through their needs"
+    } else {
+        "a step reads only the steps before it"
+    };
     let mut seen: Vec<&str> = Vec::new();
     for path in paths {
         let path = path.as_ref();
@@ -100,16 +170,17 @@ fn references(
             continue;
         }
         seen.push(id);
-        let message = match steps.iter().position(|s| s.id == id) {
-            Some(position) if position < index => continue,
-            Some(position) if position == index => {
-                format!(
-                    "\"{path}\" reads this step's own output; a step reads only the steps before it"
-                )
+        let message = match scope.steps.iter().position(|s| s.id == id) {
+            Some(position) if scope.visible.get(position) == Some(&true) => continue,
+            Some(position) if position == scope.index => {
+                format!("\"{path}\" reads this step's own output; {rule}")
             }
+            Some(position) if scope.parallel => format!(
+                "\"{path}\" reads step \"{id}\" (steps[{position}]), which this step does not \
+                 need; {rule}"
+            ),
             Some(position) => format!(
-                "\"{path}\" reads step \"{id}\", which runs later (steps[{position}]); a step reads \
-                 only the steps before it"
+                "\"{path}\" reads step \"{id}\", which runs later (steps[{position}]); {rule}"
             ),
             None => format!("\"{path}\" reads step \"{id}\", which this workflow does not have"),
         };
@@ -334,6 +405,74 @@ mod tests {
             ]
             .map(|(p, m)| (p.to_string(), m.to_string()))
         );
+    }
+
+    #[test]
+    fn in_a_graph_steps_may_read_only_their_ancestors() {
+        let steps = json!([
+            {"id": "a", "action": "transform", "with": {"value": 1}},
+            {"id": "b", "action": "transform", "needs": ["a"],
+             "with": {"value": "{{ steps.a.output }}"}},
+            {"id": "c", "action": "transform", "needs": ["a"],
+             "with": {"value": "{{ steps.b.output }}"}},
+            {"id": "d", "action": "transform", "needs": ["b", "c"],
+             "when": "steps.a.output == 1",
+             "with": {"value": "{{ steps.c.output }} {{ steps.e.output }}"}},
+            // Declared before what it reads: fine, it needs it.
+            {"id": "e", "action": "transform", "needs": ["a"],
+             "with": {"value": "{{ steps.a.output }}"}},
+            {"id": "f", "action": "transform", "needs": ["g"],
+             "with": {"value": "{{ steps.g.output }}"}},
+            {"id": "g", "action": "transform", "with": {"value": 2}}
+        ]);
+        assert_eq!(
+            problems(steps),
+            [
+                (
+                    "steps[2].with.value",
+                    r#""steps.b.output" reads step "b" (steps[1]), which this step does not need; in a graph a step reads only the steps it needs, directly or through their needs"#
+                ),
+                (
+                    "steps[3].with.value",
+                    r#""steps.e.output" reads step "e" (steps[4]), which this step does not need; in a graph a step reads only the steps it needs, directly or through their needs"#
+                ),
+            ]
+            .map(|(p, m)| (p.to_string(), m.to_string()))
+        );
+    }
+
+    #[test]
+    fn for_each_is_checked_and_item_is_read_only_where_it_exists() {
+        let steps = json!([
+            {"id": "list", "action": "transform", "with": {"value": [1, 2]}},
+            {"id": "each", "action": "transform", "forEach": "{{ steps.list.output }}",
+             "forEachConcurrency": 2, "with": {"value": "{{ item }} at {{ index }}"}},
+            {"id": "bad", "action": "transform", "forEach": "{{ item }} {{ secrets.s.k }}",
+             "with": {"value": 1}},
+            {"id": "later", "action": "transform", "forEach": "{{ steps.nope.output",
+             "with": {"value": "{{ item.x }}"}},
+            {"id": "plain", "action": "transform", "forEachConcurrency": 3,
+             "with": {"value": "{{ item }}"}}
+        ]);
+        assert_eq!(
+            paths(steps),
+            [
+                "steps[2].for_each",
+                "steps[2].for_each",
+                "steps[3].for_each",
+                "steps[4].for_each_concurrency",
+                "steps[4].with.value",
+            ]
+        );
+    }
+
+    #[test]
+    fn needs_problems_are_problems_of_the_spec() {
+        let found = paths(json!([
+            {"id": "a", "action": "fail", "needs": ["b"]},
+            {"id": "b", "action": "fail", "needs": ["a", "zz"]}
+        ]));
+        assert_eq!(found, ["steps[1].needs[1]", "steps[1].needs[0]"]);
     }
 
     #[test]

@@ -8,6 +8,11 @@ use serde_json::Value;
 /// The top-level keys of the template context.
 pub const ROOTS: [&str; 5] = ["trigger", "steps", "run", "workflow", "secrets"];
 
+/// The keys an iteration of a `forEach` step adds to its context: the element and its
+/// position. Templates may name them; only a `forEach` step's `with` may read them
+/// (`engine::spec_check`).
+pub const ITERATION_ROOTS: [&str; 2] = ["item", "index"];
+
 /// Budget for bytes produced by templates in one render: a few hundred small templates that each
 /// copy a large step output would otherwise multiply into gigabytes.
 pub const MAX_RENDERED_BYTES: usize = 4 * 1024 * 1024;
@@ -208,7 +213,7 @@ fn check_path(path: &str) -> Result<(), TemplateError> {
     if !path
         .split('.')
         .next()
-        .is_some_and(|root| ROOTS.contains(&root))
+        .is_some_and(|root| ROOTS.contains(&root) || ITERATION_ROOTS.contains(&root))
     {
         return Err(TemplateError::UnknownRoot {
             path: path.to_owned(),

@@ -11,6 +11,7 @@ mod durable;
 mod engine;
 mod flow_control;
 mod foundation;
+mod graphs;
 mod hooks;
 mod hostile;
 mod idempotency;

@@ -13,7 +13,7 @@ use crate::support::{
 };
 
 /// The `details[].field`s of a 400 `validation_error`, with their messages.
-async fn refused(res: reqwest::Response) -> Vec<(String, String)> {
+pub(crate) async fn refused(res: reqwest::Response) -> Vec<(String, String)> {
     let body = assert_error(res, 400, "validation_error").await;
     body["error"]["details"]
         .as_array()
@@ -112,7 +112,7 @@ async fn the_api_refuses_steps_that_would_fail_every_run_on_their_fields() {
     .await;
 }
 
-fn manifest(name: &str, steps: &str) -> String {
+pub(crate) fn manifest(name: &str, steps: &str) -> String {
     format!(
         "apiVersion: flowline.io/v1\nkind: Workflow\nmetadata:\n  name: {name}\nspec:\n  name: {name}\n  \
          state: active\n  steps:\n{steps}"
@@ -127,7 +127,10 @@ const GOOD_STEPS: &str = "  - id: first\n    action: transform\n    with: {value
 
 /// The workflow's `Ready` condition (status, reason, message), once it judges the
 /// workflow's current generation.
-async fn ready_condition(ns: &TestNamespace, name: &str) -> (ConditionStatus, String, String) {
+pub(crate) async fn ready_condition(
+    ns: &TestNamespace,
+    name: &str,
+) -> (ConditionStatus, String, String) {
     let api = ns.api::<Workflow>();
     let wf = api.get(name).await.unwrap();
     let generation = wf.metadata.generation;
