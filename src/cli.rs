@@ -244,6 +244,8 @@ pub struct ControllerArgs {
     /// Multiplies every webhook retry delay (1 in production; tests compress time).
     #[arg(long, default_value = "1", hide = true)]
     pub delivery_time_scale: f64,
+    #[command(flatten)]
+    pub traces: crate::telemetry::traces::TraceArgs,
 }
 
 /// Flags of `flowline operator`: the API's and the controllers'.
