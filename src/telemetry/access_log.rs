@@ -65,7 +65,7 @@ pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: 
         .as_deref()
         .unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
     let account = response.extensions().get::<Account>().map(|a| a.0.as_str());
-    if matches!(route, "/healthz" | "/readyz" | "/metrics") {
+    if is_probe(route) {
         tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, trace_id, "request");
     } else {
         tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, trace_id, "request");
@@ -87,6 +87,10 @@ fn request_span(
         return tracing::info_span!("request", request_id = %id);
     }
     let route = route.unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
+    if is_probe(route) {
+        // Below the exported level: probes and scrapes would flood the traces.
+        return tracing::debug_span!("request", request_id = %id);
+    }
     let span = tracing::info_span!(
         "request",
         otel.name = %format_args!("{method} {route}"),
@@ -100,6 +104,11 @@ fn request_span(
     );
     traces::continue_from(&span, headers);
     span
+}
+
+/// Probes and scrapes: logged at debug level, never traced.
+fn is_probe(route: &str) -> bool {
+    matches!(route, "/healthz" | "/readyz" | "/metrics")
 }
 
 /// The client's request id if it is sane, else a new one.

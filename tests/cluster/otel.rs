@@ -269,6 +269,13 @@ async fn requests_runs_steps_and_deliveries_are_traced_and_propagated() {
         all.iter().any(|s| s.name == "POST /v1/workflows/{id}/runs"),
         "the request that started the run"
     );
+    // Probes (`ready` polled /readyz) are not traced.
+    assert!(
+        all.iter()
+            .all(|s| s.name != "request" && !s.name.ends_with("/readyz")),
+        "{:?}",
+        all.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
     // And the access log names the trace.
     let lines = std::fs::read_to_string(&log).unwrap();
     let line = lines
