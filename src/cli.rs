@@ -175,6 +175,8 @@ pub struct ApiArgs {
     /// Do not serve the web console at `/` (it is served with `/v1`, and needs it).
     #[arg(long, env = "FLOWLINE_NO_CONSOLE")]
     pub no_console: bool,
+    #[command(flatten)]
+    pub traces: crate::telemetry::traces::TraceArgs,
 }
 
 /// Flags only the controllers, the engine, the delivery worker and leader election
@@ -244,8 +246,6 @@ pub struct ControllerArgs {
     /// Multiplies every webhook retry delay (1 in production; tests compress time).
     #[arg(long, default_value = "1", hide = true)]
     pub delivery_time_scale: f64,
-    #[command(flatten)]
-    pub traces: crate::telemetry::traces::TraceArgs,
 }
 
 /// Flags of `flowline operator`: the API's and the controllers'.

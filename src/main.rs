@@ -64,7 +64,7 @@ fn start_traces(
 ) -> Result<Option<flowline::telemetry::traces::Traces>, flowline::telemetry::traces::TraceSetupError>
 {
     let (args, role) = match &cli.command {
-        Command::Operator(args) => (&args.traces, "operator"),
+        Command::Operator(args) => (&args.api.traces, "operator"),
         Command::Api(args) => (&args.traces, "api"),
         _ => {
             flowline::telemetry::logging::init(cli.log_format);
