@@ -74,6 +74,7 @@ fn start_traces(
     match flowline::telemetry::traces::start(args, role) {
         Ok(Some((traces, tracer))) => {
             flowline::telemetry::logging::init_with_traces(cli.log_format, tracer);
+            tracing::info!(url = %traces.url(), "exporting traces");
             Ok(Some(traces))
         }
         Ok(None) => {

@@ -1,7 +1,10 @@
 //! OpenTelemetry traces, off unless `--otlp-endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`)
 //! is given: spans go to an OTLP/HTTP collector as JSON, in batches, from a bounded
-//! queue (a full queue drops spans; a failed export is logged by the SDK and dropped),
-//! so an absent or slow collector never blocks or fails the service.
+//! queue (a full queue drops spans), so an absent or slow collector never blocks or
+//! fails the service. A failed export is retried a few times within its deadline (the
+//! exporter's OTLP retry policy), then dropped; failures are logged here (a warning,
+//! then debug until an export succeeds). Spans dropped from a full queue are not
+//! logged.
 //!
 //! Off (the default) nothing here runs: no exporter, no thread, no span beyond the
 //! `request` span the access log always had, and no `traceparent` header on anything
@@ -15,6 +18,7 @@
 //! - `http.request` steps and webhook deliveries carry a W3C `traceparent` (unless the
 //!   workflow author set one).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -36,7 +40,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// Whether traces are exported (set once, by [`start`]).
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// Spans waiting for export beyond this are dropped (the SDK logs it).
+/// Spans waiting for export beyond this are dropped.
 const MAX_QUEUE: usize = 2048;
 /// One export request's deadline.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,6 +74,7 @@ pub enum TraceSetupError {
 
 /// The running exporter; [`Traces::shutdown`] flushes what is queued.
 pub struct Traces {
+    url: String,
     provider: SdkTracerProvider,
     /// Drives the exporter's requests, apart from the service's runtime so that spans
     /// can be flushed after that runtime has stopped.
@@ -77,6 +82,11 @@ pub struct Traces {
 }
 
 impl Traces {
+    /// Where spans are posted.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Exports what is queued (at most [`FLUSH_TIMEOUT`]) and stops the exporter.
     pub fn shutdown(self) {
         if let Err(err) = self.provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
@@ -123,11 +133,12 @@ pub fn start(
     let client = ExportClient {
         http,
         runtime: runtime.handle().clone(),
+        failing: Arc::default(),
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpJson)
-        .with_endpoint(url)
+        .with_endpoint(url.clone())
         .with_timeout(EXPORT_TIMEOUT)
         .with_http_client(client)
         .build()
@@ -150,7 +161,14 @@ pub fn start(
         .build();
     let tracer = provider.tracer("flowline");
     ENABLED.store(true, Ordering::Relaxed);
-    Ok(Some((Traces { provider, runtime }, tracer)))
+    Ok(Some((
+        Traces {
+            url,
+            provider,
+            runtime,
+        },
+        tracer,
+    )))
 }
 
 /// Whether spans are exported: callers create their spans (and send `traceparent`)
@@ -165,6 +183,27 @@ pub fn enabled() -> bool {
 struct ExportClient {
     http: reqwest::Client,
     runtime: tokio::runtime::Handle,
+    /// The last export failed: further failures are logged at debug level only.
+    failing: Arc<AtomicBool>,
+}
+
+impl ExportClient {
+    /// A failed export is a warning the first time, then debug until one succeeds
+    /// (a collector that is down does not fill the log).
+    fn note(&self, outcome: Result<(), &dyn std::fmt::Display>) {
+        match outcome {
+            Ok(()) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!("traces: exporting again");
+                }
+            }
+            Err(error) if !self.failing.swap(true, Ordering::Relaxed) => tracing::warn!(
+                %error,
+                "traces: export request failed (further failures at debug level until one succeeds)"
+            ),
+            Err(error) => tracing::debug!(%error, "traces: export request failed"),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -173,7 +212,7 @@ impl HttpClient for ExportClient {
         let http = self.http.clone();
         let sent = self.runtime.spawn(async move {
             let request = reqwest::Request::try_from(request)?;
-            let response = http.execute(request).await?.error_for_status()?;
+            let response = http.execute(request).await?;
             let status = response.status();
             let headers = response.headers().clone();
             let body = response.bytes().await?;
@@ -182,7 +221,14 @@ impl HttpClient for ExportClient {
             *answer.headers_mut() = headers;
             Ok::<_, reqwest::Error>(answer)
         });
-        Ok(sent.await??)
+        let answer = sent.await.map_err(HttpError::from).and_then(|r| Ok(r?));
+        // The exporter decides from the status whether to retry.
+        match &answer {
+            Ok(a) if a.status().is_success() => self.note(Ok(())),
+            Ok(a) => self.note(Err(&format_args!("the collector answered {}", a.status()))),
+            Err(e) => self.note(Err(e)),
+        }
+        answer
     }
 }
 
