@@ -341,6 +341,10 @@ done
 grep -q 'resources: \[secrets\]' <(sed -n '/^kind: ClusterRole$/,/^---/p' "$tmp/render-namespaced.yaml") &&
   die "namespaced mode must not grant Secrets in a ClusterRole"
 grep -q -- '- --default-plan=pro' "$tmp/render-full.yaml" || die "config.defaultPlan does not reach the arguments"
+# Traces: otlp.endpoint reaches both Deployments; off by default.
+[ "$(grep -c -- '- --otlp-endpoint=http://otel-collector.monitoring:4318$' "$tmp/render-full.yaml")" = 2 ] ||
+  die "otlp.endpoint must reach the controller and the API Deployment"
+grep -q -- '--otlp-endpoint' "$tmp/render-default.yaml" && die "traces must be off by default"
 # Webhook deliveries: the controller alone gets the delivery.* flags and the CA bundle mount.
 for s in default full; do
   render_doc "$tmp/render-$s.yaml" Deployment "$fullname-controller" >"$tmp/controller-$s.yaml"

@@ -175,6 +175,8 @@ pub struct ApiArgs {
     /// Do not serve the web console at `/` (it is served with `/v1`, and needs it).
     #[arg(long, env = "FLOWLINE_NO_CONSOLE")]
     pub no_console: bool,
+    #[command(flatten)]
+    pub traces: crate::telemetry::traces::TraceArgs,
 }
 
 /// Flags only the controllers, the engine, the delivery worker and leader election

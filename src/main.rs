@@ -16,7 +16,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // One TLS crypto provider for every client (kube, webhook delivery, http.request).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    flowline::telemetry::logging::init(cli.log_format);
+    let traces = match start_traces(&cli) {
+        Ok(traces) => traces,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     // What #[tokio::main] builds, kept by hand so that it can be dropped before a
     // leader's lease is handed over.
     let runtime = match tokio::runtime::Runtime::new() {
@@ -34,7 +40,7 @@ fn main() -> ExitCode {
     // blocking task (a DNS lookup) that does not end in time is left behind, and the
     // process exits right after the release anyway.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-    match result {
+    let code = match result {
         Ok(Ended::Exit(code)) => code,
         Ok(Ended::Operator(stopped)) => {
             stopped.finish();
@@ -43,6 +49,41 @@ fn main() -> ExitCode {
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
+        }
+    };
+    // After the lease hand-over: flushing the last spans delays no other replica.
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    code
+}
+
+/// Logging, and traces for `operator` and `api` when `--otlp-endpoint` is set.
+fn start_traces(
+    cli: &Cli,
+) -> Result<Option<flowline::telemetry::traces::Traces>, flowline::telemetry::traces::TraceSetupError>
+{
+    let (args, role) = match &cli.command {
+        Command::Operator(args) => (&args.api.traces, "operator"),
+        Command::Api(args) => (&args.traces, "api"),
+        _ => {
+            flowline::telemetry::logging::init(cli.log_format);
+            return Ok(None);
+        }
+    };
+    match flowline::telemetry::traces::start(args, role) {
+        Ok(Some((traces, tracer))) => {
+            flowline::telemetry::logging::init_with_traces(cli.log_format, tracer);
+            tracing::info!(url = %traces.url(), "exporting traces");
+            Ok(Some(traces))
+        }
+        Ok(None) => {
+            flowline::telemetry::logging::init(cli.log_format);
+            Ok(None)
+        }
+        Err(err) => {
+            flowline::telemetry::logging::init(cli.log_format);
+            Err(err)
         }
     }
 }

@@ -19,6 +19,9 @@ pub struct Event {
     /// Name of the workflow the event concerns (for `workflowRef` filters).
     pub workflow: String,
     pub body: Bytes,
+    /// The uid of the Run that holds the event (none for a Workflow's): its
+    /// deliveries join the run's trace (`telemetry::traces::run_context`).
+    pub run_uid: Option<String>,
 }
 
 impl Event {
@@ -35,7 +38,14 @@ impl Event {
             timestamp: pending.timestamp,
             workflow: workflow.to_string(),
             body: Bytes::from(body.to_string()),
+            run_uid: None,
         }
+    }
+
+    /// The event as held by the Run with this uid.
+    pub fn of_run_uid(mut self, run_uid: Option<String>) -> Self {
+        self.run_uid = run_uid;
+        self
     }
 }
 
@@ -74,7 +84,7 @@ pub fn find<'a>(
     runs.into_iter()
         .find_map(|r| {
             let (workflow, events) = of_run(r);
-            held(workflow, events)
+            held(workflow, events).map(|e| e.of_run_uid(r.uid()))
         })
         .or_else(|| {
             workflows.into_iter().find_map(|w| {

@@ -12,6 +12,9 @@ use super::signing::{self, SigningError};
 use crate::crd::EventKind;
 use crate::egress::exchange::drain_capped;
 use crate::egress::{ClientSettings, DestinationPolicy, GuardedClient, Refusal, RequestError};
+use crate::telemetry::traces;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The response body is read (so the connection can be reused) up to this size.
 const MAX_RESPONSE_BODY: usize = 64 * 1024;
@@ -78,6 +81,8 @@ pub struct Outgoing<'a> {
     pub body: Bytes,
     /// Signing secrets, newest first (two during a rotation).
     pub secrets: &'a [String],
+    /// The Run the event is about, whose trace the attempt joins (traces on).
+    pub run_uid: Option<&'a str>,
 }
 
 /// The outcome of one attempt.
@@ -118,7 +123,20 @@ impl Sender {
 
     pub async fn send(&self, out: Outgoing<'_>) -> Attempted {
         let started = Instant::now();
-        let result = self.try_send(out).await;
+        let span = delivery_span(&out);
+        let result = self.try_send(out).instrument(span.clone()).await;
+        match &result {
+            Ok(response) => {
+                span.record("http.response.status_code", response.status);
+                if !(200..300).contains(&response.status) {
+                    span.record("otel.status_code", "error");
+                }
+            }
+            Err(err) => {
+                span.record("otel.status_code", "error");
+                span.record("error.message", err.to_string());
+            }
+        }
         Attempted {
             result,
             duration: started.elapsed(),
@@ -137,7 +155,10 @@ impl Sender {
         let secrets: Vec<&str> = out.secrets.iter().map(String::as_str).collect();
         let standard = signing::standard_signature(&secrets, out.event_id, timestamp, &out.body)?;
         let seed = signing::seed_signature(secrets[0], &out.body);
+        let mut trace = reqwest::header::HeaderMap::new();
+        traces::inject_current(&mut trace);
         let response = request
+            .headers(trace)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(signing::SEED_SIGNATURE_HEADER, seed)
             .header("x-service-event", out.kind.as_str())
@@ -163,6 +184,38 @@ impl Sender {
             retry_after,
         })
     }
+}
+
+/// With traces on, the span of one attempt: in the trace of the run the event is
+/// about (a workflow's event starts a trace of its own); off, none.
+fn delivery_span(out: &Outgoing<'_>) -> tracing::Span {
+    if !traces::enabled() {
+        return tracing::Span::none();
+    }
+    let host = reqwest::Url::parse(out.url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        "webhook.delivery",
+        otel.name = %format_args!("deliver {}", out.kind.as_str()),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        server.address = host,
+        flowline.event = out.kind.as_str(),
+        flowline.event_id = out.event_id,
+        flowline.delivery.attempt = out.attempt,
+        http.response.status_code = tracing::field::Empty,
+        error.message = tracing::field::Empty,
+    );
+    match out.run_uid {
+        Some(uid) => traces::join_run(&span, uid),
+        // Not a child of whatever span the worker is in.
+        None => {
+            let _ = span.set_parent(opentelemetry::Context::new());
+        }
+    }
+    span
 }
 
 fn read_bundle(path: &Path) -> Result<Vec<reqwest::Certificate>, SenderConfigError> {
@@ -202,6 +255,7 @@ mod tests {
             attempt: 1,
             body: Bytes::from_static(b"{}"),
             secrets,
+            run_uid: Some("3f2a9c4e-1b7d-4e8a-9c0f-5d6e7f8a9b0c"),
         }
     }
 

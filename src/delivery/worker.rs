@@ -283,13 +283,20 @@ impl Worker {
             Input::Run(r) => {
                 if let Some(run) = self.stores.runs.get(&r) {
                     let (workflow, events) = outbox::of_run(&run);
-                    self.offer(&run.namespace().unwrap_or_default(), workflow, events, None);
+                    let ns = run.namespace().unwrap_or_default();
+                    self.offer(&ns, workflow, events, run.uid(), None);
                 }
             }
             Input::Workflow(r) => {
                 if let Some(wf) = self.stores.workflows.get(&r) {
                     let (workflow, events) = outbox::of_workflow(&wf);
-                    self.offer(&wf.namespace().unwrap_or_default(), &workflow, events, None);
+                    self.offer(
+                        &wf.namespace().unwrap_or_default(),
+                        &workflow,
+                        events,
+                        None,
+                        None,
+                    );
                 }
             }
             Input::Deleted { namespace, holder } => unseen::gone(&namespace, &holder),
@@ -380,13 +387,13 @@ impl Worker {
         for run in self.stores.runs.state() {
             if in_ns(&run.metadata) {
                 let (workflow, events) = outbox::of_run(&run);
-                self.offer(&ns, workflow, events, Some(r));
+                self.offer(&ns, workflow, events, run.uid(), Some(r));
             }
         }
         for wf in self.stores.workflows.state() {
             if in_ns(&wf.metadata) {
                 let (workflow, events) = outbox::of_workflow(&wf);
-                self.offer(&ns, &workflow, events, Some(r));
+                self.offer(&ns, &workflow, events, None, Some(r));
             }
         }
     }
@@ -398,6 +405,7 @@ impl Worker {
         ns: &str,
         workflow: &str,
         events: &[crate::crd::PendingEvent],
+        run_uid: Option<String>,
         only: Option<&ObjectRef<Webhook>>,
     ) {
         if events.is_empty() {
@@ -432,7 +440,9 @@ impl Worker {
                 };
                 let job = Job {
                     event: event
-                        .get_or_insert_with(|| Arc::new(Event::new(pending, workflow)))
+                        .get_or_insert_with(|| {
+                            Arc::new(Event::new(pending, workflow).of_run_uid(run_uid.clone()))
+                        })
                         .clone(),
                     attempt: admission.attempt,
                     redelivery: false,
@@ -765,6 +775,7 @@ async fn attempt(sender: &Sender, secrets: &SecretCache, hook: &Webhook, job: &J
             attempt: job.attempt,
             body: job.event.body.clone(),
             secrets: &keys,
+            run_uid: job.event.run_uid.as_deref(),
         })
         .await
 }

@@ -191,7 +191,9 @@ async fn http_request(
     http: &GuardedClient,
     step_timeout: Option<Duration>,
 ) -> Result<Value, ActionError> {
-    let request = request_of(with)?;
+    let mut request = request_of(with)?;
+    // Traces on: the attempt's context, unless the author set a traceparent.
+    crate::telemetry::traces::inject_current(&mut request.headers);
     let timeout = timeout_of(with, step_timeout)?;
     let follow = follows_redirects(with)?;
     let url = request.url.clone();
@@ -278,6 +280,7 @@ mod tests {
 
     use super::*;
     use crate::egress::{ClientSettings, DestinationPolicy, parse_cidr};
+    use tracing::Instrument;
 
     #[test]
     fn http_steps_get_an_idempotency_key_stable_per_attempt() {
@@ -341,6 +344,28 @@ mod tests {
 
     async fn call(http: &GuardedClient, with: Value) -> Result<Value, ActionError> {
         execute(Action::HttpRequest, &with, http, None).await
+    }
+
+    #[tokio::test]
+    async fn with_traces_off_no_traceparent_is_sent() {
+        assert!(!crate::telemetry::traces::enabled());
+        let app = axum::Router::new().fallback(|headers: Headers| async move {
+            axum::Json(json!({"names": headers.keys().map(|k| k.as_str()).collect::<Vec<_>>()}))
+        });
+        let base = serve("127.0.0.1:0", app).await;
+        let span = tracing::info_span!("step.attempt");
+        let out = call(&client(), json!({"url": base, "headers": {"X-A": "1"}}))
+            .instrument(span)
+            .await
+            .unwrap();
+        let names = out["body"]["names"].as_array().unwrap();
+        assert!(names.contains(&json!("x-a")), "{names:?}");
+        assert!(
+            !names
+                .iter()
+                .any(|n| n == "traceparent" || n == "tracestate"),
+            "{names:?}"
+        );
     }
 
     fn redirect(status: StatusCode, to: String) -> impl IntoResponse {

@@ -27,6 +27,8 @@ use crate::crd::{
     MAX_PARALLELISM, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, WorkflowSnapshot,
 };
 use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
+use crate::telemetry::traces;
+use tracing::Instrument;
 
 /// What the executor needs from the process.
 #[derive(Clone)]
@@ -148,6 +150,58 @@ enum Ending {
 /// caller frees the run's concurrency slot, then [`report`]s it. The run controller
 /// executes only pinned runs.
 pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) -> Option<RunStatus> {
+    let span = run_span(&run);
+    let landed = execute_steps(engine, run, cancel)
+        .instrument(span.clone())
+        .await;
+    if let Some(status) = &landed {
+        span.record("flowline.run.phase", status.phase.as_str());
+        if status.phase == RunPhase::Failed {
+            span.record("otel.status_code", "error");
+        }
+    }
+    landed
+}
+
+/// With traces on, the span of one execution of `run`, in the run's trace
+/// (`telemetry::traces::run_context`); off, none.
+fn run_span(run: &Run) -> tracing::Span {
+    if !traces::enabled() {
+        return tracing::Span::none();
+    }
+    let uid = run.uid().unwrap_or_else(|| run.name_any());
+    let span = tracing::info_span!(
+        "run",
+        otel.status_code = tracing::field::Empty,
+        flowline.namespace = run.namespace().unwrap_or_default(),
+        flowline.run = run.name_any(),
+        flowline.run.uid = uid,
+        flowline.workflow = run.spec.workflow_ref,
+        flowline.run.phase = tracing::field::Empty,
+    );
+    traces::join_run(&span, &uid);
+    span
+}
+
+/// With traces on, the span of one step attempt (a child of the run's); off, none.
+fn attempt_span(step: &Step, attempt: u32, in_job: bool) -> tracing::Span {
+    if !traces::enabled() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "step.attempt",
+        otel.name = %format_args!("step {}", step.id),
+        otel.status_code = tracing::field::Empty,
+        flowline.step = step.id,
+        flowline.action = step.action.as_str(),
+        flowline.attempt = attempt,
+        flowline.executor = if in_job { "job" } else { "inline" },
+        flowline.step.outcome = tracing::field::Empty,
+        error.message = tracing::field::Empty,
+    )
+}
+
+async fn execute_steps(engine: Engine, run: Run, cancel: CancellationToken) -> Option<RunStatus> {
     let Some(wf) = run.spec.workflow.clone() else {
         tracing::error!(run = %run.name_any(), "not executed: the run is not pinned to a workflow version");
         return None;
@@ -275,7 +329,8 @@ async fn schedule(
                 tx.clone(),
                 branches.clone(),
             );
-            let handle = tasks.spawn(task);
+            // In the run's span (traces): a step attempt's span is a child of it.
+            let handle = tasks.spawn(task.instrument(tracing::Span::current()));
             task_steps.insert(handle.id(), index);
         }
         match decision.outcome {
@@ -578,6 +633,7 @@ impl Attempts<'_> {
             };
             let timeout = step_timeout.unwrap_or(Duration::from_secs(24 * 3600));
             let attempt_started = std::time::Instant::now();
+            let span = attempt_span(step, attempt, in_job);
             let work = async {
                 match prepared {
                     Prepared::Job(spec) => {
@@ -592,12 +648,13 @@ impl Attempts<'_> {
             };
             let result = tokio::select! {
                 _ = cancel.cancelled() => {
+                    span.record("flowline.step.outcome", "cancelled");
                     if in_job {
                         job::delete_run_jobs(&engine.client, &shared.namespace, &shared.run.name_any()).await;
                     }
                     return Err(Stop::Cancelled);
                 }
-                r = tokio::time::timeout(timeout, work) => r,
+                r = tokio::time::timeout(timeout, work.instrument(span.clone())) => r,
             };
             engine
                 .telemetry
@@ -610,12 +667,18 @@ impl Attempts<'_> {
             let error = match result {
                 Ok(Ok(out)) => {
                     record.error = None;
+                    span.record("flowline.step.outcome", "succeeded");
                     return Ok(redactor.value(out));
                 }
                 Ok(Err(e)) => e.0,
                 Err(_) => format!("attempt timed out after {} ms", timeout.as_millis()),
             };
             let error = redactor.text(&error);
+            span.record("flowline.step.outcome", "failed");
+            span.record("otel.status_code", "error");
+            span.record("error.message", error.as_str());
+            // Ends the attempt's span before the wait for the next attempt.
+            drop(span);
             let Some(delay) = retry::delay_before(&policy, attempt + 1, rand::random()) else {
                 return Err(Stop::Failed(error));
             };

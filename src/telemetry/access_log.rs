@@ -4,7 +4,8 @@
 //! line written while the request is served (the `request` span), so a client's report
 //! leads to the server's lines. The line names the account (namespace) when the
 //! request carried a valid key. Probes and scrapes (`/healthz`, `/readyz`, `/metrics`)
-//! log at debug level only.
+//! log at debug level only. With traces on, the `request` span is the request's server
+//! span and the line names its `trace_id`.
 
 use std::time::Instant;
 
@@ -15,6 +16,7 @@ use axum::response::Response;
 use tracing::Instrument;
 
 use super::http_metrics::HttpMetrics;
+use super::traces;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -47,10 +49,15 @@ pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: 
         );
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let span = tracing::info_span!("request", request_id = %id);
-    let mut response = next.run(req).instrument(span).await;
+    let span = request_span(&id, &method, route.as_deref(), &path, req.headers());
+    let trace_id = traces::trace_id(&span);
+    let mut response = next.run(req).instrument(span.clone()).await;
     let took = start.elapsed();
     let status = response.status().as_u16();
+    span.record("http.response.status_code", status);
+    if status >= 500 {
+        span.record("otel.status_code", "error");
+    }
     metrics.record(route.as_deref(), method.as_str(), status, took);
     response.headers_mut().insert(REQUEST_ID, id_header);
     let duration_ms = took.as_secs_f64() * 1000.0;
@@ -58,12 +65,50 @@ pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: 
         .as_deref()
         .unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
     let account = response.extensions().get::<Account>().map(|a| a.0.as_str());
-    if matches!(route, "/healthz" | "/readyz" | "/metrics") {
-        tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, "request");
+    if is_probe(route) {
+        tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, trace_id, "request");
     } else {
-        tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, "request");
+        tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, trace_id, "request");
     }
     response
+}
+
+/// The span every log line written while serving the request is in. With traces on
+/// (`super::traces`) it is the request's server span, continuing a client's valid
+/// `traceparent`; off, it carries the request id alone, as it always did.
+fn request_span(
+    id: &str,
+    method: &axum::http::Method,
+    route: Option<&str>,
+    path: &str,
+    headers: &axum::http::HeaderMap,
+) -> tracing::Span {
+    if !traces::enabled() {
+        return tracing::info_span!("request", request_id = %id);
+    }
+    let route = route.unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
+    if is_probe(route) {
+        // Below the exported level: probes and scrapes would flood the traces.
+        return tracing::debug_span!("request", request_id = %id);
+    }
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        request_id = %id,
+        http.request.method = %method,
+        http.route = route,
+        url.path = path,
+        http.response.status_code = tracing::field::Empty,
+    );
+    traces::continue_from(&span, headers);
+    span
+}
+
+/// Probes and scrapes: logged at debug level, never traced.
+fn is_probe(route: &str) -> bool {
+    matches!(route, "/healthz" | "/readyz" | "/metrics")
 }
 
 /// The client's request id if it is sane, else a new one.

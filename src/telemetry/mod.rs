@@ -1,4 +1,5 @@
-//! Operational surface: logs, Prometheus metrics, health and readiness.
+//! Operational surface: logs, Prometheus metrics, traces (OTLP, off by default),
+//! health and readiness.
 
 pub mod access_log;
 pub mod build_info;
@@ -9,4 +10,5 @@ pub mod http_metrics;
 pub mod leader_metrics;
 pub mod logging;
 pub mod metrics;
+pub mod traces;
 pub mod undecodable;

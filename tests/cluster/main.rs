@@ -18,6 +18,7 @@ mod idempotency;
 mod kubernetes_surface;
 mod leader;
 mod observability;
+mod otel;
 mod replicas;
 mod retry;
 mod spec_errors;

@@ -104,6 +104,9 @@ its write-time checks of workflows' steps. */}}
 {{- if .Values.config.allowHttp }}
 - --allow-http
 {{- end }}
+{{- with .Values.otlp.endpoint }}
+- --otlp-endpoint={{ . }}
+{{- end }}
 {{- with .Values.watchNamespaces }}
 {{- /* Namespaced mode: watches, caches and controllers only in these namespaces. */}}
 - --watch-namespace={{ join "," . }}
