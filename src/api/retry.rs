@@ -99,7 +99,8 @@ pub fn retry_of(original: &Run, wf: &Workflow, from: RetryFrom, name: &str, now:
     if let Some(version) = &original.spec.workflow {
         run.spec.workflow = Some(version.clone());
         if from == RetryFrom::Failed {
-            run.spec.reused_steps = crate::engine::reuse::reusable(original.status.as_ref());
+            run.spec.reused_steps =
+                crate::engine::reuse::reusable(original.status.as_ref(), &version.steps);
         }
     }
     run
