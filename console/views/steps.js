@@ -171,7 +171,7 @@ function card(step, index, ctx, move, redraw) {
       const ids = v.split(/[\s,]+/).filter(Boolean);
       step.needs = ids.length ? ids : null;
       edited();
-    }, { placeholder: 'fetch, enrich' }), 'Runs after these steps instead of after the previous card.'));
+    }, { placeholder: 'fetch, enrich' }), 'Runs once these steps have finished. As soon as one card lists needs, the cards form a graph: a card without needs starts at once, and cards whose needs are met run in parallel.'));
   }
   if (ctx.stepFields.includes('for_each')) {
     extra.push(field('For each (template of a list)', 'for_each', text(step.for_each, (v) => { step.for_each = v.trim() ? v : null; edited(); }, { placeholder: '{{ trigger.payload.items }}' }),
