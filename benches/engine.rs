@@ -152,7 +152,7 @@ async fn abc(
         part_a(&client, &ns, runs).await;
     }
     if parts.contains('b') {
-        part_b(&client, &ns, runs).await;
+        part_b(&client, &ns, runs, &stop).await;
     }
     stop.cancel();
     if parts.contains('c') {
@@ -240,8 +240,9 @@ async fn part_e(client: &Client, ns: &str, runs: &Api<Run>) {
     );
 }
 
-/// (b) 1,000 runs of 3 no-op steps against a raw create + status patch.
-async fn part_b(client: &Client, ns: &str, runs: &Api<Run>) {
+/// (b) 1,000 runs of 3 no-op steps against a raw create + status patch; `controller`
+/// is stopped before the reference, so that it neither executes nor relabels its runs.
+async fn part_b(client: &Client, ns: &str, runs: &Api<Run>, controller: &CancellationToken) {
     let (client, ns) = (client.clone(), ns.to_string());
     let n = 1000;
     let noop = workflow(
@@ -273,6 +274,7 @@ async fn part_b(client: &Client, ns: &str, runs: &Api<Run>) {
     let engine_elapsed = t.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await; // late Event writes land
     let engine_writes = writes(&client).await - before;
+    controller.cancel();
 
     // Reference: the same objects, created and given a final status directly.
     let before = writes(&client).await;
