@@ -579,6 +579,8 @@ fn step(s: StepInput, at: &str, p: &mut Problems) -> Step {
 
 /// Inputs each action cannot do without. Values may be templates, so only
 /// presence and, for literals, the type is checked here.
+const MAX_WAIT_MS: u64 = crate::engine::waiting::MAX_WAIT_MS;
+
 fn check_action_inputs(action: Action, with: Option<&Value>, at: &str, p: &mut Problems) {
     let get = |k: &str| with.and_then(|w| w.get(k));
     let is_template = |v: &Value| v.as_str().is_some_and(|s| s.contains("{{"));
@@ -620,6 +622,31 @@ fn check_action_inputs(action: Action, with: Option<&Value>, at: &str, p: &mut P
         Action::Container => match get("image") {
             Some(Value::String(s)) if !s.trim().is_empty() => {}
             _ => p.add(format!("{at}.image"), "is required"),
+        },
+        Action::Wait => match (get("ms"), get("until")) {
+            (Some(v), None) if v.as_u64().is_some_and(|ms| ms <= MAX_WAIT_MS) || is_template(v) => {
+            }
+            (Some(_), None) => p.add(
+                format!("{at}.ms"),
+                format!("must be an integer from 0 to {MAX_WAIT_MS} (a year)"),
+            ),
+            (None, Some(Value::String(u)))
+                if u.contains("{{") || u.parse::<jiff::Timestamp>().is_ok() => {}
+            (None, Some(_)) => p.add(
+                format!("{at}.until"),
+                "must be an RFC 3339 time (2026-01-01T09:00:00Z) or a template",
+            ),
+            _ => p.add(at.to_string(), "wait needs exactly one of `ms` and `until`"),
+        },
+        Action::Approval => match get("timeout_ms") {
+            None | Some(Value::Null) => {}
+            Some(v)
+                if v.as_u64().is_some_and(|ms| (1..=MAX_WAIT_MS).contains(&ms))
+                    || is_template(v) => {}
+            Some(_) => p.add(
+                format!("{at}.timeout_ms"),
+                format!("must be an integer from 1 to {MAX_WAIT_MS} (a year)"),
+            ),
         },
     }
 }

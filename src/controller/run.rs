@@ -21,6 +21,7 @@ use crate::crd::{
 };
 use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
+use crate::engine::waiting;
 use crate::kubeutil::lenient::Lenient;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
@@ -390,6 +391,17 @@ async fn read_workflow(
     })
 }
 
+/// When to look at a parked run again (`wake`: its earliest wake time), at the latest
+/// after [`RESYNC_UNFINISHED`]. Looking costs no request: [`waiting::still_parked`]
+/// decides from the cached Run.
+fn requeue_parked(wake: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Action {
+    let until = wake.map_or(RESYNC_UNFINISHED, |t| {
+        Duration::from_millis((t.as_millisecond() - now.as_millisecond()).max(0) as u64)
+    });
+    // A few milliseconds late rather than early: the wake time is then due.
+    Action::requeue(until.min(RESYNC_UNFINISHED) + Duration::from_millis(5))
+}
+
 /// When to look at a run again without a watch event.
 fn requeue_for(run: &Run) -> Action {
     if run.phase().is_finished() {
@@ -431,6 +443,15 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         }
         return Ok(next);
     }
+    // A parked run (its steps wait for a time or a decision) with nothing due: no
+    // request, no write; looked at again when its earliest step is due (a decision or a
+    // cancel comes as a watch event).
+    let now = crate::clock::now_ms();
+    if token.is_none()
+        && let Some(wake) = waiting::still_parked(run, now)
+    {
+        return Ok(requeue_parked(wake, now));
+    }
     // decide() needs the workflow only for a run that is neither finished nor
     // executing here: skip the round trip otherwise.
     let workflow = if run.phase().is_finished() || token.is_some() {
@@ -454,6 +475,11 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         };
         let executing = ctx.token(&uid).is_some();
         decision = decide_read(&fresh, &workflow, executing);
+        if decision == Decision::Execute
+            && let Some(wake) = waiting::still_parked(&fresh, now)
+        {
+            return Ok(requeue_parked(wake, now));
+        }
         run = fresh;
     }
     let workflow = match workflow {
@@ -500,6 +526,14 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                 let ctx = ctx.clone();
                 tokio::spawn(async move {
                     let landed = runner::execute(engine.clone(), (*run).clone(), cancel).await;
+                    if landed.as_ref().is_some_and(|s| !s.phase.is_finished()) {
+                        // Parked: it keeps its slot (it is `running`), holds no task, and
+                        // is looked at again at once (a decision may have arrived while it
+                        // executed), then when a step is due.
+                        drop(registration);
+                        ctx.queue.wake(&run);
+                        return;
+                    }
                     if landed.is_some() {
                         ctx.note_ended(&uid);
                     }
