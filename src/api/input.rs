@@ -223,6 +223,35 @@ pub struct RetryCreate {
     pub from: Option<RetryFrom>,
 }
 
+/// Optional body of `POST /v1/runs/{id}/steps/{step_id}/approve` and `/reject`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"comment": "checked the diff; ship it"})))]
+pub struct DecisionCreate {
+    /// Why; at most 1000 characters. Recorded with the decision.
+    #[schema(max_length = 1000)]
+    pub comment: Option<String>,
+}
+
+/// The most characters a decision's comment may have.
+pub const MAX_DECISION_COMMENT: usize = 1000;
+
+/// The optional body of a decision on an approval step: its comment, if any; a JSON
+/// `null` is no body.
+pub fn decision_request(body: Option<Value>) -> Result<Option<String>, ApiError> {
+    let Some(body) = body.filter(|b| !b.is_null()) else {
+        return Ok(None);
+    };
+    let body: DecisionCreate = shaped(body)?;
+    match body.comment {
+        Some(c) if c.chars().count() > MAX_DECISION_COMMENT => Err(ApiError::field(
+            "comment",
+            format!("must be at most {MAX_DECISION_COMMENT} characters"),
+        )),
+        other => Ok(other),
+    }
+}
+
 /// Where a retry starts (`POST /v1/runs/{id}/retry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
