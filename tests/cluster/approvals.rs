@@ -404,3 +404,43 @@ async fn a_waiting_run_is_not_written_while_it_waits() {
     let view = api.finished_view(&key, &run, FINISH).await;
     assert_eq!(view["status"], "succeeded", "{view}");
 }
+
+/// In a graph, the other branches run on while a step waits: a `wait` whose time comes
+/// while a longer branch runs completes in the same execution, and the run parks on
+/// the approval only once nothing else can progress.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn other_branches_run_on_while_a_step_waits() {
+    let api = TestApi::start("appr-graph").await;
+    let key = api.admin_key.clone();
+    let wf = workflow(
+        &api,
+        "Branches",
+        json!([
+            {"id": "go", "action": "transform", "with": {"value": 1}},
+            {"id": "ok", "action": "approval", "needs": ["go"]},
+            {"id": "nap", "action": "wait", "needs": ["go"], "with": {"ms": 300}},
+            {"id": "slow", "action": "delay", "needs": ["go"], "with": {"ms": 2500}},
+            {"id": "end", "action": "transform", "needs": ["ok", "nap", "slow"], "with": {"value": 2}},
+        ]),
+    )
+    .await;
+    let _op = operator(&api).await;
+    let run = api.start_run(&key, &wf, None).await;
+    let seen = parked(&api, &run, "ok").await;
+    let steps = &seen.status.as_ref().unwrap().steps;
+    let (nap, slow) = (&steps[2], &steps[3]);
+    assert_eq!(nap.status, StepPhase::Succeeded, "{steps:?}");
+    assert_eq!(slow.status, StepPhase::Succeeded, "{steps:?}");
+    assert!(
+        nap.finished_at < slow.finished_at,
+        "the wait ended while the slow branch ran: {steps:?}"
+    );
+    assert_eq!(steps[4].status, StepPhase::Pending);
+    let res = api
+        .send("POST", &key, &decision_path(&run, "ok", "approve"), None)
+        .await;
+    assert_eq!(res.status(), 200);
+    let view = api.finished_view(&key, &run, FINISH).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+}
