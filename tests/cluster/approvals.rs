@@ -444,3 +444,63 @@ async fn other_branches_run_on_while_a_step_waits() {
     let view = api.finished_view(&key, &run, FINISH).await;
     assert_eq!(view["status"], "succeeded", "{view}");
 }
+
+/// `forEach` over an approval is refused where the workflow is written (the API: 400
+/// on the field; kubectl: `Ready=False InvalidSpec`); examples/approval.yaml is sound.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn for_each_over_an_approval_is_refused_when_written() {
+    use crate::spec_errors::{manifest, ready_condition};
+    use flowline::crd::ConditionStatus;
+    let api = TestApi::start("appr-spec").await;
+    let key = api.admin_key.clone();
+    let wf = api.create_workflow("Fan-out gate").await;
+    let res = api
+        .send(
+            "PATCH",
+            &key,
+            &format!("/v1/workflows/{wf}"),
+            Some(json!({"steps": [{"id": "ok", "action": "approval", "for_each": "{{ trigger.payload.xs }}"}]})),
+        )
+        .await;
+    let body = assert_error(res, 400, "validation_error").await;
+    assert_eq!(
+        body["error"]["details"][0]["field"], "steps[0].for_each",
+        "{body}"
+    );
+    let res = api
+        .send(
+            "PATCH",
+            &key,
+            &format!("/v1/workflows/{wf}"),
+            Some(json!({"steps": [{"id": "nap", "action": "wait", "with": {"ms": 1, "until": "2026-01-01T00:00:00Z"}}]})),
+        )
+        .await;
+    assert_error(res, 400, "validation_error").await;
+
+    let _op = operator(&api).await;
+    let steps = "  - id: ok\n    action: approval\n    forEach: '{{ trigger.payload.xs }}'\n";
+    let out = api.ns.kubectl_apply(&manifest("fanned", steps));
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::support::text(&out.stderr)
+    );
+    let (status, reason, message) = ready_condition(&api.ns, "fanned").await;
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, "InvalidSpec")
+    );
+    assert!(message.contains("steps[0].for_each"), "{message}");
+    let example =
+        std::fs::read_to_string(crate::support::repo_root().join("examples/approval.yaml"))
+            .unwrap();
+    let out = api.ns.kubectl_apply(&example);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::support::text(&out.stderr)
+    );
+    let (status, reason, message) = ready_condition(&api.ns, "release-gate").await;
+    assert_eq!(status, ConditionStatus::True, "{reason}: {message}");
+}
