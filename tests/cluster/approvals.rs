@@ -378,15 +378,12 @@ async fn a_waiting_run_is_not_written_while_it_waits() {
     let watched = tokio::time::timeout(quiet, async {
         let mut versions = Vec::new();
         while let Some(event) = changes.next().await {
-            match event {
-                Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) => {
-                    let v = r.metadata.resource_version.clone();
-                    if v != version {
-                        versions.push(v);
-                        return versions;
-                    }
+            if let Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) = event {
+                let v = r.metadata.resource_version.clone();
+                if v != version {
+                    versions.push(v);
+                    return versions;
                 }
-                _ => {}
             }
         }
         versions
