@@ -501,3 +501,41 @@ async fn for_each_over_an_approval_is_refused_when_written() {
     let (status, reason, message) = ready_condition(&api.ns, "release-gate").await;
     assert_eq!(status, ConditionStatus::True, "{reason}: {message}");
 }
+
+/// A parked run is `running`: it keeps its concurrency slot, so the next run of a
+/// `limit: 1` workflow stays queued until the parked one is decided and finishes.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_parked_run_keeps_its_concurrency_slot() {
+    let api = TestApi::start("appr-slot").await;
+    let key = api.admin_key.clone();
+    let wf = api.create_workflow("One at a time").await;
+    api.patch_workflow(
+        &key,
+        &wf,
+        json!({"concurrency": {"limit": 1}, "steps": [{"id": "ok", "action": "approval"}]}),
+    )
+    .await;
+    let _op = operator(&api).await;
+    let first = api.start_run(&key, &wf, None).await;
+    parked(&api, &first, "ok").await;
+    let second = api.start_run(&key, &wf, None).await;
+    let runs = api.ns.api::<Run>();
+    eventually(
+        "the second run to be queued",
+        Duration::from_secs(30),
+        || async {
+            let r = runs.get(&second).await.ok()?;
+            (r.phase() == flowline::crd::RunPhase::Queued).then_some(())
+        },
+    )
+    .await;
+    let res = api
+        .send("POST", &key, &decision_path(&first, "ok", "approve"), None)
+        .await;
+    assert_eq!(res.status(), 200);
+    let view = api.finished_view(&key, &first, FINISH).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+    // Its slot passes on: the second run starts, and parks in turn.
+    parked(&api, &second, "ok").await;
+}
