@@ -10,7 +10,7 @@ use futures::stream::FuturesUnordered;
 use jiff::Timestamp;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -22,8 +22,8 @@ use super::status_writer::StatusWriter;
 use super::{expr, job, retry, secrets, template};
 use crate::clock::now_ms;
 use crate::crd::{
-    Action, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM, EventKind, Executor,
-    IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS,
+    Action, ApprovalDecision, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM, EventKind,
+    Executor, IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS,
     MAX_PARALLELISM, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, WorkflowSnapshot,
 };
 use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
@@ -132,6 +132,9 @@ enum StepOutcome {
 struct Shared {
     engine: Engine,
     run: Arc<Run>,
+    /// The run's `spec.approvals` as last seen: from the Run, then as the controller
+    /// passes on the changes its watch sees while the run executes.
+    approvals: Arc<Vec<ApprovalDecision>>,
     wf: Arc<WorkflowSnapshot>,
     namespace: String,
 }
@@ -163,9 +166,14 @@ enum Ending {
 /// caller frees the run's concurrency slot, then [`report`]s it. A parked run's status
 /// (phase `running`, `parked: true`) is returned too: it keeps its slot, and is neither
 /// finished nor reported. The run controller executes only pinned runs.
-pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) -> Option<RunStatus> {
+pub async fn execute(
+    engine: Engine,
+    run: Run,
+    cancel: CancellationToken,
+    approvals: watch::Receiver<Vec<ApprovalDecision>>,
+) -> Option<RunStatus> {
     let span = run_span(&run);
-    let landed = execute_steps(engine, run, cancel)
+    let landed = execute_steps(engine, run, cancel, approvals)
         .instrument(span.clone())
         .await;
     if let Some(status) = &landed {
@@ -215,7 +223,12 @@ fn attempt_span(step: &Step, attempt: u32, in_job: bool) -> tracing::Span {
     )
 }
 
-async fn execute_steps(engine: Engine, run: Run, cancel: CancellationToken) -> Option<RunStatus> {
+async fn execute_steps(
+    engine: Engine,
+    run: Run,
+    cancel: CancellationToken,
+    mut approvals: watch::Receiver<Vec<ApprovalDecision>>,
+) -> Option<RunStatus> {
     let Some(wf) = run.spec.workflow.clone() else {
         tracing::error!(run = %run.name_any(), "not executed: the run is not pinned to a workflow version");
         return None;
@@ -255,12 +268,13 @@ async fn execute_steps(engine: Engine, run: Run, cancel: CancellationToken) -> O
 
     let shared = Shared {
         engine,
+        approvals: Arc::new(run.spec.approvals.clone()),
         run: Arc::new(run),
         wf: Arc::new(wf),
         namespace,
     };
     let ending = match Graph::of(&shared.wf.steps) {
-        Ok(graph) => schedule(&shared, &graph, &mut status, &writer, &stop).await,
+        Ok(graph) => schedule(&shared, &graph, &mut status, &writer, &stop, &mut approvals).await,
         // Needs that name unknown steps or form a cycle (a Run written with kubectl):
         // no step can be ordered, none runs.
         Err(error) => Ending::Failed(error),
@@ -317,8 +331,11 @@ async fn schedule(
     status: &mut RunStatus,
     writer: &StatusWriter,
     stop: &CancellationToken,
+    approvals: &mut watch::Receiver<Vec<ApprovalDecision>>,
 ) -> Ending {
-    let steps = &shared.wf.steps;
+    let mut shared = shared.clone();
+    let steps = &shared.wf.steps.clone();
+    let mut approvals_open = true;
     // Finished before a restart (or kept from the run this one retries): not run again.
     // A step without a record (a status written by hand) is not run, as before graphs.
     let mut states: Vec<State> = (0..steps.len())
@@ -425,6 +442,22 @@ async fn schedule(
                 }
             }
             _ = stop.cancelled(), if !stop_seen => stop_seen = true,
+            // A decision arrives while other steps still run: settle its approval here.
+            changed = approvals.changed(), if approvals_open => {
+                if changed.is_err() {
+                    approvals_open = false;
+                    continue;
+                }
+                let latest = approvals.borrow_and_update().clone();
+                for (i, state) in states.iter_mut().enumerate() {
+                    if *state == State::Parked
+                        && super::waiting::decision_for(&latest, &steps[i].id).is_some()
+                    {
+                        *state = State::Waiting;
+                    }
+                }
+                shared.approvals = Arc::new(latest);
+            }
             // A parked step's time comes while other steps still run: resume it here.
             _ = sleep_until(next_wake), if next_wake.is_some() => {
                 let now = now_ms();
@@ -668,7 +701,7 @@ fn start_waiting(
 /// What a waiting step is now ([`super::waiting::resume`]), applied to its record.
 fn settle_waiting(shared: &Shared, step: &Step, record: &mut StepRecord) -> StepOutcome {
     use super::waiting::Resumed;
-    match super::waiting::resume(step, record, &shared.run.spec.approvals, now_ms()) {
+    match super::waiting::resume(step, record, &shared.approvals, now_ms()) {
         Resumed::Waiting(_) => StepOutcome::Parked,
         Resumed::Succeeded(out) => {
             let (stored, truncated) = output::cap(out);

@@ -539,3 +539,57 @@ async fn a_parked_run_keeps_its_concurrency_slot() {
     // Its slot passes on: the second run starts, and parks in turn.
     parked(&api, &second, "ok").await;
 }
+
+/// A decision made while other branches still run is settled at once (the controller
+/// passes it on to the execution), not when the run would park.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_decision_reaches_a_run_that_is_still_executing() {
+    let api = TestApi::start("appr-live").await;
+    let key = api.admin_key.clone();
+    let wf = workflow(
+        &api,
+        "Live",
+        json!([
+            {"id": "ok", "action": "approval"},
+            {"id": "slow", "action": "delay", "needs": [], "with": {"ms": 6000}},
+            {"id": "end", "action": "transform", "needs": ["ok", "slow"], "with": {"value": 1}},
+        ]),
+    )
+    .await;
+    let _op = operator(&api).await;
+    let run = api.start_run(&key, &wf, None).await;
+    let runs = api.ns.api::<Run>();
+    eventually(
+        "ok to wait while slow runs",
+        Duration::from_secs(30),
+        || async {
+            let r = runs.get(&run).await.ok()?;
+            let steps = &r.status.as_ref()?.steps;
+            (steps[0].status == StepPhase::Waiting && steps[1].status == StepPhase::Running)
+                .then_some(())
+        },
+    )
+    .await;
+    let res = api
+        .send("POST", &key, &decision_path(&run, "ok", "approve"), None)
+        .await;
+    assert_eq!(res.status(), 200);
+    eventually(
+        "ok to succeed while slow still runs",
+        Duration::from_secs(5),
+        || async {
+            let r = runs.get(&run).await.ok()?;
+            let steps = &r.status.as_ref()?.steps;
+            assert_eq!(
+                steps[1].status,
+                StepPhase::Running,
+                "slow ended first: {steps:?}"
+            );
+            (steps[0].status == StepPhase::Succeeded).then_some(())
+        },
+    )
+    .await;
+    let view = api.finished_view(&key, &run, FINISH).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+}
