@@ -1086,6 +1086,39 @@ mod tests {
     }
 
     #[test]
+    fn wait_and_approval_inputs_are_checked() {
+        let ok = workflow_patch(json!({"steps": [
+            {"id": "a", "action": "wait", "with": {"ms": 2000}},
+            {"id": "b", "action": "wait", "with": {"until": "2026-12-01T09:00:00Z"}},
+            {"id": "c", "action": "wait", "with": {"until": "{{ trigger.payload.at }}"}},
+            {"id": "d", "action": "approval"},
+            {"id": "e", "action": "approval", "with": {"timeout_ms": 60000}},
+        ]}));
+        assert!(ok.is_ok(), "{:?}", ok.err());
+        let err = workflow_patch(json!({"steps": [
+            {"id": "a", "action": "wait"},
+            {"id": "b", "action": "wait", "with": {"ms": 1, "until": "2026-12-01T09:00:00Z"}},
+            {"id": "c", "action": "wait", "with": {"ms": -5}},
+            {"id": "d", "action": "wait", "with": {"until": "tomorrow"}},
+            {"id": "e", "action": "approval", "with": {"timeout_ms": 0}},
+            {"id": "f", "action": "approval", "with": {"timeout_ms": "soon"}},
+        ]}))
+        .err()
+        .unwrap();
+        assert_eq!(
+            fields(err),
+            [
+                "steps[0].with",
+                "steps[1].with",
+                "steps[2].with.ms",
+                "steps[3].with.until",
+                "steps[4].with.timeout_ms",
+                "steps[5].with.timeout_ms",
+            ]
+        );
+    }
+
+    #[test]
     fn duplicate_step_ids_are_refused() {
         let err = workflow_patch(json!({"steps": [
             {"id": "a", "action": "fail"}, {"id": "a", "action": "fail"}
