@@ -84,7 +84,12 @@ async fn an_approval_approved_after_an_operator_restart_lets_the_run_go_on() {
             Some(json!({"comment": "ship it"})),
         )
         .await;
-    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.status(),
+        200,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
     let view: Value = res.json().await.unwrap();
     assert_eq!(view["id"], run.as_str(), "{view}");
 
@@ -127,7 +132,12 @@ async fn an_approval_rejected_after_an_operator_restart_fails_the_run() {
             Some(json!({"comment": "not on a Friday"})),
         )
         .await;
-    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.status(),
+        200,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
     let view = api.finished_view(&key, &run, FINISH).await;
     assert_eq!(view["status"], "failed", "{view}");
     let error = view["error"].as_str().unwrap_or_default();
@@ -240,9 +250,6 @@ async fn a_wait_completes_across_an_operator_restart() {
 async fn a_parked_wait_is_woken_at_its_time() {
     let api = TestApi::start("wait-wake").await;
     let key = api.admin_key.clone();
-    let until = jiff::Timestamp::now()
-        .checked_add(jiff::SignedDuration::from_secs(3))
-        .unwrap();
     let wf = workflow(
         &api,
         "Until",
@@ -250,6 +257,10 @@ async fn a_parked_wait_is_woken_at_its_time() {
     )
     .await;
     let _op = operator(&api).await;
+    // Far enough ahead that the run parks first even on a loaded machine.
+    let until = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(6))
+        .unwrap();
     let run = api
         .start_run(
             &key,
@@ -262,6 +273,10 @@ async fn a_parked_wait_is_woken_at_its_time() {
     assert_eq!(view["status"], "succeeded", "{view}");
     let finished: jiff::Timestamp = view["finished_at"].as_str().unwrap().parse().unwrap();
     assert!(finished >= until, "not before its time");
+    assert_eq!(
+        view["steps"][0]["output"]["waited_until"],
+        until.to_string()
+    );
 }
 
 #[tokio::test]
@@ -397,7 +412,12 @@ async fn a_waiting_run_is_not_written_while_it_waits() {
     let res = api
         .send("POST", &key, &decision_path(&run, "ok", "approve"), None)
         .await;
-    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.status(),
+        200,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
     let view = api.finished_view(&key, &run, FINISH).await;
     assert_eq!(view["status"], "succeeded", "{view}");
 }
@@ -437,7 +457,12 @@ async fn other_branches_run_on_while_a_step_waits() {
     let res = api
         .send("POST", &key, &decision_path(&run, "ok", "approve"), None)
         .await;
-    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.status(),
+        200,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
     let view = api.finished_view(&key, &run, FINISH).await;
     assert_eq!(view["status"], "succeeded", "{view}");
 }
@@ -533,7 +558,12 @@ async fn a_parked_run_keeps_its_concurrency_slot() {
     let res = api
         .send("POST", &key, &decision_path(&first, "ok", "approve"), None)
         .await;
-    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.status(),
+        200,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
     let view = api.finished_view(&key, &first, FINISH).await;
     assert_eq!(view["status"], "succeeded", "{view}");
     // Its slot passes on: the second run starts, and parks in turn.
@@ -574,7 +604,12 @@ async fn a_decision_reaches_a_run_that_is_still_executing() {
     let res = api
         .send("POST", &key, &decision_path(&run, "ok", "approve"), None)
         .await;
-    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.status(),
+        200,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
     eventually(
         "ok to succeed while slow still runs",
         Duration::from_secs(5),
