@@ -7,7 +7,9 @@
 //!     drained by the queue, vs 1,000 runs of the same steps without a limit started
 //!     by 4 clients that each wait for their run to finish before starting the next;
 //! (e) a graph of 100 parallel 10 ms delay steps (`parallelism: 100`) vs a workflow of
-//!     one such step: the ratio of their create → finished times (goal: within 3x).
+//!     one such step: the ratio of their create → finished times (goal: within 3x);
+//! (f) 50 runs parked on an `approval` step: API-server writes to Runs over 10 s while
+//!     they wait (goal: 0), then the time from approving all 50 to all finished.
 //! Not a test: it prints figures; docs/benchmarks.md records them.
 
 use std::sync::Arc;
@@ -118,8 +120,8 @@ async fn main() {
         .into(),
         ..Default::default()
     };
-    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcde).
-    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcde".into());
+    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdef).
+    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdef".into());
     if parts.contains(['a', 'b', 'c']) {
         abc(&client, &ns, &runs, kwok, &parts).await;
     }
@@ -129,6 +131,11 @@ async fn main() {
     if parts.contains('e') {
         let stop = controller(&client, &ns, Default::default());
         part_e(&client, &ns, &runs).await;
+        stop.cancel();
+    }
+    if parts.contains('f') {
+        let stop = controller(&client, &ns, Default::default());
+        part_f(&client, &ns, &runs).await;
         stop.cancel();
     }
 
@@ -239,6 +246,58 @@ async fn part_e(client: &Client, ns: &str, runs: &Api<Run>) {
     println!(
         "    wide: {w:.3} s; one step: {n:.3} s; ratio {:.2}x (goal: within 3x)",
         w / n
+    );
+}
+
+/// (f) 50 runs waiting on approvals: what parking costs while they wait (writes to Runs
+/// over 10 s, goal 0), and how fast a decision resumes them.
+async fn part_f(client: &Client, ns: &str, runs: &Api<Run>) {
+    const RUNS: usize = 50;
+    let wf = workflow(
+        client,
+        ns,
+        "gate",
+        json!({"name": "Gate", "steps": [
+            {"id": "ok", "action": "approval"},
+            {"id": "after", "action": "transform", "with": {"value": 1}}]}),
+    )
+    .await;
+    let names: Vec<String> = (0..RUNS).map(|i| format!("gate-{i}")).collect();
+    in_parallel(RUNS, |i| {
+        let (runs, run) = (runs.clone(), run_object(&names[i], &wf));
+        async move {
+            runs.create(&PostParams::default(), &run).await.unwrap();
+        }
+    })
+    .await;
+    for name in &names {
+        await_condition(runs.clone(), name, |r: Option<&Run>| {
+            r.and_then(|r| r.status.as_ref()).is_some_and(|s| s.parked)
+        })
+        .await
+        .unwrap();
+    }
+    let before = apiserver::writes(client, &["runs"]).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let during = apiserver::writes(client, &["runs"]).await - before;
+    let t = Instant::now();
+    in_parallel(RUNS, |i| {
+        let (runs, name) = (runs.clone(), names[i].clone());
+        async move {
+            let patch = json!({"spec": {"approvals": [{"stepId": "ok", "decision": "approve", "by": "bench"}]}});
+            runs.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    for name in &names {
+        until_finished(runs, name).await;
+    }
+    println!("(f) {RUNS} runs parked on an approval for 10 s");
+    println!(
+        "    writes to Runs while they waited: {during:.0} (goal 0); approve all → all finished: {:.3} s",
+        t.elapsed().as_secs_f64()
     );
 }
 

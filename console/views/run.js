@@ -108,9 +108,10 @@ export async function render(main, params) {
       step.output_truncated ? h('p.notice', {}, 'Stored truncated: the output was over 64 KiB.') : null,
       step.error ? [h('h3', {}, 'Error'), h('pre.error', {}, step.error)] : null,
     ];
-    if (step.status === 'waiting' && session.can('execute')) {
+    // Only an approval takes a decision (a waiting `wait` ends at its time).
+    if (step.status === 'waiting' && step.action === 'approval' && session.can('execute')) {
       const decide = (verb) => async () => {
-        try { run = await post(`/runs/${r.id}/steps/${step.step_id}/${verb}`, { comment: `${verb}d in the console` }); draw(); } catch (err) { toast(errorText(err), 'error'); }
+        try { run = await post(`/runs/${encodeURIComponent(r.id)}/steps/${encodeURIComponent(step.step_id)}/${verb}`, { comment: `${verb}d in the console` }); draw(); } catch (err) { toast(errorText(err), 'error'); }
       };
       body.push(h('div.row', {}, h('button.primary', { type: 'button', onclick: decide('approve') }, 'Approve'),
         h('button.danger', { type: 'button', onclick: decide('reject') }, 'Reject')));

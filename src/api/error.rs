@@ -36,6 +36,7 @@ pub enum ErrorCode {
     InsufficientScope,
     WorkflowNotFound,
     RunNotFound,
+    StepNotFound,
     WebhookNotFound,
     ApiKeyNotFound,
     DeliveryNotFound,
@@ -45,6 +46,7 @@ pub enum ErrorCode {
     WorkflowActive,
     WorkflowPaused,
     RunNotRunning,
+    StepNotWaiting,
     InvalidSignature,
     HookNotFound,
     NotWebhookTriggered,
@@ -67,6 +69,8 @@ impl ErrorCode {
 pub enum Missing {
     Workflow,
     Run,
+    /// A step of a run's workflow version.
+    Step,
     Webhook,
     ApiKey,
     Delivery,
@@ -101,6 +105,9 @@ pub enum ApiError {
     WorkflowPaused,
     #[error("the run is not running (status: {0})")]
     RunNotRunning(&'static str),
+    /// A decision on a step that is not an approval waiting for one: the reason.
+    #[error("the step is not waiting for a decision: {0}")]
+    StepNotWaiting(String),
     #[error(
         "this Idempotency-Key already started a run of this workflow with a different request \
          body (keys are kept 24 h); send the same body to get that run, or use a new key"
@@ -134,6 +141,7 @@ fn missing_message(m: Missing) -> &'static str {
     match m {
         Missing::Workflow => "no workflow exists with this id",
         Missing::Run => "no run exists with this id",
+        Missing::Step => "the run's workflow version has no step with this id",
         Missing::Webhook => "no webhook exists with this id",
         Missing::ApiKey => "no API key exists with this id",
         Missing::Delivery => "no delivery exists with this id",
@@ -174,6 +182,7 @@ impl ApiError {
             ApiError::WorkflowActive
             | ApiError::WorkflowPaused
             | ApiError::RunNotRunning(_)
+            | ApiError::StepNotWaiting(_)
             | ApiError::IdempotencyKeyReused
             | ApiError::RunNotFinished(_)
             | ApiError::EventExpired
@@ -202,6 +211,7 @@ impl ApiError {
             ApiError::InsufficientScope(_) => ErrorCode::InsufficientScope,
             ApiError::NotFound(Missing::Workflow) => ErrorCode::WorkflowNotFound,
             ApiError::NotFound(Missing::Run) => ErrorCode::RunNotFound,
+            ApiError::NotFound(Missing::Step) => ErrorCode::StepNotFound,
             ApiError::NotFound(Missing::Webhook) => ErrorCode::WebhookNotFound,
             ApiError::NotFound(Missing::ApiKey) => ErrorCode::ApiKeyNotFound,
             ApiError::NotFound(Missing::Delivery) => ErrorCode::DeliveryNotFound,
@@ -210,6 +220,7 @@ impl ApiError {
             ApiError::WorkflowActive => ErrorCode::WorkflowActive,
             ApiError::WorkflowPaused => ErrorCode::WorkflowPaused,
             ApiError::RunNotRunning(_) => ErrorCode::RunNotRunning,
+            ApiError::StepNotWaiting(_) => ErrorCode::StepNotWaiting,
             ApiError::IdempotencyKeyReused => ErrorCode::IdempotencyKeyReused,
             ApiError::RunNotFinished(_) => ErrorCode::RunNotFinished,
             ApiError::EventExpired => ErrorCode::EventExpired,

@@ -223,6 +223,35 @@ pub struct RetryCreate {
     pub from: Option<RetryFrom>,
 }
 
+/// Optional body of `POST /v1/runs/{id}/steps/{step_id}/approve` and `/reject`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"comment": "checked the diff; ship it"})))]
+pub struct DecisionCreate {
+    /// Why; at most 1000 characters. Recorded with the decision.
+    #[schema(max_length = 1000)]
+    pub comment: Option<String>,
+}
+
+/// The most characters a decision's comment may have.
+pub const MAX_DECISION_COMMENT: usize = 1000;
+
+/// The optional body of a decision on an approval step: its comment, if any; a JSON
+/// `null` is no body.
+pub fn decision_request(body: Option<Value>) -> Result<Option<String>, ApiError> {
+    let Some(body) = body.filter(|b| !b.is_null()) else {
+        return Ok(None);
+    };
+    let body: DecisionCreate = shaped(body)?;
+    match body.comment {
+        Some(c) if c.chars().count() > MAX_DECISION_COMMENT => Err(ApiError::field(
+            "comment",
+            format!("must be at most {MAX_DECISION_COMMENT} characters"),
+        )),
+        other => Ok(other),
+    }
+}
+
 /// Where a retry starts (`POST /v1/runs/{id}/retry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -579,6 +608,8 @@ fn step(s: StepInput, at: &str, p: &mut Problems) -> Step {
 
 /// Inputs each action cannot do without. Values may be templates, so only
 /// presence and, for literals, the type is checked here.
+const MAX_WAIT_MS: u64 = crate::engine::waiting::MAX_WAIT_MS;
+
 fn check_action_inputs(action: Action, with: Option<&Value>, at: &str, p: &mut Problems) {
     let get = |k: &str| with.and_then(|w| w.get(k));
     let is_template = |v: &Value| v.as_str().is_some_and(|s| s.contains("{{"));
@@ -620,6 +651,31 @@ fn check_action_inputs(action: Action, with: Option<&Value>, at: &str, p: &mut P
         Action::Container => match get("image") {
             Some(Value::String(s)) if !s.trim().is_empty() => {}
             _ => p.add(format!("{at}.image"), "is required"),
+        },
+        Action::Wait => match (get("ms"), get("until")) {
+            (Some(v), None) if v.as_u64().is_some_and(|ms| ms <= MAX_WAIT_MS) || is_template(v) => {
+            }
+            (Some(_), None) => p.add(
+                format!("{at}.ms"),
+                format!("must be an integer from 0 to {MAX_WAIT_MS} (a year)"),
+            ),
+            (None, Some(Value::String(u)))
+                if u.contains("{{") || u.parse::<jiff::Timestamp>().is_ok() => {}
+            (None, Some(_)) => p.add(
+                format!("{at}.until"),
+                "must be an RFC 3339 time (2026-01-01T09:00:00Z) or a template",
+            ),
+            _ => p.add(at.to_string(), "wait needs exactly one of `ms` and `until`"),
+        },
+        Action::Approval => match get("timeout_ms") {
+            None | Some(Value::Null) => {}
+            Some(v)
+                if v.as_u64().is_some_and(|ms| (1..=MAX_WAIT_MS).contains(&ms))
+                    || is_template(v) => {}
+            Some(_) => p.add(
+                format!("{at}.timeout_ms"),
+                format!("must be an integer from 1 to {MAX_WAIT_MS} (a year)"),
+            ),
         },
     }
 }
@@ -1026,6 +1082,39 @@ mod tests {
         assert_eq!(
             details,
             [FieldError::new("steps[0].when", "must not be empty")]
+        );
+    }
+
+    #[test]
+    fn wait_and_approval_inputs_are_checked() {
+        let ok = workflow_patch(json!({"steps": [
+            {"id": "a", "action": "wait", "with": {"ms": 2000}},
+            {"id": "b", "action": "wait", "with": {"until": "2026-12-01T09:00:00Z"}},
+            {"id": "c", "action": "wait", "with": {"until": "{{ trigger.payload.at }}"}},
+            {"id": "d", "action": "approval"},
+            {"id": "e", "action": "approval", "with": {"timeout_ms": 60000}},
+        ]}));
+        assert!(ok.is_ok(), "{:?}", ok.err());
+        let err = workflow_patch(json!({"steps": [
+            {"id": "a", "action": "wait"},
+            {"id": "b", "action": "wait", "with": {"ms": 1, "until": "2026-12-01T09:00:00Z"}},
+            {"id": "c", "action": "wait", "with": {"ms": -5}},
+            {"id": "d", "action": "wait", "with": {"until": "tomorrow"}},
+            {"id": "e", "action": "approval", "with": {"timeout_ms": 0}},
+            {"id": "f", "action": "approval", "with": {"timeout_ms": "soon"}},
+        ]}))
+        .err()
+        .unwrap();
+        assert_eq!(
+            fields(err),
+            [
+                "steps[0].with",
+                "steps[1].with",
+                "steps[2].with.ms",
+                "steps[3].with.until",
+                "steps[4].with.timeout_ms",
+                "steps[5].with.timeout_ms",
+            ]
         );
     }
 

@@ -1,6 +1,7 @@
 //! The `/v1` REST facade: reads from watch caches, writes to the API server.
 //! One router per resource, merged here behind authentication and rate limits.
 
+pub mod approvals;
 pub mod auth;
 pub mod cache;
 pub mod client_ip;
@@ -42,6 +43,7 @@ pub(crate) fn declared() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
         .merge(workflows::router())
         .merge(runs::router())
         .merge(retry::router())
+        .merge(approvals::router())
         .merge(webhooks::router())
         .merge(deliveries::router())
         .merge(keys::router())

@@ -59,6 +59,14 @@ impl Queue {
         })
     }
 
+    /// Asks the controller to reconcile `run` again (a run that just parked: a decision
+    /// that arrived while it executed is seen at once).
+    pub fn wake(&self, run: &Run) {
+        let _ = self
+            .wake_tx
+            .send(ObjectRef::new(&run.name_any()).within(&run.namespace().unwrap_or_default()));
+    }
+
     /// The unfinished runs of the workflow of `run` (itself excluded), from the cache.
     fn siblings(&self, run: &Run) -> Vec<std::sync::Arc<Lenient<Run>>> {
         let Some(store) = self.runs.get() else {

@@ -17,10 +17,12 @@ use tokio_util::sync::CancellationToken;
 use super::admission::{self, Admission};
 use super::queue::Queue;
 use crate::crd::{
-    Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot, WorkflowState,
+    ApprovalDecision, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot,
+    WorkflowState,
 };
 use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
+use crate::engine::waiting;
 use crate::kubeutil::lenient::Lenient;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
@@ -122,6 +124,7 @@ enum Admitted {
     Start {
         registration: Registration,
         cancel: CancellationToken,
+        approvals: Approvals,
         cancel_others: Vec<String>,
     },
     /// Wait for a slot; first cancel these runs of its group.
@@ -135,7 +138,12 @@ struct Execution {
     namespace: String,
     workflow: String,
     cancel: CancellationToken,
+    /// Passes the run's `spec.approvals` on to the execution as the watch sees them.
+    approvals: tokio::sync::watch::Sender<Vec<ApprovalDecision>>,
 }
+
+/// What an execution sees of its run's `spec.approvals`.
+type Approvals = tokio::sync::watch::Receiver<Vec<ApprovalDecision>>;
 
 /// Keeps a run registered as executing while its task lives: dropped when the task
 /// ends, however it ends, so a run is never "executing" in a process that is not.
@@ -198,20 +206,37 @@ impl Context {
         self.lock().get(uid).map(|e| e.cancel.clone())
     }
 
+    /// Passes `run`'s decisions on to its execution here, if any and if they changed:
+    /// an approval decided while other branches of the run still execute is settled at
+    /// once instead of when the run parks.
+    fn offer_approvals(&self, uid: &str, run: &Run) {
+        if let Some(execution) = self.lock().get(uid) {
+            execution.approvals.send_if_modified(|seen| {
+                let changed = *seen != run.spec.approvals;
+                if changed {
+                    seen.clone_from(&run.spec.approvals);
+                }
+                changed
+            });
+        }
+    }
+
     /// Registers `run` as executing here, in the locked registry `executing`.
     fn register(
         self: &Arc<Self>,
         executing: &mut HashMap<String, Execution>,
         run: &Run,
         uid: &str,
-    ) -> (Registration, CancellationToken) {
+    ) -> (Registration, CancellationToken, Approvals) {
         let cancel = CancellationToken::new();
+        let (approvals, seen) = tokio::sync::watch::channel(run.spec.approvals.clone());
         let previous = executing.insert(
             uid.to_string(),
             Execution {
                 namespace: run.namespace().unwrap_or_default(),
                 workflow: run.spec.workflow_ref.clone(),
                 cancel: cancel.clone(),
+                approvals,
             },
         );
         if previous.is_none() {
@@ -221,7 +246,7 @@ impl Context {
             ctx: self.clone(),
             uid: uid.to_string(),
         };
-        (registration, cancel)
+        (registration, cancel, seen)
     }
 
     /// Admits `run` (ready to execute) under its workflow version's concurrency control,
@@ -230,10 +255,11 @@ impl Context {
     /// here holds its slot from this moment, before its `running` status is written.
     fn admit(self: &Arc<Self>, run: &Run, uid: &str) -> Admitted {
         let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| {
-            let (registration, cancel) = ctx.register(executing, run, uid);
+            let (registration, cancel, approvals) = ctx.register(executing, run, uid);
             Admitted::Start {
                 registration,
                 cancel,
+                approvals,
                 cancel_others,
             }
         };
@@ -390,6 +416,17 @@ async fn read_workflow(
     })
 }
 
+/// When to look at a parked run again (`wake`: its earliest wake time), at the latest
+/// after [`RESYNC_UNFINISHED`]. Looking costs no request: [`waiting::still_parked`]
+/// decides from the cached Run.
+fn requeue_parked(wake: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Action {
+    let until = wake.map_or(RESYNC_UNFINISHED, |t| {
+        Duration::from_millis((t.as_millisecond() - now.as_millisecond()).max(0) as u64)
+    });
+    // A few milliseconds late rather than early: the wake time is then due.
+    Action::requeue(until.min(RESYNC_UNFINISHED) + Duration::from_millis(5))
+}
+
 /// When to look at a run again without a watch event.
 fn requeue_for(run: &Run) -> Action {
     if run.phase().is_finished() {
@@ -414,6 +451,9 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         ctx.hand_over(run);
     }
     let token = ctx.token(&uid);
+    if token.is_some() {
+        ctx.offer_approvals(&uid, run);
+    }
     // A run that has to wait, judged from the cache alone: a queued run whose group is
     // still full costs no request (the periodic resync of every queued run); a new run
     // of a full group is recorded `queued` without reading the workflow or the run again
@@ -430,6 +470,15 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
             mark_queued(&ctx, run).await;
         }
         return Ok(next);
+    }
+    // A parked run (its steps wait for a time or a decision) with nothing due: no
+    // request, no write; looked at again when its earliest step is due (a decision or a
+    // cancel comes as a watch event).
+    let now = crate::clock::now_ms();
+    if token.is_none()
+        && let Some(wake) = waiting::still_parked(run, now)
+    {
+        return Ok(requeue_parked(wake, now));
     }
     // decide() needs the workflow only for a run that is neither finished nor
     // executing here: skip the round trip otherwise.
@@ -454,6 +503,11 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         };
         let executing = ctx.token(&uid).is_some();
         decision = decide_read(&fresh, &workflow, executing);
+        if decision == Decision::Execute
+            && let Some(wake) = waiting::still_parked(&fresh, now)
+        {
+            return Ok(requeue_parked(wake, now));
+        }
         run = fresh;
     }
     let workflow = match workflow {
@@ -491,6 +545,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
             Admitted::Start {
                 registration,
                 cancel,
+                approvals,
                 cancel_others,
             } => {
                 for name in cancel_others {
@@ -499,7 +554,16 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                 let engine = ctx.engine.clone();
                 let ctx = ctx.clone();
                 tokio::spawn(async move {
-                    let landed = runner::execute(engine.clone(), (*run).clone(), cancel).await;
+                    let landed =
+                        runner::execute(engine.clone(), (*run).clone(), cancel, approvals).await;
+                    if landed.as_ref().is_some_and(|s| !s.phase.is_finished()) {
+                        // Parked: it keeps its slot (it is `running`), holds no task, and
+                        // is looked at again at once (a decision may have arrived while it
+                        // executed), then when a step is due.
+                        drop(registration);
+                        ctx.queue.wake(&run);
+                        return;
+                    }
                     if landed.is_some() {
                         ctx.note_ended(&uid);
                     }

@@ -14,8 +14,8 @@ pub use common::{
     Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
 };
 pub use run::{
-    EventDetail, IterationRecord, ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger,
-    StepPhase, StepRecord, WorkflowSnapshot,
+    ApprovalDecision, EventDetail, IterationRecord, ReusedStep, Run, RunPhase, RunSpec, RunStatus,
+    RunTrigger, StepPhase, StepRecord, Verdict, WorkflowSnapshot,
 };
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,

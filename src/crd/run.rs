@@ -34,6 +34,7 @@ use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
     validation = Rule::new("has(self.spec.idempotencyKey) == has(oldSelf.spec.idempotencyKey) && (!has(self.spec.idempotencyKey) || self.spec.idempotencyKey == oldSelf.spec.idempotencyKey)").message("spec.idempotencyKey is immutable: it names the request that created the run"),
     printcolumn(name = "Idempotency-Key", type_ = "string", json_path = ".spec.idempotencyKey", priority = 1),
     printcolumn(name = "Retry-Of", type_ = "string", json_path = ".spec.retryOf", priority = 1),
+    printcolumn(name = "Waiting-For", type_ = "string", json_path = ".status.steps[?(@.status==\"waiting\")].stepId", priority = 1),
 )]
 #[derive(Default)]
 #[serde(rename_all = "camelCase")]
@@ -81,6 +82,42 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub reused_steps: Vec<ReusedStep>,
+    /// Decisions on `approval` steps: appended by `POST /v1/runs/{id}/steps/{step}/approve`
+    /// (or `/reject`), or by hand (`kubectl patch run … --type=json`). The first entry for
+    /// a step that waits decides it; later ones for the same step are ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub approvals: Vec<ApprovalDecision>,
+}
+
+/// A decision on an `approval` step.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalDecision {
+    /// The id of the approval step.
+    #[schemars(length(min = 1, max = 63))]
+    pub step_id: String,
+    /// `approve` or `reject`.
+    pub decision: Verdict,
+    /// Why (at most 1000 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub comment: Option<String>,
+    /// Who decided: the API key id for the API, as given for kubectl.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub by: Option<String>,
+    /// When the decision was made (the API sets it; unset: when the engine reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Timestamp>,
+}
+
+/// What an approver decided.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Approve,
+    Reject,
 }
 
 /// A step result a retry keeps from the run it retries.
@@ -310,6 +347,8 @@ pub enum StepPhase {
     Failed,
     Skipped,
     Cancelled,
+    /// A `wait` or `approval` step waiting for its time or a decision.
+    Waiting,
 }
 
 /// Observed state of a run, written by the run controller only.
@@ -357,6 +396,11 @@ pub struct RunStatus {
     /// Events recorded but not yet delivered to every matching webhook.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_events: Vec<PendingEvent>,
+    /// True while the run is parked: every step that can make progress is `waiting`
+    /// (a `wait` or an `approval`), and no process executes it until a step's time
+    /// comes, a decision arrives or the run is cancelled.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parked: bool,
 }
 
 /// Execution record of one step.
@@ -370,12 +414,16 @@ pub struct StepRecord {
     /// The step's action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<Action>,
-    /// `pending`, `running`, `succeeded`, `failed`, `skipped` or `cancelled`.
+    /// `pending`, `running`, `waiting`, `succeeded`, `failed`, `skipped` or `cancelled`.
     #[serde(default)]
     pub status: StepPhase,
     /// Attempts made so far.
     #[serde(default)]
     pub attempts: u32,
+    /// A waiting step: when its `wait` ends, or when its `approval` times out (unset: an
+    /// approval without a timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<Timestamp>,
     /// How often an attempt was cut short because the process executing it stopped (a
     /// crash, a rollout, a lost lease) and was executed again; not an attempt of its own.
     #[serde(default, skip_serializing_if = "is_zero")]

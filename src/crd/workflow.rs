@@ -332,6 +332,16 @@ pub enum Action {
     /// Runs a container image as a Job; output is the JSON it writes to /dev/termination-log.
     #[serde(rename = "container")]
     Container,
+    /// Waits until `ms` milliseconds after the step started, or until the time `until`
+    /// (RFC 3339, may be a template); output `waited_until`. Engine-internal: no Job, no
+    /// task while it waits.
+    #[serde(rename = "wait")]
+    Wait,
+    /// Waits for a decision (`POST /v1/runs/{id}/steps/{step}/approve` or `/reject`, or
+    /// an entry of the Run's `spec.approvals`), at most `timeout_ms` when set.
+    /// Engine-internal, like `wait`.
+    #[serde(rename = "approval")]
+    Approval,
 }
 
 impl Action {
@@ -342,7 +352,15 @@ impl Action {
             Action::Delay => "delay",
             Action::Fail => "fail",
             Action::Container => "container",
+            Action::Wait => "wait",
+            Action::Approval => "approval",
         }
+    }
+
+    /// `wait` and `approval`: executed by the engine itself, never in a Job, and
+    /// without a task while they wait (the run is parked).
+    pub fn is_waiting_kind(self) -> bool {
+        matches!(self, Action::Wait | Action::Approval)
     }
 }
 

@@ -202,6 +202,8 @@ pub enum State {
     Failed,
     /// Stopped by a cancel, the run timeout, or a failure elsewhere.
     Cancelled,
+    /// A `wait` or `approval` step waiting for its time or a decision, without a task.
+    Parked,
 }
 
 /// How the run ends, once nothing runs any more.
@@ -215,6 +217,9 @@ pub enum Outcome {
     Stopped,
     /// These steps can never start (cannot happen with a checked graph).
     Stuck(Vec<usize>),
+    /// Nothing runs and nothing can start, but steps are parked (waiting for a time or
+    /// a decision): the run is parked until one of them is due.
+    Parked,
 }
 
 /// What to do now.
@@ -269,7 +274,9 @@ pub fn decide(graph: &Graph, states: &[State], parallelism: usize, stopping: boo
         let waiting: Vec<usize> = (0..states.len())
             .filter(|&i| states[i] == State::Waiting)
             .collect();
-        if waiting.is_empty() {
+        if states.contains(&State::Parked) {
+            Outcome::Parked
+        } else if waiting.is_empty() {
             Outcome::Succeeded
         } else {
             Outcome::Stuck(waiting)
@@ -417,6 +424,29 @@ mod tests {
         // A run resumed past its deadline starts nothing.
         assert_eq!(
             decide(&g, &[Waiting; 4], 10, true).outcome,
+            Some(Outcome::Stopped)
+        );
+    }
+
+    #[test]
+    fn parked_steps_park_the_run_once_nothing_else_can_progress() {
+        use State::Parked;
+        let g = Graph::of(&diamond()).unwrap();
+        // b waits for an approval, c still runs: keep going.
+        let d = decide(&g, &[Done, Parked, Running, Waiting], 10, false);
+        assert_eq!(d.outcome, None);
+        // c done, d needs b: park.
+        assert_eq!(
+            decide(&g, &[Done, Parked, Done, Waiting], 10, false).outcome,
+            Some(Outcome::Parked)
+        );
+        // A failure or a stop outranks parking.
+        assert_eq!(
+            decide(&g, &[Done, Parked, Failed, Waiting], 10, false).outcome,
+            Some(Outcome::Failed)
+        );
+        assert_eq!(
+            decide(&g, &[Done, Parked, Done, Waiting], 10, true).outcome,
             Some(Outcome::Stopped)
         );
     }

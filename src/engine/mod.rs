@@ -20,4 +20,5 @@ pub mod secrets;
 pub mod spec_check;
 pub mod status_writer;
 pub mod template;
+pub mod waiting;
 pub mod write_failure;

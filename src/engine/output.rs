@@ -390,6 +390,7 @@ mod tests {
             output_truncated: false,
             error: rng.random_bool(0.3).then(|| random_text(rng, 700_000)),
             next_attempt_at: Some(now),
+            wake_at: Some(now),
             reused: rng.random_bool(0.5),
             items: Some(100),
             iterations: (0..rng.random_range(0..=crate::crd::MAX_ITERATION_RECORDS as u32))

@@ -24,6 +24,22 @@ fn succeeded(status: &RunStatus) -> (ConditionStatus, &'static str, String) {
             "Queued",
             "waiting for a slot of its workflow's concurrency limit".into(),
         ),
+        RunPhase::Running if status.parked => {
+            let waiting: Vec<&str> = status
+                .steps
+                .iter()
+                .filter(|s| s.status == crate::crd::StepPhase::Waiting)
+                .map(|s| s.step_id.as_str())
+                .collect();
+            (
+                ConditionStatus::Unknown,
+                "Waiting",
+                crate::limits::cap_to(
+                    format!("waiting for a time or a decision: {}", waiting.join(", ")),
+                    MAX_MESSAGE_BYTES,
+                ),
+            )
+        }
         RunPhase::Running => (ConditionStatus::Unknown, "Running", String::new()),
         RunPhase::Succeeded => (ConditionStatus::True, "Succeeded", String::new()),
         RunPhase::Failed => (ConditionStatus::False, "Failed", error()),
@@ -63,6 +79,20 @@ mod tests {
             error: error.map(String::from),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_parked_run_is_waiting() {
+        let mut status = with_phase(RunPhase::Running, None);
+        status.parked = true;
+        status.steps = vec![crate::crd::StepRecord {
+            step_id: "ok".into(),
+            status: crate::crd::StepPhase::Waiting,
+            ..Default::default()
+        }];
+        let (s, reason, message) = succeeded(&status);
+        assert_eq!((s, reason), (ConditionStatus::Unknown, "Waiting"));
+        assert!(message.ends_with(": ok"), "{message}");
     }
 
     #[test]

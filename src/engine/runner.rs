@@ -10,7 +10,7 @@ use futures::stream::FuturesUnordered;
 use jiff::Timestamp;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -22,8 +22,8 @@ use super::status_writer::StatusWriter;
 use super::{expr, job, retry, secrets, template};
 use crate::clock::now_ms;
 use crate::crd::{
-    Action, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM, EventKind, Executor,
-    IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS,
+    Action, ApprovalDecision, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM, EventKind,
+    Executor, IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS,
     MAX_PARALLELISM, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, WorkflowSnapshot,
 };
 use crate::telemetry::engine_metrics::{ActionLabel, StatusLabel};
@@ -57,6 +57,8 @@ pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
     let admitted =
         status.phase == RunPhase::Queued || (run.status.is_none() && wf.concurrency.is_some());
     status.phase = RunPhase::Running;
+    // Executing again: no longer parked (a parked run's execution writes it again).
+    status.parked = false;
     status
         .started_at
         .get_or_insert_with(|| if admitted { now_ms() } else { run.started_at() });
@@ -74,7 +76,14 @@ pub fn finish(status: &mut RunStatus, phase: RunPhase, error: Option<String>, as
                 step.finished_at = Some(at);
             }
         }
+        // A step still waiting for its time or a decision never gets it.
+        if step.status == StepPhase::Waiting {
+            step.status = StepPhase::Cancelled;
+            step.wake_at = None;
+            step.finished_at = Some(at);
+        }
     }
+    status.parked = false;
     status.phase = phase;
     status.error = error;
     status.finished_at = Some(at);
@@ -112,6 +121,8 @@ fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, visible: &[bool
 #[derive(Debug)]
 enum StepOutcome {
     Done,
+    /// A `wait` or `approval` step that waits: it holds no task.
+    Parked,
     Failed(String),
     Cancelled,
 }
@@ -121,6 +132,9 @@ enum StepOutcome {
 struct Shared {
     engine: Engine,
     run: Arc<Run>,
+    /// The run's `spec.approvals` as last seen: from the Run, then as the controller
+    /// passes on the changes its watch sees while the run executes.
+    approvals: Arc<Vec<ApprovalDecision>>,
     wf: Arc<WorkflowSnapshot>,
     namespace: String,
 }
@@ -142,16 +156,24 @@ enum Ending {
     Failed(String),
     /// A cancel or the run timeout.
     Stopped,
+    /// Every step that can make progress waits (`wait`, `approval`): the run is parked.
+    Parked,
 }
 
 /// Executes the remaining steps of `run` as its pinned workflow version
 /// (`spec.workflow`) defines them, then writes its final status. Returns that status
 /// once it has landed (None: the run is gone or another execution owns it); the
-/// caller frees the run's concurrency slot, then [`report`]s it. The run controller
-/// executes only pinned runs.
-pub async fn execute(engine: Engine, run: Run, cancel: CancellationToken) -> Option<RunStatus> {
+/// caller frees the run's concurrency slot, then [`report`]s it. A parked run's status
+/// (phase `running`, `parked: true`) is returned too: it keeps its slot, and is neither
+/// finished nor reported. The run controller executes only pinned runs.
+pub async fn execute(
+    engine: Engine,
+    run: Run,
+    cancel: CancellationToken,
+    approvals: watch::Receiver<Vec<ApprovalDecision>>,
+) -> Option<RunStatus> {
     let span = run_span(&run);
-    let landed = execute_steps(engine, run, cancel)
+    let landed = execute_steps(engine, run, cancel, approvals)
         .instrument(span.clone())
         .await;
     if let Some(status) = &landed {
@@ -201,7 +223,12 @@ fn attempt_span(step: &Step, attempt: u32, in_job: bool) -> tracing::Span {
     )
 }
 
-async fn execute_steps(engine: Engine, run: Run, cancel: CancellationToken) -> Option<RunStatus> {
+async fn execute_steps(
+    engine: Engine,
+    run: Run,
+    cancel: CancellationToken,
+    mut approvals: watch::Receiver<Vec<ApprovalDecision>>,
+) -> Option<RunStatus> {
     let Some(wf) = run.spec.workflow.clone() else {
         tracing::error!(run = %run.name_any(), "not executed: the run is not pinned to a workflow version");
         return None;
@@ -226,18 +253,28 @@ async fn execute_steps(engine: Engine, run: Run, cancel: CancellationToken) -> O
         wf.timeout_ms,
         now_ms(),
     );
-    if let Some(left) = left {
-        tokio::spawn(stop_at_deadline(left, stop.clone(), timed_out.clone()));
+    match left {
+        // Resumed past its deadline (a parked run woken by it): stopped before anything
+        // starts, so it can never park again.
+        Some(left) if left.is_zero() => {
+            timed_out.cancel();
+            stop.cancel();
+        }
+        Some(left) => {
+            tokio::spawn(stop_at_deadline(left, stop.clone(), timed_out.clone()));
+        }
+        None => {}
     }
 
     let shared = Shared {
         engine,
+        approvals: Arc::new(run.spec.approvals.clone()),
         run: Arc::new(run),
         wf: Arc::new(wf),
         namespace,
     };
     let ending = match Graph::of(&shared.wf.steps) {
-        Ok(graph) => schedule(&shared, &graph, &mut status, &writer, &stop).await,
+        Ok(graph) => schedule(&shared, &graph, &mut status, &writer, &stop, &mut approvals).await,
         // Needs that name unknown steps or form a cycle (a Run written with kubectl):
         // no step can be ordered, none runs.
         Err(error) => Ending::Failed(error),
@@ -245,6 +282,16 @@ async fn execute_steps(engine: Engine, run: Run, cancel: CancellationToken) -> O
     let (run, wf) = (&*shared.run, &*shared.wf);
     // Ends the deadline task of a run that finished in time.
     stop.cancel();
+    if let Ending::Parked = ending {
+        status.parked = true;
+        output::enforce_run_budget(&mut status.steps);
+        if !writer.finish(&status).await {
+            tracing::info!(run = %run.name_any(), "execution stopped: the run is gone or executed elsewhere");
+            return None;
+        }
+        tracing::info!(run = %run.name_any(), "run parked: its steps wait for a time or a decision");
+        return Some(status);
+    }
     match ending {
         // Stopped by its timeout, not by a user: the run failed.
         Ending::Stopped if timed_out.is_cancelled() => finish(
@@ -263,6 +310,7 @@ async fn execute_steps(engine: Engine, run: Run, cancel: CancellationToken) -> O
             StepPhase::Pending,
         ),
         Ending::Succeeded => finish(&mut status, RunPhase::Succeeded, None, StepPhase::Pending),
+        Ending::Parked => unreachable!("handled above"),
     }
     if let Some(kind) = super::events::final_kind(status.phase) {
         super::events::record(&mut status, kind, run, &wf.name);
@@ -283,8 +331,11 @@ async fn schedule(
     status: &mut RunStatus,
     writer: &StatusWriter,
     stop: &CancellationToken,
+    approvals: &mut watch::Receiver<Vec<ApprovalDecision>>,
 ) -> Ending {
-    let steps = &shared.wf.steps;
+    let mut shared = shared.clone();
+    let steps = &shared.wf.steps.clone();
+    let mut approvals_open = true;
     // Finished before a restart (or kept from the run this one retries): not run again.
     // A step without a record (a status written by hand) is not run, as before graphs.
     let mut states: Vec<State> = (0..steps.len())
@@ -337,6 +388,7 @@ async fn schedule(
             None => {}
             Some(Outcome::Succeeded) => return Ending::Succeeded,
             Some(Outcome::Stopped) => return Ending::Stopped,
+            Some(Outcome::Parked) => return Ending::Parked,
             Some(Outcome::Failed) => {
                 return Ending::Failed(failure.unwrap_or_else(|| "a step failed".into()));
             }
@@ -348,6 +400,7 @@ async fn schedule(
                 ));
             }
         }
+        let next_wake = earliest_wake(&states, status);
         tokio::select! {
             Some(report) = rx.recv() => {
                 match report {
@@ -365,6 +418,7 @@ async fn schedule(
                                 State::Failed
                             }
                             StepOutcome::Cancelled => State::Cancelled,
+                            StepOutcome::Parked => State::Parked,
                         };
                     }
                 }
@@ -388,7 +442,54 @@ async fn schedule(
                 }
             }
             _ = stop.cancelled(), if !stop_seen => stop_seen = true,
+            // A decision arrives while other steps still run: settle its approval here.
+            changed = approvals.changed(), if approvals_open => {
+                if changed.is_err() {
+                    approvals_open = false;
+                    continue;
+                }
+                let latest = approvals.borrow_and_update().clone();
+                for (i, state) in states.iter_mut().enumerate() {
+                    if *state == State::Parked
+                        && super::waiting::decision_for(&latest, &steps[i].id).is_some()
+                    {
+                        *state = State::Waiting;
+                    }
+                }
+                shared.approvals = Arc::new(latest);
+            }
+            // A parked step's time comes while other steps still run: resume it here.
+            _ = sleep_until(next_wake), if next_wake.is_some() => {
+                let now = now_ms();
+                for (i, state) in states.iter_mut().enumerate() {
+                    if *state == State::Parked
+                        && status.steps[i].wake_at.is_some_and(|t| t <= now)
+                    {
+                        *state = State::Waiting;
+                    }
+                }
+            }
         }
+    }
+}
+
+/// The earliest wake time of the parked steps (only while others still run: once
+/// nothing runs, the run parks and the controller wakes it).
+fn earliest_wake(states: &[State], status: &RunStatus) -> Option<Timestamp> {
+    if !states.contains(&State::Running) {
+        return None;
+    }
+    states
+        .iter()
+        .zip(&status.steps)
+        .filter(|(s, _)| **s == State::Parked)
+        .filter_map(|(_, r)| r.wake_at)
+        .min()
+}
+
+async fn sleep_until(at: Option<Timestamp>) {
+    if let Some(at) = at {
+        tokio::time::sleep(Duration::from_millis(millis_between(now_ms(), at))).await;
     }
 }
 
@@ -489,6 +590,11 @@ async fn run_step(
     let update = |record: &StepRecord| {
         let _ = tx.send(Report::Record(index, record.clone()));
     };
+    // Waiting for its time or a decision (since an earlier execution): what is it now?
+    // Its `when` was evaluated when it started waiting.
+    if record.status == StepPhase::Waiting {
+        return settle_waiting(shared, step, record);
+    }
     // Cancelled by a failure elsewhere just before a crash: the attempt it had in
     // flight was interrupted, not the user's failure.
     if record.status == StepPhase::Cancelled && record.attempts > 0 {
@@ -527,6 +633,9 @@ async fn run_step(
             }
         }
     }
+    if step.action.is_waiting_kind() {
+        return start_waiting(shared, step, record, ctx, redactor);
+    }
     let attempt = Attempts {
         shared,
         step,
@@ -552,6 +661,63 @@ async fn run_step(
         }
         Err(Stop::Failed(reason)) => fail_record(record, step, reason),
         Err(Stop::Cancelled) => cancel_record(record),
+    }
+}
+
+/// A `wait` or `approval` step starts waiting: its inputs rendered, its wake time
+/// recorded (so a restart never moves it), then settled at once (a wait of 0 ms, a
+/// decision already listed). Never a Job, never an attempt of the retry policy.
+fn start_waiting(
+    shared: &Shared,
+    step: &Step,
+    record: &mut StepRecord,
+    ctx: &Value,
+    redactor: &Redactor,
+) -> StepOutcome {
+    if step.for_each.is_some() {
+        let reason = format!("forEach is not supported on {} steps", step.action.as_str());
+        return fail_record(record, step, reason);
+    }
+    let no_inputs = json!({});
+    let with = match template::render(step.with.as_ref().unwrap_or(&no_inputs), ctx) {
+        Ok(with) => with,
+        Err(e) => return fail_record(record, step, redactor.text(&e.to_string())),
+    };
+    let now = now_ms();
+    match super::waiting::wake_at(step.action, &with, now) {
+        Ok(wake) => {
+            record.status = StepPhase::Waiting;
+            record.attempts = 1;
+            record.started_at = Some(now);
+            record.wake_at = wake;
+            record.error = None;
+            record.next_attempt_at = None;
+            settle_waiting(shared, step, record)
+        }
+        Err(reason) => fail_record(record, step, redactor.text(&reason)),
+    }
+}
+
+/// What a waiting step is now ([`super::waiting::resume`]), applied to its record.
+fn settle_waiting(shared: &Shared, step: &Step, record: &mut StepRecord) -> StepOutcome {
+    use super::waiting::Resumed;
+    match super::waiting::resume(step, record, &shared.approvals, now_ms()) {
+        Resumed::Waiting(_) => StepOutcome::Parked,
+        Resumed::Succeeded(out) => {
+            let (stored, truncated) = output::cap(out);
+            let at = now_ms();
+            record.status = StepPhase::Succeeded;
+            record.output = Some(stored);
+            record.output_truncated = truncated;
+            record.wake_at = None;
+            record.finished_at = Some(at);
+            record.duration_ms = record.started_at.map(|s| millis_between(s, at));
+            StepOutcome::Done
+        }
+        Resumed::Failed(reason) => {
+            record.wake_at = None;
+            fail_record(record, step, reason)
+        }
     }
 }
 
@@ -788,7 +954,9 @@ async fn for_each(
             Some(Outcome::Failed) => {
                 return Err(Stop::Failed(failure.unwrap_or_default()));
             }
-            Some(Outcome::Stopped | Outcome::Stuck(_)) => return Err(Stop::Cancelled),
+            Some(Outcome::Stopped | Outcome::Stuck(_) | Outcome::Parked) => {
+                return Err(Stop::Cancelled);
+            }
         }
         tokio::select! {
             Some((index, progress)) = rx.recv() => {

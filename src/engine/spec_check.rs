@@ -109,6 +109,16 @@ pub fn steps(steps: &[Step]) -> Vec<Problem> {
                 }
             }
         }
+        if step.for_each.is_some() && step.action.is_waiting_kind() {
+            problems.push(Problem {
+                path: format!("{at}.for_each"),
+                message: format!(
+                    "is not supported on {} steps (one decision or time per step); put the \
+                     {0} before or after the forEach step",
+                    step.action.as_str()
+                ),
+            });
+        }
         if step.for_each_concurrency.is_some() && step.for_each.is_none() {
             problems.push(Problem {
                 path: format!("{at}.for_each_concurrency"),
@@ -464,6 +474,16 @@ mod tests {
                 "steps[4].with.value",
             ]
         );
+    }
+
+    #[test]
+    fn wait_and_approval_steps_cannot_fan_out() {
+        let steps = json!([
+            {"id": "ok", "action": "approval", "forEach": "{{ trigger.payload.xs }}"},
+            {"id": "nap", "action": "wait", "forEach": "{{ trigger.payload.xs }}", "with": {"ms": 1}},
+            {"id": "fine", "action": "approval", "with": {"timeout_ms": 1000}},
+        ]);
+        assert_eq!(paths(steps), ["steps[0].for_each", "steps[1].for_each"]);
     }
 
     #[test]

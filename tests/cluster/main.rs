@@ -3,6 +3,7 @@
 //! the harness's own tools, which need no cluster, are not ignored.)
 
 mod api;
+mod approvals;
 mod chaos;
 mod cli;
 mod console;
