@@ -242,7 +242,9 @@ async fn part_e(client: &Client, ns: &str, runs: &Api<Run>) {
         v[v.len() / 2]
     };
     let (w, n) = (median(&mut wide_s), median(&mut narrow_s));
-    println!("(e) 99 parallel 10 ms steps (parallelism 100) vs one, after a no-op root, median of 5");
+    println!(
+        "(e) 99 parallel 10 ms steps (parallelism 100) vs one, after a no-op root, median of 5"
+    );
     println!(
         "    wide: {w:.3} s; one step: {n:.3} s; ratio {:.2}x (goal: within 3x)",
         w / n

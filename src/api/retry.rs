@@ -16,7 +16,7 @@ use super::auth::{Principal, Scope};
 use super::error::{ApiError, ApiResult, write_error};
 use super::input::{self, RetryFrom};
 use super::json::OptionalJson;
-use super::runs::{answer, check_spec_size, create, find};
+use super::runs::{answer, check_spec_size, create};
 use super::state::ApiState;
 use super::workflows::find as find_workflow;
 use crate::clock::now_ms;
@@ -49,8 +49,12 @@ async fn retry(
 ) -> ApiResult<Response> {
     who.require(Scope::Execute)?;
     let from = input::retry_request(body)?;
-    let cached = find(&state, &who.namespace, &id)?;
-    let phase = cached.phase();
+    // Judged on the run as the API server has it, as `GET /v1/runs/{id}` shows it: a
+    // run just seen finished there may still be `running` in the watch cache. The cache
+    // keeps only a summary anyway; the version the retry executes and the outputs it
+    // keeps come whole from here.
+    let original = super::runs::read_whole(&state, &who.namespace, &id).await?;
+    let phase = original.phase();
     // Listed, not `is_finished()`: a phase added later is not retryable unless it says so.
     if !matches!(
         phase,
@@ -58,13 +62,10 @@ async fn retry(
     ) {
         return Err(ApiError::RunNotFinished(phase.as_str()));
     }
-    let wf = find_workflow(&state, &who.namespace, &cached.spec.workflow_ref)?;
+    let wf = find_workflow(&state, &who.namespace, &original.spec.workflow_ref)?;
     if wf.spec.state == WorkflowState::Paused {
         return Err(ApiError::WorkflowPaused);
     }
-    // The cache keeps only a summary of a run; the workflow version the retry executes
-    // and the outputs it keeps come whole from the API server.
-    let original = super::runs::read_whole(&state, &who.namespace, &id).await?;
     let run = retry_of(&original, &wf, from, &new_id("run"), now_ms());
     let advice = if run.spec.reused_steps.is_empty() {
         "the run it retries is too large to retry"
