@@ -372,7 +372,8 @@ async fn runs_are_started_listed_read_and_cancelled() {
         .unwrap();
     eventually(
         "the finished run to show",
-        Duration::from_secs(5),
+        // A watch event on a loaded machine; returns as soon as it shows.
+        Duration::from_secs(30),
         || async {
             let list: Value = api
                 .get(key, &format!("{wf_path}/runs?status=succeeded"))
