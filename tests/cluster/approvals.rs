@@ -53,6 +53,55 @@ async fn operator(api: &TestApi) -> Process {
     op
 }
 
+/// A run of an approval-then-echo workflow (`timeout_ms` on the approval), parked on
+/// its approval while one operator ran, then that operator killed and another
+/// started: every decision below reaches an operator that never saw the run execute.
+struct ParkedAcrossRestart {
+    api: TestApi,
+    key: String,
+    run: String,
+    waiting: Run,
+    _operator: Process,
+}
+
+async fn parked_across_restart(test: &str, timeout_ms: Option<u64>) -> ParkedAcrossRestart {
+    let api = TestApi::start(test).await;
+    let key = api.admin_key.clone();
+    let wf = workflow(&api, test, approval_then_echo(timeout_ms)).await;
+    let first = operator(&api).await;
+    let run = api.start_run(&key, &wf, None).await;
+    let waiting = parked(&api, &run, "ok").await;
+    let operator = restart(&api, first).await;
+    ParkedAcrossRestart {
+        api,
+        key,
+        run,
+        waiting,
+        _operator: operator,
+    }
+}
+
+/// Decides step `ok` of `p`'s run (`verdict`: approve or reject) with `comment`; the
+/// API must accept it.
+async fn decide(p: &ParkedAcrossRestart, verdict: &str, comment: &str) -> Value {
+    let res = p
+        .api
+        .send(
+            "POST",
+            &p.key,
+            &decision_path(&p.run, "ok", verdict),
+            Some(json!({ "comment": comment })),
+        )
+        .await;
+    assert_eq!(
+        res.status(),
+        200,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
+    res.json().await.unwrap()
+}
+
 fn approval_then_echo(timeout_ms: Option<u64>) -> Value {
     let with = match timeout_ms {
         Some(ms) => json!({ "timeout_ms": ms }),
@@ -68,32 +117,12 @@ fn approval_then_echo(timeout_ms: Option<u64>) -> Value {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn an_approval_approved_after_an_operator_restart_lets_the_run_go_on() {
-    let api = TestApi::start("appr-yes").await;
-    let key = api.admin_key.clone();
-    let wf = workflow(&api, "Approve me", approval_then_echo(None)).await;
-    let first = operator(&api).await;
-    let run = api.start_run(&key, &wf, None).await;
-    parked(&api, &run, "ok").await;
-    let _second = restart(&api, first).await;
-
-    let res = api
-        .send(
-            "POST",
-            &key,
-            &decision_path(&run, "ok", "approve"),
-            Some(json!({"comment": "ship it"})),
-        )
-        .await;
-    assert_eq!(
-        res.status(),
-        200,
-        "{}",
-        res.text().await.unwrap_or_default()
-    );
-    let view: Value = res.json().await.unwrap();
+    let p = parked_across_restart("appr-yes", None).await;
+    let (api, key, run) = (&p.api, &p.key, &p.run);
+    let view = decide(&p, "approve", "ship it").await;
     assert_eq!(view["id"], run.as_str(), "{view}");
 
-    let view = api.finished_view(&key, &run, FINISH).await;
+    let view = api.finished_view(key, run, FINISH).await;
     assert_eq!(view["status"], "succeeded", "{view}");
     let ok = &view["steps"][0];
     assert_eq!(ok["status"], "succeeded", "{view}");
@@ -108,7 +137,7 @@ async fn an_approval_approved_after_an_operator_restart_lets_the_run_go_on() {
     );
     // Decided once: a second decision is refused.
     let again = api
-        .send("POST", &key, &decision_path(&run, "ok", "reject"), None)
+        .send("POST", key, &decision_path(run, "ok", "reject"), None)
         .await;
     assert_error(again, 409, "step_not_waiting").await;
 }
@@ -116,29 +145,9 @@ async fn an_approval_approved_after_an_operator_restart_lets_the_run_go_on() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn an_approval_rejected_after_an_operator_restart_fails_the_run() {
-    let api = TestApi::start("appr-no").await;
-    let key = api.admin_key.clone();
-    let wf = workflow(&api, "Reject me", approval_then_echo(None)).await;
-    let first = operator(&api).await;
-    let run = api.start_run(&key, &wf, None).await;
-    parked(&api, &run, "ok").await;
-    let _second = restart(&api, first).await;
-
-    let res = api
-        .send(
-            "POST",
-            &key,
-            &decision_path(&run, "ok", "reject"),
-            Some(json!({"comment": "not on a Friday"})),
-        )
-        .await;
-    assert_eq!(
-        res.status(),
-        200,
-        "{}",
-        res.text().await.unwrap_or_default()
-    );
-    let view = api.finished_view(&key, &run, FINISH).await;
+    let p = parked_across_restart("appr-no", None).await;
+    decide(&p, "reject", "not on a Friday").await;
+    let view = p.api.finished_view(&p.key, &p.run, FINISH).await;
     assert_eq!(view["status"], "failed", "{view}");
     let error = view["error"].as_str().unwrap_or_default();
     assert!(
@@ -154,19 +163,14 @@ async fn an_approval_rejected_after_an_operator_restart_fails_the_run() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn an_approval_times_out_across_an_operator_restart() {
-    let api = TestApi::start("appr-late").await;
-    let key = api.admin_key.clone();
-    let wf = workflow(&api, "Nobody decides", approval_then_echo(Some(3000))).await;
-    let first = operator(&api).await;
-    let run = api.start_run(&key, &wf, None).await;
-    let waiting = parked(&api, &run, "ok").await;
+    let p = parked_across_restart("appr-late", Some(3000)).await;
     assert!(
-        waiting.status.unwrap().steps[0].wake_at.is_some(),
+        p.waiting.status.as_ref().unwrap().steps[0]
+            .wake_at
+            .is_some(),
         "its timeout is recorded"
     );
-    let _second = restart(&api, first).await;
-
-    let view = api.finished_view(&key, &run, FINISH).await;
+    let view = p.api.finished_view(&p.key, &p.run, FINISH).await;
     assert_eq!(view["status"], "failed", "{view}");
     assert_eq!(
         view["error"], "step ok (approval) failed: approval timed out after 3000 ms",
