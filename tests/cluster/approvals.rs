@@ -84,14 +84,27 @@ async fn parked_across_restart(test: &str, timeout_ms: Option<u64>) -> ParkedAcr
 /// Decides step `ok` of `p`'s run (`verdict`: approve or reject) with `comment`; the
 /// API must accept it.
 async fn decide(p: &ParkedAcrossRestart, verdict: &str, comment: &str) -> Value {
-    let res = p
-        .api
-        .send(
-            "POST",
-            &p.key,
-            &decision_path(&p.run, "ok", verdict),
-            Some(json!({ "comment": comment })),
-        )
+    decided(
+        &p.api,
+        &p.key,
+        &p.run,
+        verdict,
+        Some(json!({ "comment": comment })),
+    )
+    .await
+}
+
+/// Approves step `ok` of `run` and waits until the run has succeeded.
+async fn approved_to_the_end(api: &TestApi, key: &str, run: &str) {
+    decided(api, key, run, "approve", None).await;
+    let view = api.finished_view(key, run, FINISH).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+}
+
+/// Sends a decision on step `ok` of `run`; the API must accept it. Returns the run.
+async fn decided(api: &TestApi, key: &str, run: &str, verdict: &str, body: Option<Value>) -> Value {
+    let res = api
+        .send("POST", key, &decision_path(run, "ok", verdict), body)
         .await;
     assert_eq!(
         res.status(),
@@ -413,17 +426,7 @@ async fn a_waiting_run_is_not_written_while_it_waits() {
         "the parked run was written while it waited: {watched:?}"
     );
     // Still decidable afterwards.
-    let res = api
-        .send("POST", &key, &decision_path(&run, "ok", "approve"), None)
-        .await;
-    assert_eq!(
-        res.status(),
-        200,
-        "{}",
-        res.text().await.unwrap_or_default()
-    );
-    let view = api.finished_view(&key, &run, FINISH).await;
-    assert_eq!(view["status"], "succeeded", "{view}");
+    approved_to_the_end(&api, &key, &run).await;
 }
 
 /// In a graph, the other branches run on while a step waits: a `wait` whose time comes
@@ -458,17 +461,7 @@ async fn other_branches_run_on_while_a_step_waits() {
         "the wait ended while the slow branch ran: {steps:?}"
     );
     assert_eq!(steps[4].status, StepPhase::Pending);
-    let res = api
-        .send("POST", &key, &decision_path(&run, "ok", "approve"), None)
-        .await;
-    assert_eq!(
-        res.status(),
-        200,
-        "{}",
-        res.text().await.unwrap_or_default()
-    );
-    let view = api.finished_view(&key, &run, FINISH).await;
-    assert_eq!(view["status"], "succeeded", "{view}");
+    approved_to_the_end(&api, &key, &run).await;
 }
 
 /// `forEach` over an approval is refused where the workflow is written (the API: 400
