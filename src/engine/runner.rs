@@ -649,14 +649,7 @@ async fn run_step(
     };
     match result {
         Ok(out) => {
-            let (stored, truncated) = output::cap(out);
-            let at = now_ms();
-            record.status = StepPhase::Succeeded;
-            record.output = Some(stored);
-            record.output_truncated = truncated;
-            record.error = None;
-            record.finished_at = Some(at);
-            record.duration_ms = record.started_at.map(|s| millis_between(s, at));
+            succeed(record, out);
             StepOutcome::Done
         }
         Err(Stop::Failed(reason)) => fail_record(record, step, reason),
@@ -698,20 +691,26 @@ fn start_waiting(
     }
 }
 
+/// Records that the step succeeded now with `out` (capped as every stored output).
+fn succeed(record: &mut StepRecord, out: Value) {
+    let (stored, truncated) = output::cap(out);
+    let at = now_ms();
+    record.status = StepPhase::Succeeded;
+    record.output = Some(stored);
+    record.output_truncated = truncated;
+    record.error = None;
+    record.wake_at = None;
+    record.finished_at = Some(at);
+    record.duration_ms = record.started_at.map(|s| millis_between(s, at));
+}
+
 /// What a waiting step is now ([`super::waiting::resume`]), applied to its record.
 fn settle_waiting(shared: &Shared, step: &Step, record: &mut StepRecord) -> StepOutcome {
     use super::waiting::Resumed;
     match super::waiting::resume(step, record, &shared.approvals, now_ms()) {
         Resumed::Waiting(_) => StepOutcome::Parked,
         Resumed::Succeeded(out) => {
-            let (stored, truncated) = output::cap(out);
-            let at = now_ms();
-            record.status = StepPhase::Succeeded;
-            record.output = Some(stored);
-            record.output_truncated = truncated;
-            record.wake_at = None;
-            record.finished_at = Some(at);
-            record.duration_ms = record.started_at.map(|s| millis_between(s, at));
+            succeed(record, out);
             StepOutcome::Done
         }
         Resumed::Failed(reason) => {
