@@ -548,3 +548,69 @@ async fn cancel_deletes_the_running_step_job() {
     )
     .await;
 }
+
+/// A graph under the job executor: independent branches get their Jobs at the same
+/// time (both are active at once while kwok holds their pods), and a cancel deletes
+/// every Job of the run and cancels both branches and the step that needs them.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn graph_branches_run_their_jobs_at_once_and_a_cancel_deletes_them_all() {
+    let mut jobs = kwok_jobs("0", "{}");
+    jobs.pod_annotations
+        .insert("flowline.io/fake-hang".into(), "true".into());
+    let e = engine_with("eng-jobgraph", jobs).await;
+    let wf = e
+        .workflow(
+            "branches",
+            json!({"name": "Branches", "executor": "job", "steps": [
+                {"id": "left", "action": "transform", "with": {"value": 1}},
+                {"id": "right", "action": "transform", "with": {"value": 2}},
+                {"id": "join", "action": "transform", "needs": ["left", "right"], "with": {"value": 3}}
+            ]}),
+        )
+        .await;
+    let name = e.start(&wf, "branches-1", json!({})).await;
+    let job_api = e.ns.api::<k8s_openapi::api::batch::v1::Job>();
+    crate::support::eventually(
+        "both branches' Jobs to be active at once",
+        Duration::from_secs(60),
+        || async {
+            let jobs = job_api.list(&Default::default()).await.ok()?.items;
+            let active = jobs
+                .iter()
+                .filter(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0)
+                .count();
+            (active == 2).then_some(())
+        },
+    )
+    .await;
+    crate::support::step_running(&e.ns, &name, "left").await;
+    crate::support::step_running(&e.ns, &name, "right").await;
+    e.ns.api::<Run>()
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+    let run = e.finished(&name, Duration::from_secs(30)).await;
+    assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Cancelled);
+    for id in ["left", "right", "join"] {
+        assert_eq!(step(&run, id).status, StepPhase::Cancelled, "{id}");
+    }
+    crate::support::eventually(
+        "every Job of the run to be deleted",
+        Duration::from_secs(30),
+        || async {
+            job_api
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+}
