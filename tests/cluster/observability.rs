@@ -77,12 +77,26 @@ async fn requests_runs_and_refusals_show_up_in_metrics_and_the_access_log() {
     }
     assert!(refused, "20 keyless requests a minute, then 429");
 
+    // Read once the leader gauge says 1 and both controllers have finished a
+    // reconcile (the workflow controller's first one may still be under way when the
+    // run has finished).
     let text = eventually(
-        "the leader gauge to read 1",
+        "the leader gauge to read 1 and both controllers to have reconciled",
         Duration::from_secs(30),
         || async {
             let text = metrics_text(port).await?;
-            (sample(&text, "flowline_leader") == Some(1.0)).then_some(text)
+            let reconciled = |controller: &str| {
+                sample(
+                    &text,
+                    &format!(
+                        "flowline_reconcile_duration_seconds_count{{controller=\"{controller}\"}}"
+                    ),
+                ) >= Some(1.0)
+            };
+            (sample(&text, "flowline_leader") == Some(1.0)
+                && reconciled("run")
+                && reconciled("workflow"))
+            .then_some(text)
         },
     )
     .await;
