@@ -93,7 +93,6 @@ async fn show(
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunView>> {
     who.require(Scope::Read)?;
-    find(&state, &who.namespace, &id)?;
     Ok(Json(full(
         &state,
         &read_whole(&state, &who.namespace, &id).await?,
@@ -102,8 +101,11 @@ async fn show(
 
 /// The whole run from the API server: the cache holds summaries only (see
 /// `cache::summarize_run`). A run that is gone, or stored in a shape this version
-/// cannot read (the cache leaves those out too), is not found.
+/// cannot read (the cache leaves those out too), is not found. Only ids the cache
+/// knows reach the API server: any other (not a valid name, another account's, made
+/// up) is not found without a request.
 pub(super) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> ApiResult<Run> {
+    find(state, namespace, id)?;
     let api: Api<Lenient<Run>> = Api::namespaced(state.client.clone(), namespace);
     match api.get_opt(id).await? {
         Some(Lenient::Decoded(run)) => Ok(std::sync::Arc::unwrap_or_clone(run)),

@@ -198,6 +198,14 @@ async fn retries_that_cannot_start_are_refused() {
         "run_not_found",
     )
     .await;
+    // Not even a valid object name (the fuzzer once got a 500 here): not found, and no
+    // request reaches the API server.
+    assert_error(
+        retry(&api, &key, "Not_A%20Name%F1%BE%96%9C", None).await,
+        404,
+        "run_not_found",
+    )
+    .await;
     let body = assert_error(
         retry(&api, &key, &running, Some(json!({"from": "middle"}))).await,
         400,
