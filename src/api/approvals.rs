@@ -16,7 +16,7 @@ use super::cache;
 use super::error::{ApiError, ApiResult, Missing, not_found_as};
 use super::input;
 use super::json::OptionalJson;
-use super::runs::{find, read_whole};
+use super::runs::read_whole;
 use super::state::ApiState;
 use crate::crd::{Action, ApprovalDecision, Run, StepPhase, Verdict};
 
@@ -78,7 +78,6 @@ async fn decide(
 ) -> ApiResult<axum::Json<super::views::RunView>> {
     who.require(Scope::Execute)?;
     let comment = input::decision_request(body)?;
-    find(&state, &who.namespace, &id)?;
     let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
     let mut conflicts = 0;
     loop {

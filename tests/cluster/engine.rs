@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 use flowline::crd::{EventKind, Run, RunPhase, StepPhase, Workflow};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -317,15 +317,8 @@ async fn cancel_stops_an_inline_step_within_a_second() {
         )
         .await;
     let name = e.start(&wf, "long-1", json!({})).await;
-    let runs = e.ns.api::<Run>();
     crate::support::step_running(&e.ns, &name, "wait").await;
-    runs.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"cancel": true}})),
-    )
-    .await
-    .unwrap();
+    crate::support::request_cancel(&e.ns, &name).await;
     let asked = std::time::Instant::now();
     let run = e.finished(&name, Duration::from_secs(5)).await;
     assert!(
@@ -521,32 +514,12 @@ async fn cancel_deletes_the_running_step_job() {
     )
     .await;
     crate::support::step_running(&e.ns, &name, "hang").await;
-    e.ns.api::<Run>()
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"cancel": true}})),
-        )
-        .await
-        .unwrap();
+    crate::support::request_cancel(&e.ns, &name).await;
     let run = e.finished(&name, Duration::from_secs(10)).await;
     assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Cancelled);
     assert_eq!(step(&run, "hang").status, StepPhase::Cancelled);
     assert_eq!(step(&run, "later").status, StepPhase::Cancelled);
-    crate::support::eventually(
-        "the step Job to be deleted",
-        Duration::from_secs(30),
-        || async {
-            job_api
-                .list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .is_empty()
-                .then_some(())
-        },
-    )
-    .await;
+    crate::support::no_jobs_left(&e.ns).await;
 }
 
 /// A graph under the job executor: independent branches get their Jobs at the same
@@ -586,31 +559,11 @@ async fn graph_branches_run_their_jobs_at_once_and_a_cancel_deletes_them_all() {
     .await;
     crate::support::step_running(&e.ns, &name, "left").await;
     crate::support::step_running(&e.ns, &name, "right").await;
-    e.ns.api::<Run>()
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"cancel": true}})),
-        )
-        .await
-        .unwrap();
+    crate::support::request_cancel(&e.ns, &name).await;
     let run = e.finished(&name, Duration::from_secs(30)).await;
     assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Cancelled);
     for id in ["left", "right", "join"] {
         assert_eq!(step(&run, id).status, StepPhase::Cancelled, "{id}");
     }
-    crate::support::eventually(
-        "every Job of the run to be deleted",
-        Duration::from_secs(30),
-        || async {
-            job_api
-                .list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .is_empty()
-                .then_some(())
-        },
-    )
-    .await;
+    crate::support::no_jobs_left(&e.ns).await;
 }

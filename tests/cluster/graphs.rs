@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use flowline::crd::{ConditionStatus, Run, RunPhase, StepPhase, StepRecord, Workflow};
 use jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -195,14 +195,7 @@ async fn a_cancel_stops_every_branch() {
         .await;
     step_running(&e.ns, &name, "left").await;
     step_running(&e.ns, &name, "right").await;
-    e.ns.api::<Run>()
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"cancel": true}})),
-        )
-        .await
-        .unwrap();
+    crate::support::request_cancel(&e.ns, &name).await;
     let asked = std::time::Instant::now();
     let run = finished_run(&e.ns, &name, Duration::from_secs(5)).await;
     assert!(

@@ -519,6 +519,37 @@ pub async fn metrics_text(port: u16) -> Option<String> {
         .ok()
 }
 
+/// Asks the Run `name` to stop, as `POST /v1/runs/{id}/cancel` and kubectl users do
+/// (`spec.cancel`).
+pub async fn request_cancel(ns: &TestNamespace, name: &str) {
+    ns.api::<flowline::crd::Run>()
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until the namespace holds no Job (a cancelled run's step Jobs are deleted).
+pub async fn no_jobs_left(ns: &TestNamespace) {
+    let jobs = ns.api::<k8s_openapi::api::batch::v1::Job>();
+    eventually(
+        "every step Job to be deleted",
+        Duration::from_secs(30),
+        || async {
+            jobs.list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await
+}
+
 /// Waits until step `step` of the Run is running.
 pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
     let runs = ns.api::<flowline::crd::Run>();
