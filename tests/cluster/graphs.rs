@@ -304,7 +304,7 @@ async fn for_each_runs_fifty_items_eight_at_a_time_with_outputs_in_input_order()
 
 #[tokio::test]
 #[ignore = "needs cluster"]
-async fn for_each_over_something_else_than_an_array_fails_the_step() {
+async fn for_each_over_something_else_than_an_array_or_too_long_fails_the_step() {
     let e = engine("graph-foreach-bad").await;
     let name = e
         .start(
@@ -322,6 +322,24 @@ async fn for_each_over_something_else_than_an_array_fails_the_step() {
             "step each (transform) failed: forEach must render to a JSON array; it rendered to an object"
         )
     );
+    // A trigger sender's 1,001 elements: the step fails at once, no iteration runs.
+    let items: Vec<u32> = (0..1001).collect();
+    let name = e
+        .start(
+            "toomany",
+            json!({"name": "T", "steps": [
+                {"id": "each", "action": "transform", "forEach": "{{ trigger.payload.items }}",
+                 "with": {"value": "{{ item }}"}}]}),
+            json!({ "items": items }),
+        )
+        .await;
+    let run = finished_run(&e.ns, &name, Duration::from_secs(15)).await;
+    let status = run.status.as_ref().unwrap();
+    assert_eq!(
+        status.error.as_deref(),
+        Some("step each (transform) failed: forEach rendered 1001 elements; the limit is 1000")
+    );
+    assert!(status.steps[0].iterations.is_empty(), "no iteration ran");
 }
 
 #[tokio::test]
