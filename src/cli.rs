@@ -203,6 +203,13 @@ pub struct ControllerArgs {
     /// lease. Fractions allowed.
     #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
     pub leader_retry_period_seconds: Option<std::time::Duration>,
+    /// Split the runs into this many shards, each executed by the replica holding
+    /// its Lease (`<lease>-shard-<i>`; shard 0 uses the leader-election Lease and
+    /// also runs schedules and deliveries). Replicas share the shards evenly; a
+    /// stopped replica's shards move on within a lease duration. 1 = one leader
+    /// executes everything. Every replica of an installation needs the same value.
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::controller::shard::MAX_SHARDS)))]
+    pub shards: u32,
     /// Image of step Jobs running built-in actions (the operator's own image).
     #[arg(
         long,

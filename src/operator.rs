@@ -6,6 +6,7 @@ mod leading;
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,6 +16,7 @@ use crate::api::cache::Caches;
 use crate::api::state::ApiState;
 use crate::cli::{ApiArgs, OperatorArgs};
 use crate::controller::leader;
+use crate::controller::shard::Shards;
 use crate::telemetry::engine_metrics::EngineTelemetry;
 use crate::telemetry::http_metrics::HttpMetrics;
 use crate::telemetry::leader_metrics::LeaderGauge;
@@ -188,9 +190,11 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
                 identity: format!("{}-{}", hostname(), crate::ids::new_id("op")),
                 timing,
             },
+            controller.shards,
             gauge,
             kube_config.clone(),
         );
+        let shards = Arc::new(Shards::new(controller.shards));
         leadership = Some(candidacy.clone());
         let delivery_settings: Vec<_> = scope
             .each()
@@ -198,27 +202,36 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
             .map(|ns| controller.delivery_settings(ns))
             .collect();
         let workers = client.clone();
-        let start = move |controllers: CancellationToken| {
-            // One set of watches per listed namespace (or one for the cluster).
-            for settings in delivery_settings {
+        let start = move |shard: u32, controllers: CancellationToken| {
+            let first = shards.held() == 0;
+            shards.gain(shard);
+            for settings in &delivery_settings {
                 let namespace = settings.namespace.clone();
-                tokio::spawn(crate::controller::run::run(
-                    ctx.in_namespace(namespace.clone()),
-                    controllers.clone(),
-                ));
-                tokio::spawn(crate::controller::workflow::run(
-                    workers.clone(),
-                    namespace,
-                    telemetry.clone(),
-                    controllers.clone(),
-                ));
-                tokio::spawn(crate::delivery::worker::run(
-                    workers.clone(),
-                    sender.clone(),
-                    settings,
-                    delivery_metrics.clone(),
-                    controllers.clone(),
-                ));
+                // One set of watches per listed namespace (or one for the cluster):
+                // the run controllers start with the first shard held and execute
+                // the runs of every shard held since.
+                if first {
+                    tokio::spawn(crate::controller::run::run(
+                        ctx.in_shards(namespace.clone(), shards.clone()),
+                        controllers.clone(),
+                    ));
+                }
+                // Schedules and deliveries: one process at a time, shard 0's holder.
+                if shard == 0 {
+                    tokio::spawn(crate::controller::workflow::run(
+                        workers.clone(),
+                        namespace,
+                        telemetry.clone(),
+                        controllers.clone(),
+                    ));
+                    tokio::spawn(crate::delivery::worker::run(
+                        workers.clone(),
+                        sender.clone(),
+                        settings.clone(),
+                        delivery_metrics.clone(),
+                        controllers.clone(),
+                    ));
+                }
             }
         };
         // The lease gets a client (and so connections) of its own: a renewal must not

@@ -28,6 +28,7 @@
 //! this file does the reads and writes.
 
 mod decide;
+pub mod members;
 mod timing;
 mod watchdog;
 
@@ -39,7 +40,8 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use decide::{Holding, Observation, Record};
+pub use decide::Observation;
+use decide::{Holding, Record};
 pub use timing::{Timing, TimingError, parse_seconds};
 pub use watchdog::Watchdog;
 
@@ -73,13 +75,20 @@ fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409)
 }
 
-/// One attempt to take the lease; true when this replica holds it now.
+/// One attempt to take the lease; true when this replica holds it now. With
+/// `take_free` false, a free lease (never held, or released) is only looked at, not
+/// taken: a replica that holds its share of shards leaves free ones to the others,
+/// and still takes over one whose holder stopped renewing.
 async fn try_acquire(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     seen: &mut Option<Observation>,
+    take_free: bool,
 ) -> Result<bool, kube::Error> {
     let Some(lease) = api.get_opt(&cfg.name).await? else {
+        if !take_free {
+            return Ok(false);
+        }
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(cfg.name.clone()),
@@ -101,7 +110,8 @@ async fn try_acquire(
     // The instant is taken after the read came back: see `decide::observe`.
     let now = Instant::now();
     let observed = decide::observe(seen.take(), Record::of(&lease), now);
-    let may = decide::may_acquire(&observed, &cfg.identity, cfg.timing.lease, now);
+    let may = decide::may_acquire(&observed, &cfg.identity, cfg.timing.lease, now)
+        && (take_free || observed.record.holder.is_some());
     *seen = Some(observed);
     if !may {
         return Ok(false);
@@ -159,25 +169,44 @@ pub async fn acquire(
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut seen = None;
     loop {
-        let started = Instant::now();
-        // A follower holds nothing, so any bound works; the renew deadline keeps a
-        // stalled connection from stopping the attempts for long.
-        let attempt =
-            tokio::time::timeout(cfg.timing.renew_deadline, try_acquire(&api, cfg, &mut seen));
-        match attempt.await {
-            Ok(Ok(true)) => {
-                tracing::info!(identity = %cfg.identity, lease = %cfg.name, "became leader");
-                return Some(started);
-            }
-            Ok(Ok(false)) => {}
-            Ok(Err(err)) => tracing::warn!(error = %err, "lease acquisition failed; retrying"),
-            Err(_) => tracing::warn!("lease acquisition timed out; retrying"),
+        if let Some(started) = attempt(&api, cfg, &mut seen, true).await {
+            return Some(started);
         }
         tokio::select! {
             _ = shutdown.cancelled() => return None,
             _ = tokio::time::sleep(cfg.timing.retry_period) => {}
         }
     }
+}
+
+/// One bounded attempt to take the lease (see [`try_acquire`] for `take_free`):
+/// the instant it started when this replica holds the lease now. `seen` carries
+/// what the previous attempts observed.
+pub async fn attempt(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    seen: &mut Option<Observation>,
+    take_free: bool,
+) -> Option<Instant> {
+    let started = Instant::now();
+    // A follower holds nothing, so any bound works; the renew deadline keeps a
+    // stalled connection from stopping the attempts for long.
+    let attempt = tokio::time::timeout(
+        cfg.timing.renew_deadline,
+        try_acquire(api, cfg, seen, take_free),
+    );
+    match attempt.await {
+        Ok(Ok(true)) => {
+            tracing::info!(identity = %cfg.identity, lease = %cfg.name, "became leader");
+            return Some(started);
+        }
+        Ok(Ok(false)) => {}
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, lease = %cfg.name, "lease acquisition failed; retrying")
+        }
+        Err(_) => tracing::warn!(lease = %cfg.name, "lease acquisition timed out; retrying"),
+    }
+    None
 }
 
 /// Renews the lease every retry period, moving the watchdog's deadline on with every

@@ -7,5 +7,6 @@ pub mod queue;
 pub mod run;
 pub mod run_labels;
 pub mod schedule;
+pub mod shard;
 pub mod undelivered;
 pub mod workflow;

@@ -149,16 +149,25 @@ impl Queue {
         }
     }
 
-    /// Keeps `gauge` at the number of queued runs in the cache (adding this
-    /// controller's share: each watched namespace has a controller of its own).
-    pub async fn count_queued(&self, gauge: Gauge, shutdown: CancellationToken) {
+    /// Adds to `gauge` the number of queued runs in the cache that `counts` (this
+    /// process's shards: summed over the replicas, every queued run counts once; each
+    /// watched namespace has a controller of its own and adds its share).
+    pub async fn count_queued(
+        &self,
+        gauge: Gauge,
+        counts: impl Fn(&Run) -> bool,
+        shutdown: CancellationToken,
+    ) {
         let mut counted = 0i64;
         loop {
             let now = self.runs.get().map_or(0, |store| {
                 store
                     .state()
                     .iter()
-                    .filter(|o| o.decoded().is_some_and(|r| r.phase() == RunPhase::Queued))
+                    .filter(|o| {
+                        o.decoded()
+                            .is_some_and(|r| r.phase() == RunPhase::Queued && counts(r))
+                    })
                     .count() as i64
             });
             gauge.inc_by(now - counted);

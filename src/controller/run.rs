@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{self, Admission};
 use super::queue::Queue;
+use super::shard::Shards;
 use crate::crd::{
     ApprovalDecision, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot,
     WorkflowState,
@@ -116,6 +117,8 @@ pub struct Context {
     ended: Mutex<HashMap<String, Instant>>,
     /// Concurrency control: the group of a run, waking queued runs.
     queue: Queue,
+    /// The shards this process executes (all runs without sharding).
+    shards: Arc<Shards>,
 }
 
 /// What admission gave a run that is ready to execute.
@@ -182,12 +185,19 @@ impl Context {
             executing: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashMap::new()),
             queue: Queue::default(),
+            shards: Arc::new(Shards::all()),
         })
     }
 
     /// The same engine and settings, watching `namespace` (None = all). Each
     /// namespace of a list gets its own controller and so its own context.
     pub fn in_namespace(&self, namespace: Option<String>) -> Arc<Self> {
+        self.in_shards(namespace, self.shards.clone())
+    }
+
+    /// [`Context::in_namespace`], executing only the runs of the shards `shards`
+    /// holds (shared by the contexts of every namespace of this process).
+    pub fn in_shards(&self, namespace: Option<String>, shards: Arc<Shards>) -> Arc<Self> {
         Arc::new(Context {
             client: self.client.clone(),
             engine: self.engine.clone(),
@@ -195,6 +205,7 @@ impl Context {
             executing: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashMap::new()),
             queue: Queue::default(),
+            shards,
         })
     }
 
@@ -441,6 +452,11 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     let Some(run) = object.decoded() else {
         return Ok(Action::await_change());
     };
+    // Another replica's shard: left alone, and looked at again if this process ever
+    // gains that shard (every run is then reconciled).
+    if !ctx.shards.owns(run) {
+        return Ok(Action::await_change());
+    }
     let next = requeue_for(run);
     super::run_labels::sync(&ctx.client, run).await?;
     let namespace = run.namespace().unwrap_or_default();
@@ -785,7 +801,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
         tokio::spawn(async move {
             let gauge = ctx.engine.telemetry.runs_queued.clone();
-            ctx.queue.count_queued(gauge, shutdown).await;
+            let shards = ctx.shards.clone();
+            ctx.queue
+                .count_queued(gauge, move |run| shards.owns(run), shutdown)
+                .await;
         });
     }
     // Step Jobs are owned by their Run: a Job's progress wakes the Run at once (after a
@@ -794,6 +813,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     controller
         .owns(jobs, step_jobs)
         .reconcile_on(wake)
+        .reconcile_all_on(ctx.shards.gains())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(
             |run, ctx| {

@@ -6,97 +6,242 @@
 //! running for an unknown while, and another replica may take over soon. Kubernetes
 //! restarts the container, which comes back as a follower.
 //!
-//! A clean shutdown (SIGTERM) keeps renewing while the process winds down; the lease
-//! is released only after the whole runtime, and so every task of the leader, has
-//! been dropped ([`Leadership::hand_over`], called by `main`). The watchdog stays
+//! With `--shards N` above 1 the runs are split into N shards (see
+//! `controller::shard`), each with a Lease: shard 0's is the leader-election lease
+//! (its holder also runs schedules and deliveries), shard i's is
+//! `<lease>-shard-<i>`. Every shard's Lease is held exactly like the leader's (its
+//! own watchdog; losing any of them ends the process). To spread the shards, each
+//! replica keeps a member Lease fresh (`controller::leader::members`) and takes free
+//! shards only up to its fair share, ceil(N / replicas alive); a shard whose holder
+//! stopped renewing is taken over by whoever sees it expire first, share or not, so
+//! a killed replica's runs move on within a lease duration and a retry period.
+//!
+//! A clean shutdown (SIGTERM) keeps renewing while the process winds down; the leases
+//! are released only after the whole runtime, and so every task of the leader, has
+//! been dropped ([`Leadership::hand_over`], called by `main`). The watchdogs stay
 //! armed until then: if winding down outlasts the renew deadline, the process exits
-//! without releasing and the lease simply expires.
+//! without releasing and the leases simply expire.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::leader::{self, LeaseConfig, Lost, Watchdog};
+use crate::controller::leader::members::{self, Membership};
+use crate::controller::leader::{self, LeaseConfig, Lost, Observation, Watchdog};
 use crate::telemetry::leader_metrics::LeaderGauge;
 
 /// Exit status of a process that stopped leading (not a crash: it is restarted and
 /// follows).
 pub const EXIT_LOST_LEADERSHIP: i32 = 3;
 
+/// A lease this process holds, with the watchdog that ends the process if it is
+/// not renewed in time.
+type Held = (LeaseConfig, Arc<Watchdog>);
+
 /// One process's candidacy, shared by the task that leads and the shutdown that
-/// hands the lease over.
+/// hands the leases over.
 #[derive(Clone)]
 pub struct Leadership {
+    /// Shard 0's lease: the leader-election lease.
     cfg: LeaseConfig,
+    shards: u32,
     gauge: LeaderGauge,
-    /// For the client that releases the lease after the runtime is gone (shared:
+    /// For the client that releases the leases after the runtime is gone (shared:
     /// a configuration is large).
     kube_config: Arc<kube::Config>,
-    /// Set when this process becomes leader.
-    watchdog: Arc<OnceLock<Arc<Watchdog>>>,
+    /// The leases this process holds, each with its watchdog.
+    held: Arc<Mutex<Vec<Held>>>,
 }
 
 impl Leadership {
-    pub fn new(cfg: LeaseConfig, gauge: LeaderGauge, kube_config: kube::Config) -> Self {
+    pub fn new(
+        cfg: LeaseConfig,
+        shards: u32,
+        gauge: LeaderGauge,
+        kube_config: kube::Config,
+    ) -> Self {
         Leadership {
             cfg,
+            shards: shards.max(1),
             gauge,
             kube_config: Arc::new(kube_config),
-            watchdog: Arc::default(),
+            held: Arc::default(),
         }
     }
 
-    /// Waits for the lease, then calls `start` with a token cancelled on shutdown and
-    /// renews until the process ends. Returns only on a shutdown before leading; a lost
-    /// lease ends the process.
+    /// The Lease of `shard`.
+    fn lease_of(&self, shard: u32) -> LeaseConfig {
+        let mut cfg = self.cfg.clone();
+        if shard > 0 {
+            cfg.name = format!("{}-shard-{shard}", self.cfg.name);
+        }
+        cfg
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Held>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for leases and calls `start` for each shard taken (0 is the leader's),
+    /// with a token cancelled on shutdown; renews them until the process ends.
+    /// Returns only on a shutdown; a lost lease ends the process.
     pub async fn lead(
         self,
         client: Client,
         shutdown: CancellationToken,
-        start: impl FnOnce(CancellationToken),
+        mut start: impl FnMut(u32, CancellationToken) + Send,
     ) {
-        let Some(acquired) = leader::acquire(client.clone(), &self.cfg, &shutdown).await else {
+        if self.shards == 1 {
+            let Some(acquired) = leader::acquire(client.clone(), &self.cfg, &shutdown).await else {
+                return;
+            };
+            self.hold(0, acquired, &client, &shutdown, &mut start);
+            shutdown.cancelled().await;
             return;
-        };
+        }
+        self.share(client, shutdown, start).await;
+    }
+
+    /// The sharded candidacy: every retry period, renew membership, then look at
+    /// each shard not held and take it if it is free and this replica is below its
+    /// share, or if its holder stopped renewing.
+    async fn share(
+        &self,
+        client: Client,
+        shutdown: CancellationToken,
+        mut start: impl FnMut(u32, CancellationToken) + Send,
+    ) {
         let timing = self.cfg.timing;
+        let membership = Membership::new(
+            client.clone(),
+            &self.cfg.namespace,
+            &self.cfg.name,
+            &self.cfg.identity,
+            timing.lease,
+        );
+        let api: Api<Lease> = Api::namespaced(client.clone(), &self.cfg.namespace);
+        let mut seen: Vec<Option<Observation>> = vec![None; self.shards as usize];
+        let mut mine = vec![false; self.shards as usize];
+        let mut rounds = 0u64;
+        loop {
+            let live = match membership.heartbeat().await {
+                Ok(live) => Some(live),
+                Err(err) => {
+                    tracing::warn!(error = %err, "membership not renewed; taking no free shard this round");
+                    None
+                }
+            };
+            // The first round only announces this replica: replicas started together
+            // see each other before any takes a free shard.
+            if rounds > 0 {
+                let share = live.map_or(0, |live| members::fair_share(self.shards, live));
+                for shard in members::rotation(&self.cfg.identity, self.shards) {
+                    let index = shard as usize;
+                    if mine[index] {
+                        continue;
+                    }
+                    let held = mine.iter().filter(|&&m| m).count();
+                    let take_free = u32::try_from(held).unwrap_or(u32::MAX) < share;
+                    let cfg = self.lease_of(shard);
+                    if let Some(acquired) =
+                        leader::attempt(&api, &cfg, &mut seen[index], take_free).await
+                    {
+                        mine[index] = true;
+                        self.hold(shard, acquired, &client, &shutdown, &mut start);
+                    }
+                }
+            }
+            rounds += 1;
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(timing.retry_period) => {}
+            }
+        }
+    }
+
+    /// Arms the watchdog of a lease just taken (from the instant the winning attempt
+    /// began: the deadline a follower's wait is measured against), starts the shard's
+    /// work and renews its lease in a task of its own.
+    fn hold(
+        &self,
+        shard: u32,
+        acquired: Instant,
+        client: &Client,
+        shutdown: &CancellationToken,
+        start: &mut impl FnMut(u32, CancellationToken),
+    ) {
+        let cfg = self.lease_of(shard);
+        let timing = cfg.timing;
         let gauge = self.gauge.clone();
-        // Armed before any leader work starts, from the instant the winning attempt
-        // began: the deadline a follower's wait is measured against.
         let watchdog = Arc::new(Watchdog::arm(acquired + timing.renew_deadline, move || {
             abdicate(&gauge, &Lost::Deadline(timing.renew_deadline))
         }));
-        let _ = self.watchdog.set(watchdog.clone());
-        self.gauge.set(true);
-        start(shutdown.child_token());
-        let lost = leader::keep(client, &self.cfg, acquired, &watchdog).await;
-        abdicate(&self.gauge, &lost);
+        let held = {
+            let mut held = self.lock();
+            held.push((cfg.clone(), watchdog.clone()));
+            held.len()
+        };
+        if shard == 0 {
+            self.gauge.set(true);
+        }
+        self.gauge.set_shards(held);
+        tracing::info!(shard, shards = self.shards, lease = %cfg.name, "holding the shard");
+        start(shard, shutdown.child_token());
+        let (client, gauge) = (client.clone(), self.gauge.clone());
+        tokio::spawn(async move {
+            let lost = leader::keep(client, &cfg, acquired, &watchdog).await;
+            abdicate(&gauge, &lost);
+        });
     }
 
-    /// Releases the lease after a clean shutdown, so a follower takes over at once.
+    /// Releases the leases after a clean shutdown, so others take over at once.
     /// Call only once the runtime that ran [`Leadership::lead`] has been dropped: a
-    /// released lease may be taken immediately, so nothing of this leader may still
+    /// released lease may be taken immediately, so nothing of this process may still
     /// run. Blocks (its own small runtime and client; the old ones are gone).
     pub fn hand_over(self) {
-        let Some(watchdog) = self.watchdog.get() else {
-            return; // never led
-        };
-        watchdog.disarm();
+        let held: Vec<_> = std::mem::take(&mut *self.lock());
+        for (_, watchdog) in &held {
+            watchdog.disarm();
+        }
         self.gauge.set(false);
+        self.gauge.set_shards(0);
+        if held.is_empty() && self.shards == 1 {
+            return; // never led, no membership to leave
+        }
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
         {
             Ok(runtime) => runtime,
             Err(err) => {
-                tracing::warn!(error = %err, "cannot release the lease; it expires");
+                tracing::warn!(error = %err, "cannot release the leases; they expire");
                 return;
             }
         };
         runtime.block_on(async {
-            match Client::try_from((*self.kube_config).clone()) {
-                Ok(client) => leader::release(client, &self.cfg).await,
-                Err(err) => tracing::warn!(error = %err, "cannot release the lease; it expires"),
+            let client = match Client::try_from((*self.kube_config).clone()) {
+                Ok(client) => client,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot release the leases; they expire");
+                    return;
+                }
+            };
+            for (cfg, _) in &held {
+                leader::release(client.clone(), cfg).await;
+            }
+            if self.shards > 1 {
+                Membership::new(
+                    client,
+                    &self.cfg.namespace,
+                    &self.cfg.name,
+                    &self.cfg.identity,
+                    self.cfg.timing.lease,
+                )
+                .leave()
+                .await;
             }
         });
     }

@@ -22,6 +22,7 @@ mod observability;
 mod otel;
 mod replicas;
 mod retry;
+mod shards;
 mod spec_errors;
 #[path = "../support/stall_proxy.rs"]
 mod stall_proxy;
