@@ -388,6 +388,19 @@ render_doc "$tmp/render-no-console.yaml" Deployment "$fullname-api" >"$tmp/api-n
 grep -qx -- ' *- --no-console' "$tmp/api-no-console.yaml" || die "console.enabled=false does not pass --no-console to the API"
 [ "$(render_doc "$tmp/render-no-console.yaml" Ingress "$fullname" | grep -c -- '- path: ')" = 1 ] ||
   die "console.enabled=false: the Ingress must route /v1 alone"
+# Sharded execution: the flag, one Lease name per shard, and the member Leases' rule
+# only when sharded.
+helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" --set controller.shards=3 \
+  >"$tmp/render-sharded.yaml" || die "helm template (controller.shards=3)"
+render_doc "$tmp/render-sharded.yaml" Deployment "$fullname-controller" | grep -qx -- ' *- --shards=3' ||
+  die "controller.shards=3 does not pass --shards=3"
+render_doc "$tmp/render-sharded.yaml" Role "$fullname-leader-election" >"$tmp/role-sharded.yaml"
+for want in "- $fullname-controller" "- $fullname-controller-shard-1" "- $fullname-controller-shard-2" "verbs: [list, patch, delete]"; do
+  grep -qxF -- "  $want" "$tmp/role-sharded.yaml" || die "controller.shards=3: the leader-election Role lacks \"$want\""
+done
+grep -qF -- "shard-3" "$tmp/role-sharded.yaml" && die "controller.shards=3: a fourth shard Lease is granted"
+render_doc "$tmp/render-default.yaml" Role "$fullname-leader-election" | grep -qE -- 'shard-|list' &&
+  die "the default (one shard) leader-election Role grants shard or member Leases"
 grep -qE -- '--unauthenticated-requests|--trusted-proxy|--default-plan|--enterprise-requests' "$tmp/controller-full.yaml" &&
   die "the controller got the API's rate-limit flags (it serves no /v1)"
 # Every rendering's arguments parse as flags of the Deployment's subcommand: `flowline
@@ -531,6 +544,8 @@ bad_values=(
   "podLabels.app\\.kubernetes\\.io/component=other|podLabels may not set app.kubernetes.io/component"
   "podDisruptionBudget.maxUnavailable=half|does not match pattern '^[0-9]+%$'"
   "probes.liveness.periodSeconds=0|minimum: got 0, want 1"
+  "controller.shards=0|minimum: got 0, want 1"
+  "controller.shards=65|maximum: got 65, want 64"
 )
 for entry in "${bad_values[@]}"; do
   refused "helm template --set ${entry%%|*}" "${entry#*|}" \

@@ -191,8 +191,9 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "flowline-controller")]
     pub leader_election_lease: String,
     /// Seconds a leader's Lease stays valid without renewal: a follower takes over
-    /// once it has seen the Lease unchanged for this long, on its own clock.
-    #[arg(long, value_name = "SECONDS", default_value = "15")]
+    /// once it has seen the Lease unchanged for this long, on its own clock. 10 s
+    /// (client-go uses 15) so that a lost replica's runs move on within 15 s.
+    #[arg(long, value_name = "SECONDS", default_value = "10")]
     pub leader_lease_seconds: u64,
     /// Seconds the leader may go without a successful renewal before it exits (and
     /// another replica may take over once the lease expires); default 2/3 of the

@@ -134,6 +134,7 @@ leader-election Lease, the step Jobs, and webhook deliveries. */}}
 {{- define "flowline.deliveryArgs" -}}
 - --no-api
 - --leader-election-lease={{ include "flowline.fullname" . }}-controller
+- --shards={{ .Values.controller.shards | int }}
 {{- /* Step Jobs of built-in actions run `flowline step` from this same image. */}}
 - --step-image={{ include "flowline.image" . }}
 {{- with .Values.controller.stepResources }}
