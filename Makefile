@@ -105,6 +105,11 @@ bench-scale: cluster install-crds ## Many workflows and finished runs: API memor
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_SCALE_WORKFLOWS=$(SCALE_WORKFLOWS) FLOWLINE_SCALE_RUNS=$(SCALE_RUNS) \
 	  $(CARGO) bench --bench scale
 
+.PHONY: bench-shards
+bench-shards: cluster install-crds ## Sharded execution: P5 with 1, 2 and 3 operator replicas (runs/s, writes per run, runs executed twice), a replica killed mid-bench
+	$(CARGO) build --release --quiet
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench shards
+
 .PHONY: crds
 crds: ## Regenerate crds/ from the Rust types
 	$(CARGO) run --quiet -- crdgen > crds/flowline.yaml
