@@ -133,7 +133,7 @@ fn executed_twice(seen: &Mutex<Seen>) -> usize {
         .count()
 }
 
-async fn fresh_namespace(client: &Client, name: &str) -> Api<Run> {
+async fn fresh_namespace(client: &Client, name: &str) -> (Api<Run>, Arc<Workflow>) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     namespaces.create(&PostParams::default(), &ns).await.unwrap();
@@ -145,24 +145,26 @@ async fn fresh_namespace(client: &Client, name: &str) -> Api<Run> {
             {"id": "c", "action": "transform", "with": {"value": 3}}]}
     }))
     .unwrap();
-    Api::<Workflow>::namespaced(client.clone(), name)
+    let wf = Api::<Workflow>::namespaced(client.clone(), name)
         .create(&PostParams::default(), &wf)
         .await
         .unwrap();
-    Api::namespaced(client.clone(), name)
+    (Api::namespaced(client.clone(), name), Arc::new(wf))
 }
 
-async fn create_runs(runs: &Api<Run>) {
+/// Creates the runs as `/v1` does: pinned to the workflow's version.
+async fn create_runs(runs: &Api<Run>, wf: &Workflow) {
     futures::stream::iter(0..RUNS)
         .for_each_concurrent(CONCURRENCY, |i| {
             let runs = runs.clone();
+            let run = Run::of_workflow(
+                wf,
+                &format!("p5-{i}"),
+                Default::default(),
+                None,
+                jiff::Timestamp::now(),
+            );
             async move {
-                let run: Run = serde_json::from_value(json!({
-                    "apiVersion": "flowline.io/v1", "kind": "Run",
-                    "metadata": {"name": format!("p5-{i}")},
-                    "spec": {"workflowRef": "noop"}
-                }))
-                .unwrap();
                 runs.create(&PostParams::default(), &run).await.unwrap();
             }
         })
@@ -184,13 +186,13 @@ struct Figures {
 /// P5 with `replicas` replicas sharing as many shards.
 async fn p5(client: &Client, replicas: u32) -> Figures {
     let ns = format!("bench-shards-{replicas}-{}", std::process::id());
-    let runs = fresh_namespace(client, &ns).await;
+    let (runs, wf) = fresh_namespace(client, &ns).await;
     let processes: Vec<Replica> = (0..replicas).map(|_| replica(&ns, replicas)).collect();
     until_all_shards_held(&processes.iter().collect::<Vec<_>>(), replicas).await;
     let seen = watch_runs(runs.clone());
     let before = apiserver::writes(client, &["runs", "events"]).await;
     let started = Instant::now();
-    create_runs(&runs).await;
+    create_runs(&runs, &wf).await;
     until_finished(&seen, RUNS).await;
     let elapsed = started.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await; // late Event writes land
@@ -208,14 +210,14 @@ async fn p5(client: &Client, replicas: u32) -> Figures {
 /// P5 with 3 replicas, one killed once a third of the runs finished.
 async fn p5_with_a_kill(client: &Client) {
     let ns = format!("bench-shards-kill-{}", std::process::id());
-    let runs = fresh_namespace(client, &ns).await;
+    let (runs, wf) = fresh_namespace(client, &ns).await;
     let mut processes: Vec<Replica> = (0..3).map(|_| replica(&ns, 3)).collect();
     until_all_shards_held(&processes.iter().collect::<Vec<_>>(), 3).await;
     let seen = watch_runs(runs.clone());
     let started = Instant::now();
     let creating = {
         let runs = runs.clone();
-        tokio::spawn(async move { create_runs(&runs).await })
+        tokio::spawn(async move { create_runs(&runs, &wf).await })
     };
     until_finished(&seen, RUNS / 3).await;
     let mut victim = processes.remove(0);
