@@ -157,6 +157,21 @@ fn spawn(role: &[&str], ns: &str) -> Server {
     Server { child, port }
 }
 
+/// Reconciles `controller` has finished in `server`, from its `/metrics`.
+async fn reconciles(server: &Server, controller: &str) -> u64 {
+    let Ok(response) = reqwest::get(format!("http://127.0.0.1:{}/metrics", server.port)).await
+    else {
+        return 0;
+    };
+    let text = response.text().await.unwrap_or_default();
+    let series =
+        format!("flowline_reconcile_duration_seconds_count{{controller=\"{controller}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 async fn until_ready(server: &Server) -> Duration {
     let started = Instant::now();
     let url = format!("http://127.0.0.1:{}/readyz", server.port);
@@ -375,12 +390,16 @@ async fn main() {
     let operator = spawn(&["operator", "--no-api"], &ns);
     let operator_ready = until_ready(&operator).await;
     let operator_started = Instant::now();
-    // Start-up is over when the controllers stop writing (workflow statuses, labels).
+    // Start-up is over once each controller has reconciled every object of its kind
+    // (its caches are full: a positive signal, where a pause in the writes can be the
+    // caches still filling), and then the writes (workflow statuses, labels) stop.
     let mut last = writes_before;
     loop {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let now = apiserver::writes(&client, &["runs", "workflows", "webhooks"]).await;
-        if now == last && operator_started.elapsed() > Duration::from_secs(6) {
+        let reconciled = reconciles(&operator, "workflow").await >= workflows_n as u64
+            && reconciles(&operator, "run").await >= runs_n as u64;
+        if now == last && reconciled {
             break;
         }
         last = now;
@@ -455,6 +474,12 @@ async fn main() {
         ),
     }
 
+    // FLOWLINE_SCALE_KEEP=1 leaves the objects in place, to profile a process against
+    // them afterwards (docs/benchmarks.md, "Profiling the operator's memory").
+    if std::env::var_os("FLOWLINE_SCALE_KEEP").is_some() {
+        println!("kept namespace {ns} (FLOWLINE_SCALE_KEEP)");
+        return;
+    }
     for name in [&ns, &empty_ns] {
         let _ = Api::<Namespace>::all(client.clone())
             .delete(name, &Default::default())

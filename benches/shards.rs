@@ -53,7 +53,12 @@ fn replica(ns: &str, shards: u32) -> Replica {
         env!("CARGO_MANIFEST_DIR"),
         "/target/release/flowline"
     ))
-    .args(["operator", "--no-api", "--listen", &format!("127.0.0.1:{port}")])
+    .args([
+        "operator",
+        "--no-api",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ])
     .args(["--watch-namespace", ns, "--leader-election-namespace", ns])
     .args(["--shards", &shards.to_string()])
     .stdout(Stdio::null())
@@ -136,7 +141,10 @@ fn executed_twice(seen: &Mutex<Seen>) -> usize {
 async fn fresh_namespace(client: &Client, name: &str) -> (Api<Run>, Arc<Workflow>) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
     let wf: Workflow = serde_json::from_value(json!({
         "apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "noop"},
         "spec": {"name": "Noop", "steps": [

@@ -467,7 +467,10 @@ pub async fn run(
     let woken = futures::stream::unfold(woken, |mut rx| async move {
         rx.recv().await.map(|workflow| (workflow, rx))
     });
+    // Bounded like the run controller's: unbounded, a start-up spawns one task per
+    // workflow at once.
     let controller = Controller::new(workflows, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(32))
         .reconcile_on(woken)
         .graceful_shutdown_on(shutdown.cancelled_owned());
     // Retention counts need every run, and what every webhook settled: start
