@@ -14,7 +14,6 @@
 //! 100,000); one run in FLOWLINE_SCALE_BIG_EVERY (default 100) has a step output near
 //! the 64 KiB cap. Needs a release build of the binary (`make bench-scale` builds it).
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flowline::crd::{Run, Workflow};
@@ -26,6 +25,10 @@ use serde_json::{Value, json};
 
 #[path = "support/apiserver.rs"]
 mod apiserver;
+#[path = "support/process.rs"]
+mod process;
+
+use process::Server;
 
 const CONCURRENCY: usize = 48;
 
@@ -113,63 +116,21 @@ async fn etcd_db_bytes() -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn spawn(role: &[&str], ns: &str) -> Server {
-    let port = free_port();
-    let mut command = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/target/release/flowline"
-    ));
-    command.args(role).args([
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--watch-namespace",
-        ns,
-    ]);
+    let mut args = role.to_vec();
+    args.extend(["--watch-namespace", ns]);
     // Only the operator elects a leader: `flowline api` refuses controller flags.
     if role.first() == Some(&"operator") {
-        command.args(["--leader-election-namespace", ns]);
+        args.extend(["--leader-election-namespace", ns]);
     }
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("target/release/flowline (make bench-scale builds it)");
-    Server { child, port }
+    process::spawn(&args)
 }
 
-/// Reconciles `controller` has finished in `server`, from its `/metrics`.
+/// Reconciles `controller` has finished in `server`.
 async fn reconciles(server: &Server, controller: &str) -> u64 {
-    let Ok(response) = reqwest::get(format!("http://127.0.0.1:{}/metrics", server.port)).await
-    else {
-        return 0;
-    };
-    let text = response.text().await.unwrap_or_default();
     let series =
-        format!("flowline_reconcile_duration_seconds_count{{controller=\"{controller}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+        format!("flowline_reconcile_duration_seconds_count{{controller=\"{controller}\"}}");
+    process::metric(server, &series).await.unwrap_or(0.0) as u64
 }
 
 async fn until_ready(server: &Server) -> Duration {

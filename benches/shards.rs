@@ -8,7 +8,6 @@
 //! Not a test: it prints figures; docs/benchmarks.md records them.
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,66 +21,36 @@ use serde_json::json;
 
 #[path = "support/apiserver.rs"]
 mod apiserver;
+#[path = "support/process.rs"]
+mod process;
+
+use process::Server;
 
 const RUNS: usize = 1000;
 const CONCURRENCY: usize = 32;
 
-/// One `flowline operator` process; killed when dropped.
-struct Replica {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn replica(ns: &str, shards: u32) -> Replica {
-    let port = free_port();
-    let child = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/target/release/flowline"
-    ))
-    .args([
+fn replica(ns: &str, shards: u32) -> Server {
+    let shards = shards.to_string();
+    process::spawn(&[
         "operator",
         "--no-api",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
+        "--watch-namespace",
+        ns,
+        "--leader-election-namespace",
+        ns,
+        "--shards",
+        &shards,
     ])
-    .args(["--watch-namespace", ns, "--leader-election-namespace", ns])
-    .args(["--shards", &shards.to_string()])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("target/release/flowline (make bench-shards builds it)");
-    Replica { child, port }
 }
 
-/// Shards held by the replica, from its `/metrics`; None while it does not answer.
-async fn shards_held(replica: &Replica) -> Option<u32> {
-    let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", replica.port))
+/// Shards held by the replica; None while it does not answer.
+async fn shards_held(replica: &Server) -> Option<u32> {
+    process::metric(replica, "flowline_shards_held")
         .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("flowline_shards_held "))
-        .and_then(|v| v.trim().parse().ok())
+        .map(|v| v as u32)
 }
 
-async fn until_all_shards_held(replicas: &[&Replica], shards: u32) {
+async fn until_all_shards_held(replicas: &[&Server], shards: u32) {
     loop {
         let mut held = 0;
         for r in replicas {
@@ -195,7 +164,7 @@ struct Figures {
 async fn p5(client: &Client, replicas: u32) -> Figures {
     let ns = format!("bench-shards-{replicas}-{}", std::process::id());
     let (runs, wf) = fresh_namespace(client, &ns).await;
-    let processes: Vec<Replica> = (0..replicas).map(|_| replica(&ns, replicas)).collect();
+    let processes: Vec<Server> = (0..replicas).map(|_| replica(&ns, replicas)).collect();
     until_all_shards_held(&processes.iter().collect::<Vec<_>>(), replicas).await;
     let seen = watch_runs(runs.clone());
     let before = apiserver::writes(client, &["runs", "events"]).await;
@@ -219,7 +188,7 @@ async fn p5(client: &Client, replicas: u32) -> Figures {
 async fn p5_with_a_kill(client: &Client) {
     let ns = format!("bench-shards-kill-{}", std::process::id());
     let (runs, wf) = fresh_namespace(client, &ns).await;
-    let mut processes: Vec<Replica> = (0..3).map(|_| replica(&ns, 3)).collect();
+    let mut processes: Vec<Server> = (0..3).map(|_| replica(&ns, 3)).collect();
     until_all_shards_held(&processes.iter().collect::<Vec<_>>(), 3).await;
     let seen = watch_runs(runs.clone());
     let started = Instant::now();
