@@ -395,11 +395,11 @@ helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" --set 
 render_doc "$tmp/render-sharded.yaml" Deployment "$fullname-controller" | grep -qx -- ' *- --shards=3' ||
   die "controller.shards=3 does not pass --shards=3"
 render_doc "$tmp/render-sharded.yaml" Role "$fullname-leader-election" >"$tmp/role-sharded.yaml"
-for want in "- $fullname-controller" "- $fullname-controller-shard-1" "- $fullname-controller-shard-2" "verbs: [list, patch, delete]"; do
+for want in "- $fullname-controller" "- $fullname-controller-shard-1" "- $fullname-controller-shard-2" "verbs: [patch, delete]"; do
   grep -qxF -- "  $want" "$tmp/role-sharded.yaml" || die "controller.shards=3: the leader-election Role lacks \"$want\""
 done
 grep -qF -- "shard-3" "$tmp/role-sharded.yaml" && die "controller.shards=3: a fourth shard Lease is granted"
-render_doc "$tmp/render-default.yaml" Role "$fullname-leader-election" | grep -qE -- 'shard-|list' &&
+render_doc "$tmp/render-default.yaml" Role "$fullname-leader-election" | grep -qE -- 'shard-|patch|delete' &&
   die "the default (one shard) leader-election Role grants shard or member Leases"
 grep -qE -- '--unauthenticated-requests|--trusted-proxy|--default-plan|--enterprise-requests' "$tmp/controller-full.yaml" &&
   die "the controller got the API's rate-limit flags (it serves no /v1)"
@@ -685,8 +685,11 @@ for verb in list watch patch update delete; do can_i no "$ns_rel" "$sa_ctl" "$ve
 for verb in create patch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" events.events.k8s.io -n "$ns_other"; done
 can_i no "$ns_rel" "$sa_ctl" delete events.events.k8s.io -n "$ns_other"
 for verb in get list watch; do can_i no "$ns_rel" "$sa_ctl" "$verb" namespaces; done
-# Leader election: the one Lease, in the release namespace only, the controller's alone.
+# Leader election: the one Lease, in the release namespace only, the controller's alone
+# (listing them all: the shard-count check reads every shard Lease of the election).
 can_i yes "$ns_rel" "$sa_ctl" create leases.coordination.k8s.io -n "$ns_rel"
+can_i yes "$ns_rel" "$sa_ctl" list leases.coordination.k8s.io -n "$ns_rel"
+can_i no "$ns_rel" "$sa_ctl" list leases.coordination.k8s.io -n "$ns_other"
 for verb in get update; do
   can_i yes "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
   can_i no "$ns_rel" "$sa_ctl" "$verb" leases.coordination.k8s.io/someone-else -n "$ns_rel"

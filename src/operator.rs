@@ -189,6 +189,8 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
                 name: controller.leader_election_lease.clone(),
                 identity: format!("{}-{}", hostname(), crate::ids::new_id("op")),
                 timing,
+                election: controller.leader_election_lease.clone(),
+                shards: controller.shards,
             },
             controller.shards,
             gauge,

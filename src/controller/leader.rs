@@ -40,8 +40,8 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-pub use decide::Observation;
-use decide::{Holding, Record};
+use decide::Holding;
+pub use decide::{Observation, Record, count_agrees, observe, stamped_count};
 pub use timing::{Timing, TimingError, parse_seconds};
 pub use watchdog::Watchdog;
 
@@ -52,6 +52,56 @@ pub struct LeaseConfig {
     pub name: String,
     pub identity: String,
     pub timing: Timing,
+    /// The election this Lease belongs to (the name of its shard 0, the leader's
+    /// Lease) and the shard count this replica runs with: both are stamped on every
+    /// Lease it writes, so replicas configured with another count can tell (see
+    /// [`decide::count_agrees`]).
+    pub election: String,
+    pub shards: u32,
+}
+
+/// Annotation of a shard Lease: the shard count of the replica that wrote it.
+pub const SHARDS_ANNOTATION: &str = "flowline.io/shards";
+/// Label of a shard Lease: which election it belongs to (a hash: a label value is
+/// limited to 63 characters, a Lease name is not).
+const ELECTION_LABEL: &str = "flowline.io/shards-of";
+
+fn election_label(election: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(format!("shards/{election}").as_bytes())[..12])
+}
+
+/// Stamps `lease` with this replica's election and shard count.
+fn stamp(lease: &mut Lease, cfg: &LeaseConfig) {
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(SHARDS_ANNOTATION.into(), cfg.shards.to_string());
+    lease
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(ELECTION_LABEL.into(), election_label(&cfg.election));
+}
+
+/// Every shard Lease of `cfg`'s election: those stamped with it, and its shard 0 by
+/// name (a leader's Lease written before shards existed carries no stamp).
+pub async fn election_leases(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+) -> Result<Vec<Lease>, kube::Error> {
+    let selector = format!("{ELECTION_LABEL}={}", election_label(&cfg.election));
+    let mut leases = api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?
+        .items;
+    if !leases.iter().any(|l| l.name_any() == cfg.election)
+        && let Some(first) = api.get_opt(&cfg.election).await?
+    {
+        leases.push(first);
+    }
+    Ok(leases)
 }
 
 /// Why a leader stopped leading.
@@ -89,7 +139,7 @@ async fn try_acquire(
         if !take_free {
             return Ok(false);
         }
-        let lease = Lease {
+        let mut lease = Lease {
             metadata: ObjectMeta {
                 name: Some(cfg.name.clone()),
                 ..Default::default()
@@ -101,6 +151,7 @@ async fn try_acquire(
                 Timestamp::now(),
             )),
         };
+        stamp(&mut lease, cfg);
         return match api.create(&PostParams::default(), &lease).await {
             Ok(_) => Ok(true),
             Err(e) if is_conflict(&e) => Ok(false), // another replica created it first
@@ -133,6 +184,7 @@ async fn write_ours(
         lease.spec.as_ref(),
         Timestamp::now(),
     ));
+    stamp(&mut lease, cfg);
     match api
         .replace(&lease.name_any(), &PostParams::default(), &lease)
         .await

@@ -1090,7 +1090,10 @@ mod tests {
 
     #[test]
     fn only_failed_and_cancelled_runs_record_a_kubernetes_event() {
-        assert_eq!(kubernetes_event(RunPhase::Failed), Some(("RunFailed", true)));
+        assert_eq!(
+            kubernetes_event(RunPhase::Failed),
+            Some(("RunFailed", true))
+        );
         assert_eq!(
             kubernetes_event(RunPhase::Cancelled),
             Some(("RunCancelled", false))

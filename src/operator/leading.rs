@@ -22,11 +22,12 @@
 //! armed until then: if winding down outlasts the renew deadline, the process exits
 //! without releasing and the leases simply expire.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::leader::members::{self, Membership};
@@ -88,55 +89,51 @@ impl Leadership {
     /// Waits for leases and calls `start` for each shard taken (0 is the leader's),
     /// with a token cancelled on shutdown; renews them until the process ends.
     /// Returns only on a shutdown; a lost lease ends the process.
+    ///
+    /// Every retry period: renew membership (sharded only), check that no replica
+    /// running with another shard count holds a shard, then look at each shard not
+    /// held and take it if it is free and this replica is below its share, or if its
+    /// holder stopped renewing. A shard just taken is checked again before its work
+    /// starts (two replicas of different counts that take a shard at the same moment
+    /// each see the other's write in the second look, at least one of them, and
+    /// that one gives its shard back).
     pub async fn lead(
         self,
         client: Client,
         shutdown: CancellationToken,
         mut start: impl FnMut(u32, CancellationToken) + Send,
     ) {
-        if self.shards == 1 {
-            let Some(acquired) = leader::acquire(client.clone(), &self.cfg, &shutdown).await else {
-                return;
-            };
-            self.hold(0, acquired, &client, &shutdown, &mut start);
-            shutdown.cancelled().await;
-            return;
-        }
-        self.share(client, shutdown, start).await;
-    }
-
-    /// The sharded candidacy: every retry period, renew membership, then look at
-    /// each shard not held and take it if it is free and this replica is below its
-    /// share, or if its holder stopped renewing.
-    async fn share(
-        &self,
-        client: Client,
-        shutdown: CancellationToken,
-        mut start: impl FnMut(u32, CancellationToken) + Send,
-    ) {
         let timing = self.cfg.timing;
-        let membership = Membership::new(
-            client.clone(),
-            &self.cfg.namespace,
-            &self.cfg.name,
-            &self.cfg.identity,
-            timing.lease,
-        );
+        // One shard needs no membership: it is all of the share.
+        let membership = (self.shards > 1).then(|| {
+            Membership::new(
+                client.clone(),
+                &self.cfg.namespace,
+                &self.cfg.name,
+                &self.cfg.identity,
+                timing.lease,
+            )
+        });
         let api: Api<Lease> = Api::namespaced(client.clone(), &self.cfg.namespace);
         let mut seen: Vec<Option<Observation>> = vec![None; self.shards as usize];
+        let mut election = HashMap::new();
         let mut mine = vec![false; self.shards as usize];
         let mut rounds = 0u64;
         loop {
-            let live = match membership.heartbeat().await {
-                Ok(live) => Some(live),
-                Err(err) => {
-                    tracing::warn!(error = %err, "membership not renewed; taking no free shard this round");
-                    None
-                }
+            let live = match &membership {
+                None => Some(1),
+                Some(membership) => match membership.heartbeat().await {
+                    Ok(live) => Some(live),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "membership not renewed; taking no free shard this round");
+                        None
+                    }
+                },
             };
-            // The first round only announces this replica: replicas started together
-            // see each other before any takes a free shard.
-            if rounds > 0 {
+            // A sharded replica's first round only announces it: replicas started
+            // together see each other before any takes a free shard.
+            if (rounds > 0 || membership.is_none()) && self.count_agrees(&api, &mut election).await
+            {
                 let share = live.map_or(0, |live| members::fair_share(self.shards, live));
                 for shard in members::rotation(&self.cfg.identity, self.shards) {
                     let index = shard as usize;
@@ -146,12 +143,19 @@ impl Leadership {
                     let held = mine.iter().filter(|&&m| m).count();
                     let take_free = u32::try_from(held).unwrap_or(u32::MAX) < share;
                     let cfg = self.lease_of(shard);
-                    if let Some(acquired) =
+                    let Some(acquired) =
                         leader::attempt(&api, &cfg, &mut seen[index], take_free).await
-                    {
-                        mine[index] = true;
-                        self.hold(shard, acquired, &client, &shutdown, &mut start);
+                    else {
+                        continue;
+                    };
+                    if !self.count_agrees(&api, &mut election).await {
+                        // Nothing of the shard started: it may be handed back at once.
+                        leader::release(client.clone(), &cfg).await;
+                        seen[index] = None;
+                        break;
                     }
+                    mine[index] = true;
+                    self.hold(shard, acquired, &client, &shutdown, &mut start);
                 }
             }
             rounds += 1;
@@ -160,6 +164,57 @@ impl Leadership {
                 _ = tokio::time::sleep(timing.retry_period) => {}
             }
         }
+    }
+
+    /// Reads every shard Lease of the election and tells whether this replica's
+    /// shard count agrees with those held (see [`leader::count_agrees`]); `election`
+    /// carries what earlier looks observed, so a Lease whose holder died counts once
+    /// it has stayed unchanged for a lease duration. False when the read fails.
+    async fn count_agrees(
+        &self,
+        api: &Api<Lease>,
+        election: &mut HashMap<String, Observation>,
+    ) -> bool {
+        let leases = match tokio::time::timeout(
+            self.cfg.timing.renew_deadline,
+            leader::election_leases(api, &self.cfg),
+        )
+        .await
+        {
+            Ok(Ok(leases)) => leases,
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "cannot read the shard Leases; taking none this round");
+                return false;
+            }
+            Err(_) => {
+                tracing::warn!("reading the shard Leases timed out; taking none this round");
+                return false;
+            }
+        };
+        let now = Instant::now();
+        let observed: Vec<(Observation, u32)> = leases
+            .iter()
+            .map(|lease| {
+                let name = lease.name_any();
+                let seen = leader::observe(election.remove(&name), leader::Record::of(lease), now);
+                election.insert(name, seen.clone());
+                (seen, leader::stamped_count(lease))
+            })
+            .collect();
+        let agrees = leader::count_agrees(
+            &observed,
+            self.shards,
+            &self.cfg.identity,
+            self.cfg.timing.lease,
+            now,
+        );
+        if !agrees {
+            tracing::warn!(
+                shards = self.shards,
+                "a replica running with another --shards holds shards: taking none until it is gone"
+            );
+        }
+        agrees
     }
 
     /// Arms the watchdog of a lease just taken (from the instant the winning attempt

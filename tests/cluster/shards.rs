@@ -270,3 +270,65 @@ async fn a_replica_stopped_with_sigterm_hands_its_shards_over_at_once() {
         "the shards moved after {moved_after:?}: they expired instead of being released"
     );
 }
+
+/// Creates `count` more Runs of `workflow`, named `<prefix>-<i>`.
+async fn more_runs(ns: &TestNamespace, workflow: &str, prefix: &str, count: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for i in 0..count {
+        let name = format!("{prefix}-{i}");
+        let run: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": name},
+            "spec": {"workflowRef": workflow}
+        }))
+        .unwrap();
+        ns.api::<Run>()
+            .create(&Default::default(), &run)
+            .await
+            .unwrap();
+        names.push(name);
+    }
+    names
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone() {
+    let ns = TestNamespace::new("shard-count").await;
+    let (url, calls) = endpoint(Duration::ZERO).await;
+    let (old, old_port) = replica(&ns, 2);
+    ready(old_port).await;
+    await_shares(&[old_port], &[2]).await;
+    // A rolling update to --shards 3: the new replica splits runs differently, so it
+    // must take nothing while the old one holds its shards.
+    let log = std::env::temp_dir().join(format!("{}-new-replica.log", ns.name));
+    let (_new, new_port) = Process::operator_logging_to(
+        &ns,
+        &["--allow-cidr", "127.0.0.1/32", "--shards", "3", "--no-api"],
+        &log,
+    );
+    ready(new_port).await;
+    eventually(
+        "the new replica to refuse the shards",
+        Duration::from_secs(30),
+        || async {
+            std::fs::read_to_string(&log)
+                .ok()?
+                .contains("another --shards holds shards")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(gauge(new_port, "flowline_shards_held").await, Some(0));
+    let before = crate::replicas::create(&ns, workflow(&url, "counted"), 8).await;
+    crate::support::all_succeeded(&ns, &before, Duration::from_secs(60)).await;
+    assert_eq!(gauge(new_port, "flowline_shards_held").await, Some(0));
+
+    // The old replica stops: the new one takes all three shards and executes.
+    old.terminate();
+    await_shares(&[new_port], &[3]).await;
+    let after = more_runs(&ns, "counted", "after", 8).await;
+    crate::support::all_succeeded(&ns, &after, Duration::from_secs(60)).await;
+    for name in before.iter().chain(&after) {
+        assert_eq!(calls.of(name).len(), 1, "run {name} executed exactly once");
+    }
+}

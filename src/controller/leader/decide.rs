@@ -45,6 +45,36 @@ impl Record {
     }
 }
 
+/// The shard count the holder of `lease` runs with, as it stamped it; a Lease written
+/// before shards existed was written by a replica of one shard.
+pub fn stamped_count(lease: &Lease) -> u32 {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::SHARDS_ANNOTATION))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Whether a replica running with `shards` may hold shards of an election whose
+/// Leases it observed as `leases` (each with the count stamped on it): only when no
+/// Lease is held, by a holder still renewing it, under another count. Replicas of
+/// two counts split runs differently, so both executing would execute some runs
+/// twice (a rolling update that changes `--shards`: the new replicas wait until the
+/// old ones are gone). Pure.
+pub fn count_agrees(
+    leases: &[(Observation, u32)],
+    shards: u32,
+    identity: &str,
+    own_lease: Duration,
+    now: Instant,
+) -> bool {
+    leases
+        .iter()
+        .all(|(seen, count)| *count == shards || may_acquire(seen, identity, own_lease, now))
+}
+
 /// A record and when this replica first saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
@@ -137,6 +167,55 @@ pub fn spec_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_agrees_unless_a_live_holder_runs_another() {
+        let t0 = Instant::now();
+        let lease = Duration::from_secs(10);
+        let held = |holder: &str| Observation {
+            record: Record {
+                holder: Some(holder.into()),
+                renew_time: None,
+                resource_version: Some("1".into()),
+                lease: Some(lease),
+            },
+            since: t0,
+        };
+        let free = Observation {
+            record: Record {
+                holder: None,
+                renew_time: None,
+                resource_version: Some("2".into()),
+                lease: None,
+            },
+            since: t0,
+        };
+        let soon = t0 + Duration::from_secs(1);
+        // Same count, held or not: agrees.
+        assert!(count_agrees(
+            &[(held("a"), 3), (free.clone(), 3)],
+            3,
+            "me",
+            lease,
+            soon
+        ));
+        // Another count, held by a live replica: does not.
+        assert!(!count_agrees(&[(held("a"), 2)], 3, "me", lease, soon));
+        // Another count, but released, or expired on this replica's clock: agrees.
+        assert!(count_agrees(&[(free, 2)], 3, "me", lease, soon));
+        assert!(count_agrees(&[(held("a"), 2)], 3, "me", lease, t0 + lease));
+        // Nothing seen: agrees.
+        assert!(count_agrees(&[], 3, "me", lease, soon));
+    }
+
+    #[test]
+    fn an_unstamped_lease_counts_one_shard() {
+        let mut lease = Lease::default();
+        assert_eq!(stamped_count(&lease), 1);
+        lease.metadata.annotations =
+            Some([(super::super::SHARDS_ANNOTATION.to_string(), "4".to_string())].into());
+        assert_eq!(stamped_count(&lease), 4);
+    }
 
     fn record(holder: Option<&str>, version: &str) -> Record {
         Record {
