@@ -392,14 +392,15 @@ grep -qx -- ' *- --no-console' "$tmp/api-no-console.yaml" || die "console.enable
 # only when sharded.
 helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" --set controller.shards=3 \
   >"$tmp/render-sharded.yaml" || die "helm template (controller.shards=3)"
-render_doc "$tmp/render-sharded.yaml" Deployment "$fullname-controller" | grep -qx -- ' *- --shards=3' ||
-  die "controller.shards=3 does not pass --shards=3"
+render_doc "$tmp/render-sharded.yaml" Deployment "$fullname-controller" >"$tmp/controller-sharded.yaml"
+grep -qx -- ' *- --shards=3' "$tmp/controller-sharded.yaml" || die "controller.shards=3 does not pass --shards=3"
 render_doc "$tmp/render-sharded.yaml" Role "$fullname-leader-election" >"$tmp/role-sharded.yaml"
 for want in "- $fullname-controller" "- $fullname-controller-shard-1" "- $fullname-controller-shard-2" "verbs: [patch, delete]"; do
   grep -qxF -- "  $want" "$tmp/role-sharded.yaml" || die "controller.shards=3: the leader-election Role lacks \"$want\""
 done
 grep -qF -- "shard-3" "$tmp/role-sharded.yaml" && die "controller.shards=3: a fourth shard Lease is granted"
-render_doc "$tmp/render-default.yaml" Role "$fullname-leader-election" | grep -qE -- 'shard-|patch|delete' &&
+render_doc "$tmp/render-default.yaml" Role "$fullname-leader-election" >"$tmp/role-default.yaml"
+grep -qE -- 'shard-|patch|delete' "$tmp/role-default.yaml" &&
   die "the default (one shard) leader-election Role grants shard or member Leases"
 grep -qE -- '--unauthenticated-requests|--trusted-proxy|--default-plan|--enterprise-requests' "$tmp/controller-full.yaml" &&
   die "the controller got the API's rate-limit flags (it serves no /v1)"
