@@ -132,8 +132,9 @@ impl Leadership {
             };
             // A sharded replica's first round only announces it: replicas started
             // together see each other before any takes a free shard.
-            if (rounds > 0 || membership.is_none()) && self.count_agrees(&api, &mut election).await
-            {
+            // Holding every shard, there is nothing to look at (and no request to make).
+            let looking = (rounds > 0 || membership.is_none()) && mine.contains(&false);
+            if looking && self.count_agrees(&api, &mut election).await {
                 let share = live.map_or(0, |live| members::fair_share(self.shards, live));
                 for shard in members::rotation(&self.cfg.identity, self.shards) {
                     let index = shard as usize;
