@@ -42,6 +42,13 @@ pub const EXIT_LOST_LEADERSHIP: i32 = 3;
 /// not renewed in time.
 type Held = (LeaseConfig, Arc<Watchdog>);
 
+/// A lease just taken and renewed, its work not started.
+struct Taken {
+    cfg: LeaseConfig,
+    watchdog: Arc<Watchdog>,
+    renewing: tokio::task::JoinHandle<()>,
+}
+
 /// One process's candidacy, shared by the task that leads and the shutdown that
 /// hands the leases over.
 #[derive(Clone)]
@@ -149,14 +156,17 @@ impl Leadership {
                     else {
                         continue;
                     };
+                    // Renewed from now on, whatever the second look takes: the renew
+                    // deadline counts from the attempt.
+                    let taken = self.keep(shard, acquired, &client);
                     if !self.count_agrees(&api, &mut election).await {
                         // Nothing of the shard started: it may be handed back at once.
-                        leader::release(client.clone(), &cfg).await;
+                        self.give_back(taken, &client).await;
                         seen[index] = None;
                         break;
                     }
                     mine[index] = true;
-                    self.hold(shard, acquired, &client, &shutdown, &mut start);
+                    self.start(shard, &shutdown, &mut start);
                 }
             }
             rounds += 1;
@@ -219,38 +229,53 @@ impl Leadership {
     }
 
     /// Arms the watchdog of a lease just taken (from the instant the winning attempt
-    /// began: the deadline a follower's wait is measured against), starts the shard's
-    /// work and renews its lease in a task of its own.
-    fn hold(
-        &self,
-        shard: u32,
-        acquired: Instant,
-        client: &Client,
-        shutdown: &CancellationToken,
-        start: &mut impl FnMut(u32, CancellationToken),
-    ) {
+    /// began: the deadline a follower's wait is measured against) and renews the
+    /// lease in a task of its own; the shard's work is not started yet.
+    fn keep(&self, shard: u32, acquired: Instant, client: &Client) -> Taken {
         let cfg = self.lease_of(shard);
         let timing = cfg.timing;
         let gauge = self.gauge.clone();
         let watchdog = Arc::new(Watchdog::arm(acquired + timing.renew_deadline, move || {
             abdicate(&gauge, &Lost::Deadline(timing.renew_deadline))
         }));
-        let held = {
-            let mut held = self.lock();
-            held.push((cfg.clone(), watchdog.clone()));
-            held.len()
+        // Listed at once, so a shutdown meanwhile disarms and releases it too.
+        self.lock().push((cfg.clone(), watchdog.clone()));
+        let (client, gauge) = (client.clone(), self.gauge.clone());
+        let renewing = {
+            let (cfg, watchdog) = (cfg.clone(), watchdog.clone());
+            tokio::spawn(async move {
+                let lost = leader::keep(client, &cfg, acquired, &watchdog).await;
+                abdicate(&gauge, &lost);
+            })
         };
+        Taken {
+            cfg,
+            watchdog,
+            renewing,
+        }
+    }
+
+    /// Starts the work of a shard whose lease [`Leadership::keep`] renews.
+    fn start(
+        &self,
+        shard: u32,
+        shutdown: &CancellationToken,
+        start: &mut impl FnMut(u32, CancellationToken),
+    ) {
         if shard == 0 {
             self.gauge.set(true);
         }
-        self.gauge.set_shards(held);
-        tracing::info!(shard, shards = self.shards, lease = %cfg.name, "holding the shard");
+        self.gauge.set_shards(self.lock().len());
+        tracing::info!(shard, shards = self.shards, "holding the shard");
         start(shard, shutdown.child_token());
-        let (client, gauge) = (client.clone(), self.gauge.clone());
-        tokio::spawn(async move {
-            let lost = leader::keep(client, &cfg, acquired, &watchdog).await;
-            abdicate(&gauge, &lost);
-        });
+    }
+
+    /// Stops renewing a lease whose work never started and releases it.
+    async fn give_back(&self, taken: Taken, client: &Client) {
+        taken.renewing.abort();
+        taken.watchdog.disarm();
+        self.lock().retain(|(cfg, _)| cfg.name != taken.cfg.name);
+        leader::release(client.clone(), &taken.cfg).await;
     }
 
     /// Releases the leases after a clean shutdown, so others take over at once.
