@@ -234,7 +234,9 @@ pub async fn run(
             tx.clone(),
             Input::Workflow,
             Some(HolderKind::Workflow),
-            |_| {},
+            // The worker reads a workflow's events and metadata; its steps (most of a
+            // workflow's bytes) are not kept.
+            |wf| wf.spec.steps = Vec::new(),
             shutdown.clone(),
         ),
     };
