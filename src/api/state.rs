@@ -45,8 +45,22 @@ impl Default for ApiConfig {
     }
 }
 
+/// Cloned for every request (by each `State` extractor): one reference count, not
+/// one per part (the kube client alone is a tower buffer whose clone is not free).
 #[derive(Clone)]
-pub struct ApiState {
+pub struct ApiState(Arc<Shared>);
+
+impl std::ops::Deref for ApiState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What the handlers share, behind [`ApiState`].
+#[derive(Clone)]
+pub struct Shared {
     pub client: Client,
     pub caches: Caches,
     /// Authenticated requests, per account (namespace).
@@ -62,7 +76,7 @@ pub struct ApiState {
 
 impl ApiState {
     pub fn new(client: Client, caches: Caches, config: ApiConfig) -> Self {
-        ApiState {
+        ApiState(Arc::new(Shared {
             client,
             caches,
             limiter: Arc::new(RateLimiter::new(config.rate_limit_window_secs)),
@@ -73,12 +87,15 @@ impl ApiState {
             key_index: Arc::new(KeyIndex::default()),
             config: Arc::new(config),
             metrics: HttpMetrics::default(),
-        }
+        }))
     }
 
     /// Counts into `metrics` (the families the process serves on /metrics).
     pub fn with_metrics(self, metrics: HttpMetrics) -> Self {
-        ApiState { metrics, ..self }
+        ApiState(Arc::new(Shared {
+            metrics,
+            ..Arc::unwrap_or_clone(self.0)
+        }))
     }
 
     pub fn post_params() -> kube::api::PostParams {
