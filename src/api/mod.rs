@@ -21,7 +21,7 @@ pub mod openapi;
 pub mod pagination;
 pub mod ratelimit;
 pub(crate) mod retry;
-pub(crate) mod run_index;
+pub mod run_index;
 pub(crate) mod runs;
 pub mod state;
 pub mod views;
