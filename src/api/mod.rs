@@ -20,6 +20,7 @@ mod middleware;
 pub mod openapi;
 pub mod pagination;
 pub mod ratelimit;
+pub mod rendered;
 pub(crate) mod retry;
 pub mod run_index;
 pub(crate) mod runs;

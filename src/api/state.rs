@@ -8,6 +8,8 @@ use super::cache::Caches;
 use super::client_ip::TrustedProxies;
 use super::key_index::KeyIndex;
 use super::ratelimit::{DEFAULT_CAPACITY, FREE_REQUESTS, Plan, PlanDefaults, RateLimiter};
+use super::rendered::Rendered;
+use crate::crd::Workflow;
 use crate::telemetry::http_metrics::HttpMetrics;
 
 /// Field manager of every write the API makes.
@@ -68,6 +70,8 @@ pub struct Shared {
     /// Requests without a valid key, per client address.
     pub client_limiter: Arc<RateLimiter<std::net::IpAddr>>,
     pub key_index: Arc<KeyIndex>,
+    /// `GET /v1/workflows/{id}` answers, kept per cached copy (see `rendered`).
+    pub rendered_workflows: Arc<Rendered<Workflow>>,
     pub config: Arc<ApiConfig>,
     /// Where the rate limiter's refusals are counted (registered nowhere unless
     /// [`ApiState::with_metrics`] says).
@@ -85,6 +89,7 @@ impl ApiState {
                 config.tracked_clients,
             )),
             key_index: Arc::new(KeyIndex::default()),
+            rendered_workflows: Arc::new(Rendered::default()),
             config: Arc::new(config),
             metrics: HttpMetrics::default(),
         }))
