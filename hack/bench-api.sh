@@ -21,10 +21,10 @@ for line in sys.stdin:
 
 ns="bench-api-$RANDOM"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-server=
+servers=()
 bare_pids=()
 cleanup() {
-  [ -n "$server" ] && kill "$server" 2>/dev/null || true
+  for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${bare_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   kubectl delete namespace "$ns" --wait=false >/dev/null 2>&1 || true
   kubectl delete clusterrolebinding "$ns" >/dev/null 2>&1 || true
@@ -44,12 +44,16 @@ kubectl create clusterrolebinding "$ns" --clusterrole=flowline-bench-read --serv
 token=$(kubectl create token bench -n "$ns")
 apiserver=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 
-TOKIO_WORKER_THREADS=${BENCH_SERVER_THREADS:-1} "$flowline" api --listen "127.0.0.1:$port" >"$repo/.flowline/bench-api.log" 2>&1 &
-server=$!
-until curl -fsS -H "Authorization: Bearer $key" "http://127.0.0.1:$port/v1/workflows/wf-42" >/dev/null 2>&1; do
-  kill -0 "$server" || { cat "$repo/.flowline/bench-api.log" >&2; exit 1; }
-  sleep 0.2
-done
+# Starts one `flowline api` on $1, logging to $2, and waits until it answers.
+start_api() {
+  TOKIO_WORKER_THREADS=${BENCH_SERVER_THREADS:-1} "$flowline" api --listen "127.0.0.1:$1" >"$2" 2>&1 &
+  servers+=($!)
+  until curl -fsS -H "Authorization: Bearer $key" "http://127.0.0.1:$1/v1/workflows/wf-42" >/dev/null 2>&1; do
+    kill -0 "${servers[-1]}" || { cat "$2" >&2; exit 1; }
+    sleep 0.2
+  done
+}
+start_api "$port" "$repo/.flowline/bench-api.log"
 
 # Prints "req/s p50_ms p99_ms" for one URL.
 measure() {
@@ -86,3 +90,37 @@ row() {
 }
 row "one workflow" "http://127.0.0.1:$port/v1/workflows/wf-42" "$apiserver/apis/flowline.io/v1/namespaces/$ns/workflows/wf-42"
 row "list of 100" "http://127.0.0.1:$port/v1/workflows?limit=100" "$apiserver/apis/flowline.io/v1/namespaces/$ns/workflows?limit=100"
+
+# API replicas: the single GET against one `flowline api` process and against two (each
+# a release build with the same one worker thread, both on this machine, caching the
+# same objects). The load is split on the client side: two wrk processes of half the
+# connections each run at once, both at the one process (N=1) or one at each (N=2) —
+# client-side round-robin by connection, no balancer in between. The figure is their
+# summed requests/s. Both N use the same two load generators, so only the number of
+# servers changes; on a two-core machine the servers and wrk share the cores.
+port2=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start_api "$port2" "$repo/.flowline/bench-api-2.log"
+
+# Prints the summed req/s of two wrk processes at $1 and $2, at once.
+measure_pair() {
+  local out1 out2 p1 p2
+  out1=$(mktemp) out2=$(mktemp)
+  wrk -t1 -c$((concurrency / 2)) -d"$duration" -H "Authorization: Bearer $key" "$1" >"$out1" &
+  p1=$!
+  wrk -t1 -c$((concurrency / 2)) -d"$duration" -H "Authorization: Bearer $key" "$2" >"$out2" &
+  p2=$!
+  wait "$p1" "$p2"
+  awk '$1 == "Requests/sec:" { sum += $2 } END { printf "%.0f\n", sum }' "$out1" "$out2"
+  rm -f "$out1" "$out2"
+}
+
+one="http://127.0.0.1:$port/v1/workflows/wf-42"
+two="http://127.0.0.1:$port2/v1/workflows/wf-42"
+n1=$(measure_pair "$one" "$one")
+n2=$(measure_pair "$one" "$two")
+echo
+echo "API replicas, one workflow: two wrk processes (1 thread, $((concurrency / 2)) connections each), client-side split"
+echo
+echo "| API processes | reads/s | vs N=1 |"
+echo "|---|---|---|"
+awk -v a="$n1" -v b="$n2" 'BEGIN { printf "| 1 | %.0f | 1.00x |\n| 2 | %.0f | %.2fx |\n", a, b, b/a }'

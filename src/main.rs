@@ -40,6 +40,8 @@ fn main() -> ExitCode {
     // blocking task (a DNS lookup) that does not end in time is left behind, and the
     // process exits right after the release anyway.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    // Log lines are written by a thread of their own: out before the error below.
+    flowline::telemetry::log_writer::flush_process();
     let code = match result {
         Ok(Ended::Exit(code)) => code,
         Ok(Ended::Operator(stopped)) => {
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
     if let Some(traces) = traces {
         traces.shutdown();
     }
+    flowline::telemetry::log_writer::flush_process();
     code
 }
 

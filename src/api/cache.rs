@@ -17,6 +17,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::SECRET_TYPE;
+use super::run_index::SharedRunIndex;
 use crate::crd::{EventDetail, Run, Webhook, Workflow};
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
 use crate::kubeutil::{WatchScope, scoped_api};
@@ -134,6 +135,8 @@ pub struct Caches {
     /// Inbound secrets of webhook-triggered workflows (type `flowline.io/hook-secret`).
     pub hook_secrets: ScopedStore<Secret>,
     pub namespaces: ScopedStore<PartialObjectMeta<Namespace>>,
+    /// The run cache's index by workflow, one per run reflector (see `run_index`).
+    runs_by_workflow: Arc<[SharedRunIndex]>,
     synced: Arc<AtomicBool>,
 }
 
@@ -146,7 +149,22 @@ fn spawn_reflector<K>(
 where
     K: crate::kubeutil::lenient::Watched,
 {
-    let (reader, events) = lenient::compact_reflector(api, config, compact);
+    spawn_observed(api, config, compact, |_| {}, shutdown)
+}
+
+/// [`spawn_reflector`] whose events are shown to `observe` before its store applies
+/// them (see [`lenient::observed_reflector`]).
+fn spawn_observed<K>(
+    api: Api<Lenient<K>>,
+    config: watcher::Config,
+    compact: fn(&mut K),
+    observe: impl FnMut(&watcher::Event<Lenient<K>>) + Send + 'static,
+    shutdown: CancellationToken,
+) -> DecodedStore<K>
+where
+    K: crate::kubeutil::lenient::Watched,
+{
+    let (reader, events) = lenient::observed_reflector(api, config, compact, observe);
     // The API's account records no Events: undecodable objects are logged and counted.
     undecodable::spawn_watch(events, None, shutdown, |event| {
         if let Err(err) = event {
@@ -191,13 +209,12 @@ impl Caches {
                 (Api::all(client.clone()), config)
             })
             .collect();
+        let (runs, runs_by_workflow) =
+            spawn_indexed_runs(per_namespace(&client, &each, &plain), &shutdown);
         let caches = Caches {
             workflows: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
-            runs: spawn_scoped(
-                per_namespace(&client, &each, &plain),
-                summarize_run,
-                &shutdown,
-            ),
+            runs,
+            runs_by_workflow,
             webhooks: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
             api_keys: spawn_scoped(
                 per_namespace(&client, &each, &keys_config),
@@ -234,6 +251,41 @@ impl Caches {
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
+
+    /// The cached runs of one workflow, in no particular order: only that workflow's
+    /// runs are read (through the index), however many the cache holds.
+    pub fn runs_of_workflow(&self, namespace: &str, workflow: &str) -> Vec<Arc<Run>> {
+        self.runs_by_workflow
+            .iter()
+            .flat_map(|index| index.names(namespace, workflow))
+            .filter_map(|name| get(&self.runs, namespace, &name))
+            // The index is a hint: the store's copy decides.
+            .filter(|run| run.spec.workflow_ref == workflow)
+            .collect()
+    }
+}
+
+/// The run reflectors, each with its index by workflow fed from its own events.
+fn spawn_indexed_runs(
+    apis: Vec<(Api<Lenient<Run>>, watcher::Config)>,
+    shutdown: &CancellationToken,
+) -> (ScopedStore<Run>, Arc<[SharedRunIndex]>) {
+    let (parts, indexes): (Vec<_>, Vec<_>) = apis
+        .into_iter()
+        .map(|(api, config)| {
+            let index = SharedRunIndex::default();
+            let writer = index.clone();
+            let store = spawn_observed(
+                api,
+                config,
+                summarize_run,
+                move |event| writer.apply(event),
+                shutdown.clone(),
+            );
+            (store, index)
+        })
+        .unzip();
+    (ScopedStore::from(parts), indexes.into())
 }
 
 /// Looks up one object of a namespace in a store.

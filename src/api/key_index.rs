@@ -24,8 +24,19 @@ use super::cache::ScopedStore;
 /// Longest a miss trusts an index built from a cache of the same size.
 pub const REBUILD_AFTER: Duration = Duration::from_secs(1);
 
+/// A key Secret as the index saw it, and the principal it made of it.
+#[derive(Clone)]
+struct Entry {
+    key: ObjectRef<Secret>,
+    /// The cached copy it was read from: while the cache still holds this very copy
+    /// (the same `Arc`: a reflector replaces it on every change), `principal` is what
+    /// reading it again would give, so a request does not parse the Secret again.
+    seen: Arc<Secret>,
+    principal: Principal,
+}
+
 struct Snapshot {
-    by_hash: HashMap<String, ObjectRef<Secret>>,
+    by_hash: HashMap<String, Entry>,
     /// Key Secrets in the cache when this was built.
     cache_len: usize,
     built: Instant,
@@ -96,16 +107,26 @@ impl KeyIndex {
 /// map lookup itself is not constant-time, but it is keyed by the SHA-256 of the
 /// presented value, and learning about hashes does not help find a key.
 fn lookup(snapshot: &Snapshot, keys: &ScopedStore<Secret>, hash: &str) -> Option<Principal> {
-    let secret = keys.get(snapshot.by_hash.get(hash)?)?;
-    let record = KeyRecord::from_secret(&secret)?;
-    if !record.matches(hash) {
-        return None;
+    let entry = snapshot.by_hash.get(hash)?;
+    // Always the cache's current copy: a deleted key fails here.
+    let secret = keys.get(&entry.key)?;
+    if Arc::ptr_eq(&secret, &entry.seen) {
+        return Some(entry.principal.clone());
     }
-    Some(Principal {
-        namespace: record.namespace,
-        key_id: record.id,
-        scopes: record.scopes,
-    })
+    // Changed since the index was built: read what it says now.
+    let (record, principal) = read(&secret)?;
+    record.matches(hash).then_some(principal)
+}
+
+/// The key record of a Secret and the principal it authenticates.
+fn read(secret: &Secret) -> Option<(KeyRecord, Principal)> {
+    let record = KeyRecord::from_secret(secret)?;
+    let principal = Principal {
+        namespace: record.namespace.clone(),
+        key_id: record.id.clone(),
+        scopes: record.scopes.clone(),
+    };
+    Some((record, principal))
 }
 
 fn build(keys: &ScopedStore<Secret>) -> Snapshot {
@@ -113,10 +134,15 @@ fn build(keys: &ScopedStore<Secret>) -> Snapshot {
     let cache_len = keys.len();
     let by_hash = keys
         .state()
-        .iter()
+        .into_iter()
         .filter_map(|secret| {
-            let record = KeyRecord::from_secret(secret)?;
-            Some((record.hash, ObjectRef::from_obj(&**secret)))
+            let (record, principal) = read(&secret)?;
+            let entry = Entry {
+                key: ObjectRef::from_obj(&*secret),
+                seen: secret,
+                principal,
+            };
+            Some((record.hash, entry))
         })
         .collect();
     Snapshot {

@@ -119,7 +119,9 @@ fn live_holder(
     req: &idempotency::Request,
     gone: &[String],
 ) -> Option<std::sync::Arc<Run>> {
-    cache::in_namespace(&state.caches.runs, namespace)
+    state
+        .caches
+        .runs_of_workflow(namespace, req.workflow)
         .into_iter()
         .filter(|r| idempotency::holds(r, req) && !gone.contains(&r.name_any()))
         .max_by_key(|r| created_at(&r.metadata))

@@ -69,18 +69,19 @@ async fn list(
             &["queued", "running", "succeeded", "failed", "cancelled"],
         )),
     )?;
-    let items = cache::in_namespace(&state.caches.runs, &who.namespace)
+    let runs = state
+        .caches
+        .runs_of_workflow(&who.namespace, &workflow_id)
         .into_iter()
-        .filter(|r| r.spec.workflow_ref == workflow_id)
         .filter(|r| q.filter.as_deref().is_none_or(|s| r.phase().as_str() == s))
-        .map(|r| {
-            (
-                SortKey::new(created_at(&r.metadata), &r.name_any()),
-                RunListItem::from(&*r),
-            )
-        })
+        .map(|r| (SortKey::new(created_at(&r.metadata), &r.name_any()), r))
         .collect();
-    Ok(Json(pagination::paginate(items, &q)))
+    let page = pagination::paginate(runs, &q);
+    // Only the page's runs are shaped for the answer.
+    Ok(Json(Page {
+        data: page.data.iter().map(|r| RunListItem::from(&**r)).collect(),
+        next_cursor: page.next_cursor,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", operation_id = "runs.get", tag = "runs", description = "Scope: `read`.",

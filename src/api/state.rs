@@ -8,6 +8,8 @@ use super::cache::Caches;
 use super::client_ip::TrustedProxies;
 use super::key_index::KeyIndex;
 use super::ratelimit::{DEFAULT_CAPACITY, FREE_REQUESTS, Plan, PlanDefaults, RateLimiter};
+use super::rendered::Rendered;
+use crate::crd::Workflow;
 use crate::telemetry::http_metrics::HttpMetrics;
 
 /// Field manager of every write the API makes.
@@ -45,8 +47,22 @@ impl Default for ApiConfig {
     }
 }
 
+/// Cloned for every request (by each `State` extractor): one reference count, not
+/// one per part (the kube client alone is a tower buffer whose clone is not free).
 #[derive(Clone)]
-pub struct ApiState {
+pub struct ApiState(Arc<Shared>);
+
+impl std::ops::Deref for ApiState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What the handlers share, behind [`ApiState`].
+#[derive(Clone)]
+pub struct Shared {
     pub client: Client,
     pub caches: Caches,
     /// Authenticated requests, per account (namespace).
@@ -54,6 +70,8 @@ pub struct ApiState {
     /// Requests without a valid key, per client address.
     pub client_limiter: Arc<RateLimiter<std::net::IpAddr>>,
     pub key_index: Arc<KeyIndex>,
+    /// `GET /v1/workflows/{id}` answers, kept per cached copy (see `rendered`).
+    pub rendered_workflows: Arc<Rendered<Workflow>>,
     pub config: Arc<ApiConfig>,
     /// Where the rate limiter's refusals are counted (registered nowhere unless
     /// [`ApiState::with_metrics`] says).
@@ -62,7 +80,7 @@ pub struct ApiState {
 
 impl ApiState {
     pub fn new(client: Client, caches: Caches, config: ApiConfig) -> Self {
-        ApiState {
+        ApiState(Arc::new(Shared {
             client,
             caches,
             limiter: Arc::new(RateLimiter::new(config.rate_limit_window_secs)),
@@ -71,14 +89,18 @@ impl ApiState {
                 config.tracked_clients,
             )),
             key_index: Arc::new(KeyIndex::default()),
+            rendered_workflows: Arc::new(Rendered::default()),
             config: Arc::new(config),
             metrics: HttpMetrics::default(),
-        }
+        }))
     }
 
     /// Counts into `metrics` (the families the process serves on /metrics).
     pub fn with_metrics(self, metrics: HttpMetrics) -> Self {
-        ApiState { metrics, ..self }
+        ApiState(Arc::new(Shared {
+            metrics,
+            ..Arc::unwrap_or_clone(self.0)
+        }))
     }
 
     pub fn post_params() -> kube::api::PostParams {

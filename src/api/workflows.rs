@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use kube::api::{DeleteParams, Patch};
 use kube::{Api, ResourceExt};
@@ -86,13 +86,24 @@ async fn show(
     State(state): State<ApiState>,
     Extension(who): Extension<Principal>,
     Path(id): Path<String>,
-) -> ApiResult<Json<WorkflowView>> {
+) -> ApiResult<Response> {
     who.require(Scope::Read)?;
-    Ok(Json(WorkflowView::from(&*find(
-        &state,
-        &who.namespace,
-        &id,
-    )?)))
+    let wf = find(&state, &who.namespace, &id)?;
+    // The bytes `Json(WorkflowView::from(..))` would send, rendered once per cached copy.
+    let json = state
+        .rendered_workflows
+        .get_or_render(&who.namespace, &id, &wf, |wf| {
+            serde_json::to_vec(&WorkflowView::from(wf))
+        })
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response())
 }
 
 #[utoipa::path(post, path = "/v1/workflows", operation_id = "workflows.create", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",

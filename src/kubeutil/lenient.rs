@@ -16,7 +16,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
 use kube::api::Api;
@@ -321,9 +321,31 @@ pub fn compact_reflector<K>(
 where
     K: Watched,
 {
+    observed_reflector(api, config, compact, |_| {})
+}
+
+/// [`compact_reflector`] that shows every watch event to `observe` before its store
+/// applies it: an index kept beside the store (the API's runs by workflow) then never
+/// lags it — whatever the store holds, the index has seen.
+pub fn observed_reflector<K>(
+    api: Api<Lenient<K>>,
+    config: watcher::Config,
+    compact: fn(&mut K),
+    mut observe: impl FnMut(&watcher::Event<Lenient<K>>) + Send + 'static,
+) -> (
+    DecodedStore<K>,
+    impl Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Watched,
+{
     let (reader, writer) = reflector::store();
-    let events =
-        reflector::reflector(writer, compact_watch(api, config, compact)).default_backoff();
+    let watch = compact_watch(api, config, compact).inspect(move |event| {
+        if let Ok(event) = event {
+            observe(event);
+        }
+    });
+    let events = reflector::reflector(writer, watch).default_backoff();
     (DecodedStore { inner: reader }, events)
 }
 

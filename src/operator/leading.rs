@@ -336,5 +336,8 @@ fn abdicate(gauge: &LeaderGauge, reason: &Lost) -> ! {
         "stopped leading; exiting at once so that none of this leader's work continues \
          (restarted, the process follows)"
     );
+    // The line above is written by the log writer's thread: let it out, within a
+    // small part of the stop budget (`leader::timing`).
+    crate::telemetry::log_writer::flush_process_within(std::time::Duration::from_millis(100));
     std::process::exit(EXIT_LOST_LEADERSHIP);
 }

@@ -36,20 +36,19 @@ pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: 
     let id_header = HeaderValue::from_str(&id).expect("a request id is visible ASCII");
     // Handlers see the id the client will see.
     req.headers_mut().insert(REQUEST_ID, id_header.clone());
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned());
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<std::net::SocketAddr>>()
-        .map_or_else(
-            || "-".to_string(),
-            |ConnectInfo(addr)| addr.ip().to_string(),
-        );
+    // Clones of shared buffers (an `Arc`, a `Bytes`), not copies: this runs for every
+    // request.
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map(MatchedPath::as_str);
+    let peer = Peer(
+        req.extensions()
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip()),
+    );
     let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let span = request_span(&id, &method, route.as_deref(), &path, req.headers());
+    let uri = req.uri().clone();
+    let path = uri.path();
+    let span = request_span(&id, &method, route, path, req.headers());
     let trace_id = traces::trace_id(&span);
     let mut response = next.run(req).instrument(span.clone()).await;
     let took = start.elapsed();
@@ -58,19 +57,30 @@ pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: 
     if status >= 500 {
         span.record("otel.status_code", "error");
     }
-    metrics.record(route.as_deref(), method.as_str(), status, took);
+    metrics.record(route, method.as_str(), status, took);
     response.headers_mut().insert(REQUEST_ID, id_header);
     let duration_ms = took.as_secs_f64() * 1000.0;
-    let route = route
-        .as_deref()
-        .unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
+    let route = route.unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
     let account = response.extensions().get::<Account>().map(|a| a.0.as_str());
     if is_probe(route) {
-        tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, trace_id, "request");
+        tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, %peer, account, trace_id, "request");
     } else {
-        tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, peer, account, trace_id, "request");
+        tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, %peer, account, trace_id, "request");
     }
     response
+}
+
+/// The connection's address as the line shows it: the IP, or `-` without one
+/// (in-process callers). Written when the line is formatted, never kept as a string.
+struct Peer(Option<std::net::IpAddr>);
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(ip) => ip.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
 }
 
 /// The span every log line written while serving the request is in. With traces on

@@ -13,11 +13,12 @@ fn env_filter() -> EnvFilter {
     EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
 }
 
-/// Structured logs on stderr; `RUST_LOG` overrides the default `info` level.
+/// Structured logs on stderr, written off the logging thread (`log_writer`);
+/// `RUST_LOG` overrides the default `info` level.
 pub fn init(format: LogFormat) {
     let builder = fmt()
         .with_env_filter(env_filter())
-        .with_writer(std::io::stderr);
+        .with_writer(super::log_writer::process());
     // A second init (tests starting several servers in one process) is harmless.
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
@@ -28,7 +29,7 @@ pub fn init(format: LogFormat) {
 /// [`init`], plus Flowline's own spans (info and above, whatever `RUST_LOG` says)
 /// exported through `tracer` (`telemetry::traces`).
 pub fn init_with_traces(format: LogFormat, tracer: opentelemetry_sdk::trace::Tracer) {
-    let logs = fmt::layer().with_writer(std::io::stderr);
+    let logs = fmt::layer().with_writer(super::log_writer::process());
     let logs = match format {
         LogFormat::Json => logs.json().with_filter(env_filter()).boxed(),
         LogFormat::Text => logs.with_filter(env_filter()).boxed(),

@@ -16,6 +16,7 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("flowline");
         // Every process's watchers report into the same bookkeeping.
         super::undecodable::Undecodables::process().register(&mut registry);
+        super::log_writer::register(&mut registry);
         Metrics {
             registry: Arc::new(std::sync::Mutex::new(registry)),
         }

@@ -8,6 +8,7 @@ pub mod engine_metrics;
 pub mod health;
 pub mod http_metrics;
 pub mod leader_metrics;
+pub mod log_writer;
 pub mod logging;
 pub mod metrics;
 pub mod traces;
