@@ -116,6 +116,9 @@ async fn etcd_db_bytes() -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
+/// The longest bench-scale waits for the operator's start-up.
+const OPERATOR_START_BOUND: Duration = Duration::from_secs(600);
+
 fn spawn(role: &[&str], ns: &str) -> Server {
     let mut args = role.to_vec();
     args.extend(["--watch-namespace", ns]);
@@ -348,15 +351,32 @@ async fn main() {
 
     // The controllers.
     let writes_before = apiserver::writes(&client, &["runs", "workflows", "webhooks"]).await;
-    let operator = spawn(&["operator", "--no-api"], &ns);
+    let mut operator = spawn(&["operator", "--no-api"], &ns);
     let operator_ready = until_ready(&operator).await;
     let operator_started = Instant::now();
     // Start-up is over once each controller has reconciled every object of its kind
     // (its caches are full: a positive signal, where a pause in the writes can be the
-    // caches still filling), and then the writes (workflow statuses, labels) stop.
+    // caches still filling), and then the writes (workflow statuses, labels) stop. An
+    // operator that exits, or takes more than the bound, ends the wait: the table
+    // then says so instead of the bench waiting forever.
     let mut last = writes_before;
+    let mut operator_failure = None;
     loop {
         tokio::time::sleep(Duration::from_secs(3)).await;
+        if let Some(status) = operator.exited() {
+            operator_failure = Some(format!(
+                "exited ({status}); log: {}",
+                operator.log.display()
+            ));
+            break;
+        }
+        if operator_started.elapsed() > OPERATOR_START_BOUND {
+            operator_failure = Some(format!(
+                "not settled within {OPERATOR_START_BOUND:?}; log: {}",
+                operator.log.display()
+            ));
+            break;
+        }
         let now = apiserver::writes(&client, &["runs", "workflows", "webhooks"]).await;
         let reconciled = reconciles(&operator, "workflow").await >= workflows_n as u64
             && reconciles(&operator, "run").await >= runs_n as u64;
@@ -366,7 +386,11 @@ async fn main() {
         last = now;
     }
     let settle = operator_ready + operator_started.elapsed();
-    let operator_rss = settled_rss(operator.child.id()).await;
+    let operator_rss = if operator_failure.is_none() {
+        settled_rss(operator.child.id()).await
+    } else {
+        0
+    };
     let startup_writes = last - writes_before;
     drop(operator);
 
@@ -419,12 +443,17 @@ async fn main() {
         operator_ready.as_secs_f64(),
         settle.as_secs_f64()
     );
-    println!(
-        "| operator RSS vs JSON bytes | {:.1} MB | {:.1} MB | {:.2}x | |",
-        mb(operator_rss as f64),
-        mb(json_bytes as f64),
-        operator_rss as f64 / json_bytes as f64
-    );
+    match &operator_failure {
+        None => println!(
+            "| operator RSS vs JSON bytes | {:.1} MB | {:.1} MB | {:.2}x | |",
+            mb(operator_rss as f64),
+            mb(json_bytes as f64),
+            operator_rss as f64 / json_bytes as f64
+        ),
+        Some(failure) => {
+            println!("| operator RSS vs JSON bytes | not measured: the operator {failure} | | | |")
+        }
+    }
     match (etcd_before, etcd_after) {
         (Some(before), Some(after)) => println!(
             "| etcd growth per run (incl. its workflow's share) | {:.1} KB | | | |",

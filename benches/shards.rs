@@ -51,7 +51,19 @@ async fn shards_held(replica: &Server) -> Option<u32> {
 }
 
 async fn until_all_shards_held(replicas: &[&Server], shards: u32) {
+    let started = Instant::now();
     loop {
+        // Bounded: replicas that cannot share the shards (one exited, say) fail the
+        // bench with their logs named instead of hanging it.
+        if started.elapsed() > Duration::from_secs(120) {
+            let logs: Vec<_> = replicas
+                .iter()
+                .map(|r| r.log.display().to_string())
+                .collect();
+            panic!(
+                "the replicas did not hold all {shards} shards within 2 minutes; logs: {logs:?}"
+            );
+        }
         let mut held = 0;
         for r in replicas {
             held += shards_held(r).await.unwrap_or(0);

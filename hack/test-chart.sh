@@ -686,17 +686,26 @@ for verb in list watch patch update delete; do can_i no "$ns_rel" "$sa_ctl" "$ve
 for verb in create patch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" events.events.k8s.io -n "$ns_other"; done
 can_i no "$ns_rel" "$sa_ctl" delete events.events.k8s.io -n "$ns_other"
 for verb in get list watch; do can_i no "$ns_rel" "$sa_ctl" "$verb" namespaces; done
-# Leader election: the one Lease, in the release namespace only, the controller's alone
-# (listing them all: the shard-count check reads every shard Lease of the election).
+# Leader election and sharding (the full values run two shards): the shard Leases by
+# name, in the release namespace only, the controller's alone (listing them all: the
+# shard-count check reads every shard Lease of the election); member Leases (one per
+# replica, names not known in advance) patched and deleted in the release namespace
+# only.
 can_i yes "$ns_rel" "$sa_ctl" create leases.coordination.k8s.io -n "$ns_rel"
 can_i yes "$ns_rel" "$sa_ctl" list leases.coordination.k8s.io -n "$ns_rel"
 can_i no "$ns_rel" "$sa_ctl" list leases.coordination.k8s.io -n "$ns_other"
 for verb in get update; do
-  can_i yes "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
+  for lease in "$fullname-controller" "$fullname-controller-shard-1"; do
+    can_i yes "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$lease" -n "$ns_rel"
+    can_i no "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$lease" -n "$ns_other"
+  done
   can_i no "$ns_rel" "$sa_ctl" "$verb" leases.coordination.k8s.io/someone-else -n "$ns_rel"
-  can_i no "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller" -n "$ns_other"
+  can_i no "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller-shard-2" -n "$ns_rel"
 done
-can_i no "$ns_rel" "$sa_ctl" delete "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
+for verb in patch delete; do
+  can_i yes "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller-member-x" -n "$ns_rel"
+  can_i no "$ns_rel" "$sa_ctl" "$verb" leases.coordination.k8s.io -n "$ns_other"
+done
 # Both: the three CRDs, read only; nothing else cluster-wide.
 for sa in "$sa_api" "$sa_ctl"; do
   for verb in get list watch; do

@@ -7,6 +7,16 @@ use std::process::{Child, Command, Stdio};
 pub struct Server {
     pub child: Child,
     pub port: u16,
+    /// Its standard error (the log), kept for when it ends early.
+    pub log: std::path::PathBuf,
+}
+
+impl Server {
+    /// How it ended, once it has.
+    #[allow(dead_code)] // each bench compiles this module on its own; not all use it
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
 }
 
 impl Drop for Server {
@@ -25,9 +35,11 @@ fn free_port() -> u16 {
 }
 
 /// Starts `target/release/flowline <args> --listen 127.0.0.1:<a free port>`, its
-/// output discarded.
+/// log written to a file in the temporary directory.
 pub fn spawn(args: &[&str]) -> Server {
     let port = free_port();
+    let role = args.first().copied().unwrap_or("flowline");
+    let log = std::env::temp_dir().join(format!("flowline-bench-{role}-{port}.log"));
     let child = Command::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/release/flowline"
@@ -35,10 +47,10 @@ pub fn spawn(args: &[&str]) -> Server {
     .args(args)
     .args(["--listen", &format!("127.0.0.1:{port}")])
     .stdout(Stdio::null())
-    .stderr(Stdio::null())
+    .stderr(std::fs::File::create(&log).expect("a log file in the temporary directory"))
     .spawn()
     .expect("target/release/flowline (the make bench-* target builds it)");
-    Server { child, port }
+    Server { child, port, log }
 }
 
 /// The value of the metric `series` (name and labels exactly as exposed) of
