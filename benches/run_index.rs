@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowline::api::pagination::{self, ListQuery, SortKey};
-use flowline::api::run_index::RunIndex;
 use flowline::api::views::RunListItem;
 use flowline::crd::Run;
 use flowline::crd::timestamps::created_at;
 use flowline::kubeutil::lenient::Lenient;
+use flowline::kubeutil::run_index::RunIndex;
 use kube::ResourceExt;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;

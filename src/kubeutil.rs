@@ -3,6 +3,7 @@
 pub mod lenient;
 #[cfg(test)]
 pub mod mock_api;
+pub mod run_index;
 
 use std::time::Duration;
 

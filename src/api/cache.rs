@@ -17,9 +17,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::SECRET_TYPE;
-use super::run_index::SharedRunIndex;
 use crate::crd::{EventDetail, Run, Webhook, Workflow};
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
+use crate::kubeutil::run_index::SharedRunIndex;
 use crate::kubeutil::{WatchScope, scoped_api};
 use crate::telemetry::undecodable;
 

@@ -22,7 +22,6 @@ pub mod pagination;
 pub mod ratelimit;
 pub mod rendered;
 pub(crate) mod retry;
-pub mod run_index;
 pub(crate) mod runs;
 pub mod state;
 pub mod views;

@@ -28,6 +28,7 @@ use crate::delivery::{outbox, unseen};
 use crate::engine::spec_check;
 use crate::engine::status_writer::FIELD_MANAGER;
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
+use crate::kubeutil::run_index::SharedRunIndex;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 use crate::telemetry::undecodable;
 
@@ -248,6 +249,10 @@ fn settled_events(delivery: &Outstanding, run: &Run) -> bool {
 pub struct Context {
     pub client: Client,
     pub runs: DecodedStore<Run>,
+    /// `runs` by workflow: a reconcile reads its workflow's runs, not every run (with
+    /// 100,000 runs, scanning them all per workflow starved the runtime's threads,
+    /// lease renewals included).
+    pub runs_by_workflow: SharedRunIndex,
     /// For whether events are settled (retention, the event cap).
     pub webhooks: DecodedStore<Webhook>,
     pub telemetry: EngineTelemetry,
@@ -320,10 +325,12 @@ async fn reconcile(
     let ns = wf.namespace().unwrap_or_default();
     let name = wf.name_any();
     let runs: Vec<Arc<Run>> = ctx
-        .runs
-        .state()
-        .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()) && r.spec.workflow_ref == name)
+        .runs_by_workflow
+        .names(&ns, &name)
+        .iter()
+        .filter_map(|run| ctx.runs.get(&ObjectRef::new(run).within(&ns)))
+        // The index is a hint: the store's copy decides.
+        .filter(|r| r.spec.workflow_ref == name)
         .collect();
     let hooks: Vec<Arc<Webhook>> = ctx
         .webhooks
@@ -428,10 +435,16 @@ pub async fn run(
     // `owns` watch could wake the workflow before the cache saw the run finish, and
     // nothing would wake it again.
     // Summaries: counts, retention and settled events read no payload or step record.
-    let (reader, run_events) =
-        lenient::compact_reflector(runs, watcher::Config::default(), |run| {
-            run.drop_details(crate::crd::EventDetail::IdentityOnly)
-        });
+    let runs_by_workflow = SharedRunIndex::default();
+    let (reader, run_events) = {
+        let index = runs_by_workflow.clone();
+        lenient::observed_reflector(
+            runs,
+            watcher::Config::default(),
+            |run| run.drop_details(crate::crd::EventDetail::IdentityOnly),
+            move |event| index.apply(event),
+        )
+    };
     let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
     let mut listed = false;
     undecodable::spawn_watch(
@@ -461,6 +474,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         client,
         runs: reader.clone(),
+        runs_by_workflow,
         webhooks: webhooks.clone(),
         telemetry,
     });

@@ -1,6 +1,7 @@
-//! The run cache's index by workflow: which run names each workflow of a namespace
-//! has, so that a per-workflow list (`GET /v1/workflows/{id}/runs`, an
-//! Idempotency-Key's look-up) reads that workflow's runs and not every cached one.
+//! A run cache's index by workflow: which run names each workflow of a namespace
+//! has, so that a per-workflow read (`GET /v1/workflows/{id}/runs`, an
+//! Idempotency-Key's look-up, the workflow controller's counts and retention) reads
+//! that workflow's runs and not every cached one.
 //!
 //! The index is a hint, the store is the truth. It holds run names only (shared
 //! `Arc<str>`, no copy of a run); a reader resolves each name through the store and
