@@ -89,6 +89,17 @@ impl Leadership {
         cfg
     }
 
+    /// This replica's member Lease in the election (sharded only).
+    fn membership(&self, client: Client) -> Membership {
+        Membership::new(
+            client,
+            &self.cfg.namespace,
+            &self.cfg.name,
+            &self.cfg.identity,
+            self.cfg.timing.lease,
+        )
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Held>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -112,15 +123,7 @@ impl Leadership {
     ) {
         let timing = self.cfg.timing;
         // One shard needs no membership: it is all of the share.
-        let membership = (self.shards > 1).then(|| {
-            Membership::new(
-                client.clone(),
-                &self.cfg.namespace,
-                &self.cfg.name,
-                &self.cfg.identity,
-                timing.lease,
-            )
-        });
+        let membership = (self.shards > 1).then(|| self.membership(client.clone()));
         let api: Api<Lease> = Api::namespaced(client.clone(), &self.cfg.namespace);
         let mut seen: Vec<Option<Observation>> = vec![None; self.shards as usize];
         let mut election = HashMap::new();
@@ -314,15 +317,7 @@ impl Leadership {
                 leader::release(client.clone(), cfg).await;
             }
             if self.shards > 1 {
-                Membership::new(
-                    client,
-                    &self.cfg.namespace,
-                    &self.cfg.name,
-                    &self.cfg.identity,
-                    self.cfg.timing.lease,
-                )
-                .leave()
-                .await;
+                self.membership(client).leave().await;
             }
         });
     }

@@ -13,9 +13,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::stall_proxy::StallProxy;
-use crate::support::{
-    Process, TestNamespace, all_succeeded, eventually, finished_run, metrics_text, ready,
-};
+use crate::support::{Process, TestNamespace, all_succeeded, eventually, finished_run, ready};
 
 /// The proxy itself (no cluster needed): bytes pass, are held while stalled without
 /// the connection closing, and arrive after `resume()`.
@@ -129,11 +127,9 @@ pub(crate) async fn kubeconfig_through_proxy() -> (StallProxy, PathBuf) {
 
 /// `flowline_leader` on the process's /metrics; None when it does not answer.
 async fn leader_gauge(port: u16) -> Option<u8> {
-    metrics_text(port)
-        .await?
-        .lines()
-        .find_map(|l| l.strip_prefix("flowline_leader "))
-        .and_then(|v| v.trim().parse().ok())
+    crate::support::gauge(port, "flowline_leader")
+        .await
+        .and_then(|v| u8::try_from(v).ok())
 }
 
 async fn await_gauge(port: u16, value: u8, what: &str) {

@@ -10,7 +10,7 @@ use flowline::controller::shard;
 use flowline::crd::Run;
 use serde_json::json;
 
-use crate::support::{Process, TestNamespace, eventually, metrics_text, ready};
+use crate::support::{Process, TestNamespace, eventually, gauge, metrics_text, ready};
 
 /// The calls a step endpoint received, by run: when each began.
 #[derive(Default)]
@@ -65,14 +65,6 @@ fn replica(ns: &TestNamespace, shards: u32) -> (Process, u16) {
             "--no-api",
         ],
     )
-}
-
-/// The value of the unlabelled metric `name` on the process serving `port`.
-async fn gauge(port: u16, name: &str) -> Option<u64> {
-    let text = metrics_text(port).await?;
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Runs that reached a final status in the process serving `port` (all phases).

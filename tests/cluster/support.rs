@@ -519,6 +519,15 @@ pub async fn metrics_text(port: u16) -> Option<String> {
         .ok()
 }
 
+/// The value of the unlabelled metric `name` on the process serving `port`; None
+/// when it does not answer or has no such metric.
+pub async fn gauge(port: u16, name: &str) -> Option<u64> {
+    let text = metrics_text(port).await?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Asks the Run `name` to stop, as `POST /v1/runs/{id}/cancel` and kubectl users do
 /// (`spec.cancel`).
 pub async fn request_cancel(ns: &TestNamespace, name: &str) {
