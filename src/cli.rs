@@ -413,6 +413,24 @@ mod tests {
         assert!(Cli::try_parse_from(["flowline", "api-key", "list", "-o", "xml"]).is_err());
     }
 
+    #[test]
+    fn shards_default_to_one_and_stay_within_the_bitset() {
+        let shards = |extra: &[&str]| {
+            let args = ["flowline", "operator"].iter().chain(extra).copied();
+            match Cli::try_parse_from(args).map(|cli| cli.command) {
+                Ok(Command::Operator(args)) => Ok(args.controller.shards),
+                Ok(_) => unreachable!("operator parses as the operator"),
+                Err(err) => Err(err.to_string()),
+            }
+        };
+        assert_eq!(shards(&[]), Ok(1));
+        assert_eq!(shards(&["--shards", "64"]), Ok(64));
+        for bad in ["0", "65", "-1", "many"] {
+            let err = shards(&[&format!("--shards={bad}")]).unwrap_err();
+            assert!(err.contains("--shards"), "{bad}: {err}");
+        }
+    }
+
     /// `--help` of a subcommand, as the user sees it.
     fn help_of(subcommand: &str) -> String {
         let err = Cli::try_parse_from(["flowline", subcommand, "--help"]).unwrap_err();
