@@ -234,6 +234,8 @@ async fn main() {
     let before = receiver.count();
     let h2_before = receiver.http2_count();
     let started = Instant::now();
+    println!("  (the worker starts now)");
+    let runs = flowline::controller::run_cache::RunCache::start(&client, Some(&ns), stop.clone());
     tokio::spawn(worker::run(
         client.clone(),
         sender,
@@ -243,8 +245,10 @@ async fn main() {
             concurrency: CONCURRENCY,
         },
         delivery_metrics.clone(),
+        runs.watch.clone(),
         stop.clone(),
     ));
+    runs.watch.begin();
     let mut first: Option<Instant> = None;
     while receiver.count() - before < EVENTS as u64 {
         if first.is_none() && receiver.count() > before {

@@ -57,7 +57,13 @@ fn controller(
         jobs,
     );
     let stop = CancellationToken::new();
-    tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
+    let runs = flowline::controller::run_cache::RunCache::start(client, Some(ns), stop.clone());
+    tokio::spawn(flowline::controller::run::run(
+        ctx,
+        runs.watch.clone(),
+        stop.clone(),
+    ));
+    runs.watch.begin();
     stop
 }
 

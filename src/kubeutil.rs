@@ -4,6 +4,7 @@ pub mod lenient;
 #[cfg(test)]
 pub mod mock_api;
 pub mod run_index;
+pub mod shared_watch;
 
 use std::time::Duration;
 

@@ -16,6 +16,7 @@ use crate::api::cache::Caches;
 use crate::api::state::ApiState;
 use crate::cli::{ApiArgs, OperatorArgs};
 use crate::controller::leader;
+use crate::controller::run_cache::RunCache;
 use crate::controller::shard::Shards;
 use crate::telemetry::engine_metrics::EngineTelemetry;
 use crate::telemetry::http_metrics::HttpMetrics;
@@ -204,17 +205,26 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
             .map(|ns| controller.delivery_settings(ns))
             .collect();
         let workers = client.clone();
+        // One watch of the Runs per listed namespace (or one for the cluster), shared by
+        // the three components that read them; started with the first shard held.
+        let run_caches: std::sync::OnceLock<Vec<RunCache>> = std::sync::OnceLock::new();
         let start = move |shard: u32, controllers: CancellationToken| {
             let first = shards.held() == 0;
             shards.gain(shard);
-            for settings in &delivery_settings {
+            let caches = run_caches.get_or_init(|| {
+                delivery_settings
+                    .iter()
+                    .map(|s| RunCache::start(&workers, s.namespace.as_deref(), controllers.clone()))
+                    .collect()
+            });
+            for (settings, runs) in delivery_settings.iter().zip(caches) {
                 let namespace = settings.namespace.clone();
-                // One set of watches per listed namespace (or one for the cluster):
-                // the run controllers start with the first shard held and execute
-                // the runs of every shard held since.
+                // The run controllers start with the first shard held and execute the
+                // runs of every shard held since.
                 if first {
                     tokio::spawn(crate::controller::run::run(
                         ctx.in_shards(namespace.clone(), shards.clone()),
+                        runs.watch.clone(),
                         controllers.clone(),
                     ));
                 }
@@ -223,6 +233,7 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
                     tokio::spawn(crate::controller::workflow::run(
                         workers.clone(),
                         namespace,
+                        runs.clone(),
                         telemetry.clone(),
                         controllers.clone(),
                     ));
@@ -231,9 +242,13 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
                         sender.clone(),
                         settings.clone(),
                         delivery_metrics.clone(),
+                        runs.watch.clone(),
                         controllers.clone(),
                     ));
                 }
+                // Subscribed above: a watch begins with one list for all of them (a
+                // component started later makes it list again, for itself).
+                runs.watch.begin();
             }
         };
         // The lease gets a client (and so connections) of its own: a renewal must not

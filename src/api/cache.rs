@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -72,7 +72,7 @@ where
         }
     }
 
-    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+    pub async fn wait_until_ready(&self) -> Result<(), lenient::WriterDropped> {
         for part in self.parts.iter() {
             part.wait_until_ready().await?;
         }

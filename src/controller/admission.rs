@@ -153,11 +153,14 @@ pub fn group_of(run: &Run) -> Result<String, String> {
     concurrency_key::render(key, run)
 }
 
-/// What the run controller's cache keeps of `run`. An unfinished run whole: it may be
-/// queued, admitted or resumed from the cache. A finished one only what admission
-/// reads of it when it frees a slot: identity, phase, its version's concurrency setting
-/// and its rendered group, so its payload, steps and records can go. Any value a user
-/// put in the annotation the group is kept in is dropped first.
+/// What the operator's run cache keeps of `run` (one cache that the run controller,
+/// the workflow controller and the delivery worker share: `controller::run_cache`).
+/// An unfinished run whole: it may be queued, admitted or resumed from the cache. A
+/// finished one only what they read of it: identity, phase and times, its version's
+/// concurrency setting and its rendered group (admission, when it frees a slot), and
+/// its pending events whole (the delivery worker sends their data), so its payload,
+/// steps and records can go. Any value a user put in the annotation the group is kept
+/// in is dropped first.
 pub fn compact_for_cache(run: &mut Run) {
     run.annotations_mut().remove(CACHED_GROUP);
     if !run.phase().is_finished() {
@@ -174,7 +177,7 @@ pub fn compact_for_cache(run: &mut Run) {
         run.annotations_mut().insert(CACHED_GROUP.into(), group);
     }
     let version = run.spec.workflow.take();
-    run.drop_details(crate::crd::EventDetail::IdentityOnly);
+    run.drop_details(crate::crd::EventDetail::Whole);
     run.spec.workflow = version.map(|version| crate::crd::WorkflowSnapshot {
         steps: Vec::new(),
         ..version
@@ -401,7 +404,9 @@ mod tests {
     fn the_cache_keeps_a_finished_runs_group_not_its_payload() {
         let keyed = serde_json::json!({"limit": 1, "key": "{{ trigger.payload.c }}"});
         let mut finished = run_with(
-            serde_json::json!({"phase": "succeeded"}),
+            serde_json::json!({"phase": "succeeded", "pendingEvents": [{
+                "id": "evt_1", "kind": "run.succeeded",
+                "timestamp": "2026-11-25T00:00:00Z", "data": {"run_id": "r"}}]}),
             false,
             keyed.clone(),
         );
@@ -415,6 +420,9 @@ mod tests {
         assert!(version.steps.is_empty());
         assert_eq!(version.concurrency.as_ref().unwrap().limit, 1);
         assert_eq!(group_of(&finished).unwrap(), "acme");
+        // The delivery worker reads the same cache: an event's data stays.
+        let events = &finished.status.as_ref().unwrap().pending_events;
+        assert_eq!(events[0].data, serde_json::json!({"run_id": "r"}));
 
         // An unfinished run stays whole, and a group a user wrote in the annotation is
         // not believed.

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod leader;
 pub mod queue;
 pub mod run;
+pub mod run_cache;
 pub mod run_labels;
 pub mod schedule;
 pub mod shard;

@@ -25,6 +25,7 @@ use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
 use crate::engine::waiting;
 use crate::kubeutil::lenient::Lenient;
+use crate::kubeutil::shared_watch::SharedWatch;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
 /// How often an unfinished run is reconciled without a watch event: the backstop that
@@ -759,12 +760,13 @@ where
         .boxed()
 }
 
-/// Stops executions whose Run or Workflow is deleted (the controller's own watch does
-/// not reconcile deleted objects).
-async fn stop_deleted(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let runs = deletions::<Run>(&ctx, |meta| Deleted::Run {
-        uid: meta.uid().unwrap_or_default(),
-    });
+/// Stops executions whose Run (`runs`: from the shared watch) or Workflow is deleted
+/// (the controller's own watch does not reconcile deleted objects).
+async fn stop_deleted(
+    ctx: Arc<Context>,
+    runs: futures::stream::BoxStream<'static, Deleted>,
+    shutdown: CancellationToken,
+) {
     let workflows = deletions::<Workflow>(&ctx, |meta| Deleted::Workflow {
         namespace: meta.namespace().unwrap_or_default(),
         name: meta.name_any(),
@@ -784,23 +786,41 @@ async fn stop_deleted(ctx: Arc<Context>, shutdown: CancellationToken) {
     }
 }
 
-/// Runs the controller until `shutdown`.
-pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    use kube::runtime::WatchStreamExt;
-    let runs: Api<Lenient<Run>> =
-        crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
+/// The controller over `runs` (the operator's shared watch of the namespace's Runs,
+/// `run_cache`), until `shutdown`. Subscribes when called, so a watch not begun yet
+/// lists once for it and the other components.
+pub fn run(
+    ctx: Arc<Context>,
+    runs: SharedWatch<Run>,
+    shutdown: CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    // Every run the watch shows (listed or changed) is reconciled, after the store
+    // holds that version.
+    let trigger = runs.select(|event| match event {
+        Ok(watcher::Event::Apply(run) | watcher::Event::InitApply(run)) => Some(Ok(run.clone())),
+        _ => None,
+    });
+    let deleted = runs
+        .select(|event| match event {
+            Ok(watcher::Event::Delete(run)) => Some(Deleted::Run {
+                uid: run.uid().unwrap_or_default(),
+            }),
+            _ => None,
+        })
+        .boxed();
+    control_loop(ctx, trigger, deleted, runs.store(), shutdown)
+}
+
+async fn control_loop(
+    ctx: Arc<Context>,
+    trigger: impl futures::Stream<Item = Result<Lenient<Run>, watcher::Error>> + Send + 'static,
+    deleted: futures::stream::BoxStream<'static, Deleted>,
+    store: kube::runtime::reflector::Store<Lenient<Run>>,
+    shutdown: CancellationToken,
+) {
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =
         crate::kubeutil::scoped_api(&ctx.client, ctx.namespace.as_deref());
-    tokio::spawn(stop_deleted(ctx.clone(), shutdown.clone()));
-    // The controller's store keeps finished runs compact (admission::compact_for_cache):
-    // history grows it by summaries, not by whole runs.
-    let (store, writer) = kube::runtime::reflector::store();
-    let watch = crate::kubeutil::lenient::compact_watch(
-        runs,
-        watcher::Config::default(),
-        admission::compact_for_cache,
-    );
-    let trigger = kube::runtime::reflector(writer, watch).applied_objects();
+    tokio::spawn(stop_deleted(ctx.clone(), deleted, shutdown.clone()));
     let controller = Controller::for_stream(trigger, store).with_config(
         kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
     );

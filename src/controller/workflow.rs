@@ -17,6 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::run_cache::RunCache;
 use super::schedule::{self, Schedule};
 use super::undelivered;
 use crate::crd::{
@@ -419,54 +420,49 @@ fn error_policy(_wf: Arc<Lenient<Workflow>>, err: &ReconcileError, ctx: Arc<Cont
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs the controller until `shutdown`. Runs are owned by their workflow, so a
-/// run's change wakes its workflow at once.
-pub async fn run(
+/// The controller until `shutdown`, reading the runs of its namespace from `runs` (the
+/// operator's shared watch, `run_cache`; subscribed when called, so a watch not begun
+/// yet lists once for it and the other components). Runs are owned by their workflow,
+/// so a run's change wakes its workflow at once.
+pub fn run(
     client: Client,
     namespace: Option<String>,
+    runs: RunCache,
+    telemetry: EngineTelemetry,
+    shutdown: CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    // The runs of every workflow, for counts and retention. A run's change wakes its
+    // workflow after the cache holds the change: a separate `owns` watch could wake the
+    // workflow before the cache saw the run finish, and nothing would wake it again.
+    let mut listed = false;
+    let mut report = undecodable::WatchReport::new(Some(client.clone()));
+    let woken = runs
+        .watch
+        .select(move |event| {
+            report.observe(event);
+            // The first listing wakes nothing: every workflow is reconciled when the
+            // controller starts, after this cache is full. A later re-listing may carry
+            // changes the watch missed, so it wakes their workflows.
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                listed = true;
+            }
+            listed.then(|| owning_workflows(event))
+        })
+        .flat_map(futures::stream::iter);
+    control_loop(client, namespace, runs, woken, telemetry, shutdown)
+}
+
+async fn control_loop(
+    client: Client,
+    namespace: Option<String>,
+    runs: RunCache,
+    woken: impl futures::Stream<Item = ObjectRef<Lenient<Workflow>>> + Send + 'static,
     telemetry: EngineTelemetry,
     shutdown: CancellationToken,
 ) {
     let workflows: Api<Lenient<Workflow>> =
         crate::kubeutil::scoped_api(&client, namespace.as_deref());
-    let runs: Api<Lenient<Run>> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
-    // The runs of every workflow, for counts and retention. A run's change wakes its
-    // workflow from this same stream, after the cache holds the change: a separate
-    // `owns` watch could wake the workflow before the cache saw the run finish, and
-    // nothing would wake it again.
-    // Summaries: counts, retention and settled events read no payload or step record.
-    let runs_by_workflow = SharedRunIndex::default();
-    let (reader, run_events) = {
-        let index = runs_by_workflow.clone();
-        lenient::observed_reflector(
-            runs,
-            watcher::Config::default(),
-            |run| run.drop_details(crate::crd::EventDetail::IdentityOnly),
-            move |event| index.apply(event),
-        )
-    };
-    let (wake, woken) = tokio::sync::mpsc::unbounded_channel();
-    let mut listed = false;
-    undecodable::spawn_watch(
-        run_events,
-        Some(client.clone()),
-        shutdown.clone(),
-        move |event| {
-            // The first listing wakes nothing: every workflow is reconciled when the
-            // controller starts, after this cache is full. A later re-listing may
-            // carry changes the watch missed, so it wakes their workflows.
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                listed = true;
-            }
-            if !listed {
-                return;
-            }
-            for workflow in owning_workflows(event) {
-                // The controller is gone only at shutdown.
-                let _ = wake.send(workflow);
-            }
-        },
-    );
+    let reader = runs.watch.decoded();
     // The webhooks, for what their deliveries have settled.
     let hooks: Api<Lenient<Webhook>> = crate::kubeutil::scoped_api(&client, namespace.as_deref());
     let (webhooks, hook_events) = lenient::reflector(hooks, watcher::Config::default());
@@ -474,12 +470,9 @@ pub async fn run(
     let ctx = Arc::new(Context {
         client,
         runs: reader.clone(),
-        runs_by_workflow,
+        runs_by_workflow: runs.by_workflow,
         webhooks: webhooks.clone(),
         telemetry,
-    });
-    let woken = futures::stream::unfold(woken, |mut rx| async move {
-        rx.recv().await.map(|workflow| (workflow, rx))
     });
     // Bounded like the run controller's: unbounded, a start-up spawns one task per
     // workflow at once.

@@ -29,6 +29,7 @@ use super::unseen::{self, Cut, HolderKind};
 use super::{ready, settled};
 use crate::crd::{DeliveryAttempt, Run, Webhook, WebhookStatus, Workflow};
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
+use crate::kubeutil::shared_watch::{Observed, SharedWatch};
 use crate::telemetry::delivery_metrics::DeliveryMetrics;
 use crate::telemetry::undecodable;
 
@@ -148,15 +149,11 @@ struct Worker {
     grace_until: Timestamp,
 }
 
-/// Watches `api` into a store, telling the worker of every change. For the kinds
-/// that hold events (`holder`), also of deletions and of completed lists, which
-/// release events of this process that can no longer be seen.
+/// Watches `api` into a store, telling the worker of every change ([`on_event`]).
 fn watch<K>(
     api: Api<Lenient<K>>,
     client: &Client,
-    tx: mpsc::UnboundedSender<Input>,
-    wrap: fn(ObjectRef<K>) -> Input,
-    holder: Option<HolderKind>,
+    tell: impl FnMut(&Observed<K>) + Send + 'static,
     compact: fn(&mut K),
     shutdown: CancellationToken,
 ) -> DecodedStore<K>
@@ -164,82 +161,116 @@ where
     K: crate::kubeutil::lenient::Watched,
 {
     let (reader, events) = lenient::compact_reflector(api, watcher::Config::default(), compact);
-    // Taken when a list begins (before its request is sent), handed over when it ends.
-    let mut mark = 0;
-    undecodable::spawn_watch(
-        events,
-        Some(client.clone()),
-        shutdown,
-        move |event| match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                let _ = tx.send(wrap(o.key()));
-            }
-            Ok(watcher::Event::Delete(o)) => {
-                let _ = tx.send(wrap(o.key()));
-                if let Some(kind) = holder {
-                    let _ = tx.send(Input::Deleted {
-                        namespace: o.namespace().unwrap_or_default(),
-                        holder: unseen::Holder::new(kind, o.meta()),
-                    });
-                }
-            }
-            Ok(watcher::Event::Init) => mark = unseen::mark(),
-            Ok(watcher::Event::InitDone) => {
-                if let Some(kind) = holder {
-                    let _ = tx.send(Input::Relisted { kind, mark });
-                }
-            }
-            Err(err) => tracing::warn!(error = %err, "delivery watch error; retrying"),
-        },
-    );
+    undecodable::spawn_watch(events, Some(client.clone()), shutdown, tell);
     reader
 }
 
-/// Runs until `shutdown`, then writes what it has not written yet.
-pub async fn run(
+/// What the worker is told of each watch event of a kind: every change (`wrap`). For
+/// the kinds that hold events (`holder`), also deletions and completed lists, which
+/// release events of this process that can no longer be seen.
+fn on_event<K>(
+    tx: mpsc::UnboundedSender<Input>,
+    wrap: fn(ObjectRef<K>) -> Input,
+    holder: Option<HolderKind>,
+) -> impl FnMut(&Observed<K>) + Send + 'static
+where
+    K: crate::kubeutil::lenient::Watched,
+{
+    // Taken when a list begins (before its request is sent), handed over when it ends.
+    let mut mark = 0;
+    move |event| match event {
+        Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+            let _ = tx.send(wrap(o.key()));
+        }
+        Ok(watcher::Event::Delete(o)) => {
+            let _ = tx.send(wrap(o.key()));
+            if let Some(kind) = holder {
+                let _ = tx.send(Input::Deleted {
+                    namespace: o.namespace().unwrap_or_default(),
+                    holder: unseen::Holder::new(kind, o.meta()),
+                });
+            }
+        }
+        Ok(watcher::Event::Init) => mark = unseen::mark(),
+        Ok(watcher::Event::InitDone) => {
+            if let Some(kind) = holder {
+                let _ = tx.send(Input::Relisted { kind, mark });
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "delivery watch error; retrying"),
+    }
+}
+
+/// The worker until `shutdown`, which then writes what it has not written yet. Its
+/// watches start, and it subscribes to `runs` (the operator's shared watch of the Runs),
+/// when called: a shared watch not begun yet lists once for it and the other components.
+pub fn run(
     client: Client,
     sender: Sender,
     settings: Settings,
     metrics: DeliveryMetrics,
+    runs: SharedWatch<Run>,
     shutdown: CancellationToken,
-) {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let grace_until = Timestamp::now() + SETTLE;
     // From now on, events this process creates in the scope are kept until seen.
     let _watching = unseen::watching(settings.namespace.clone());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
     let ns = settings.namespace.clone();
     let stores = Stores {
         hooks: watch(
             crate::kubeutil::scoped_api(&client, ns.as_deref()),
             &client,
-            tx.clone(),
-            Input::Hook,
-            None,
+            on_event(tx.clone(), Input::Hook, None),
             |_| {},
             shutdown.clone(),
         ),
-        runs: watch(
-            crate::kubeutil::scoped_api(&client, ns.as_deref()),
-            &client,
-            tx.clone(),
-            Input::Run,
-            Some(HolderKind::Run),
-            // The worker reads a run's events (with their data) and nothing else.
-            |run| run.drop_details(crate::crd::EventDetail::Whole),
-            shutdown.clone(),
-        ),
+        // The worker reads a run's events (with their data) and identity, which the
+        // operator's shared run cache keeps.
+        runs: {
+            let mut report = undecodable::WatchReport::new(Some(client.clone()));
+            let mut tell = on_event(tx.clone(), Input::Run, Some(HolderKind::Run));
+            runs.subscribe(move |event| {
+                report.observe(event);
+                tell(event);
+            });
+            runs.decoded()
+        },
         workflows: watch(
             crate::kubeutil::scoped_api(&client, ns.as_deref()),
             &client,
-            tx.clone(),
-            Input::Workflow,
-            Some(HolderKind::Workflow),
+            on_event(tx.clone(), Input::Workflow, Some(HolderKind::Workflow)),
             // The worker reads a workflow's events and metadata; its steps (most of a
             // workflow's bytes) are not kept.
             |wf| wf.spec.steps = Vec::new(),
             shutdown.clone(),
         ),
     };
+    work(
+        Worker {
+            secrets: Arc::new(SecretCache::new(client.clone())),
+            client,
+            sender,
+            settings,
+            metrics,
+            stores,
+            hooks: HashMap::new(),
+            tx,
+            grace_until,
+        },
+        rx,
+        _watching,
+        shutdown,
+    )
+}
+
+async fn work(
+    mut worker: Worker,
+    mut rx: mpsc::UnboundedReceiver<Input>,
+    _watching: unseen::Watching,
+    shutdown: CancellationToken,
+) {
+    let stores = &worker.stores;
     let ready = async {
         let _ = stores.hooks.wait_until_ready().await;
         let _ = stores.runs.wait_until_ready().await;
@@ -249,17 +280,6 @@ pub async fn run(
         _ = ready => {},
         _ = shutdown.cancelled() => return,
     }
-    let mut worker = Worker {
-        secrets: Arc::new(SecretCache::new(client.clone())),
-        client,
-        sender,
-        settings,
-        metrics,
-        stores,
-        hooks: HashMap::new(),
-        tx,
-        grace_until,
-    };
     // Everything listed so far; later changes arrive through the channel (and the
     // ones already queued are harmless repeats).
     for hook in worker.stores.hooks.state() {

@@ -218,6 +218,11 @@ where
     }
 }
 
+/// The watch feeding a store stopped before the store was first filled.
+#[derive(Debug, thiserror::Error)]
+#[error("the watch stopped before its store was filled")]
+pub struct WriterDropped;
+
 /// A reflector's store that shows only the objects that could be decoded; the others
 /// are as absent as deleted ones.
 pub struct DecodedStore<K: Resource + Clone + 'static>
@@ -225,6 +230,9 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     inner: Store<Lenient<K>>,
+    /// Readiness kept beside a store several tasks wait on (a shared watch's): the
+    /// store's own wakes only the last waiter.
+    ready: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl<K: Resource + Clone + 'static> Clone for DecodedStore<K>
@@ -234,6 +242,7 @@ where
     fn clone(&self) -> Self {
         DecodedStore {
             inner: self.inner.clone(),
+            ready: self.ready.clone(),
         }
     }
 }
@@ -256,8 +265,28 @@ where
             .collect()
     }
 
-    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.inner.wait_until_ready().await
+    pub async fn wait_until_ready(&self) -> Result<(), WriterDropped> {
+        match &self.ready {
+            Some(ready) => ready
+                .clone()
+                .wait_for(|ready| *ready)
+                .await
+                .map(|_| ())
+                .map_err(|_| WriterDropped),
+            None => self
+                .inner
+                .wait_until_ready()
+                .await
+                .map_err(|_| WriterDropped),
+        }
+    }
+
+    /// `inner`, ready when `ready` turns true (a shared watch's store).
+    pub fn shared(inner: Store<Lenient<K>>, ready: tokio::sync::watch::Receiver<bool>) -> Self {
+        DecodedStore {
+            inner,
+            ready: Some(ready),
+        }
     }
 
     /// How many objects the store holds, undecodable ones included, without copying them.
@@ -275,7 +304,7 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     fn from(inner: Store<Lenient<K>>) -> Self {
-        DecodedStore { inner }
+        DecodedStore { inner, ready: None }
     }
 }
 
@@ -346,7 +375,7 @@ where
         }
     });
     let events = reflector::reflector(writer, watch).default_backoff();
-    (DecodedStore { inner: reader }, events)
+    (DecodedStore::from(reader), events)
 }
 
 /// The watch events of `api`, each decoded object as `compact` leaves it (and without

@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 pub struct Seen {
     pub method: String,
     pub path: String,
+    /// The query string (empty when none).
+    pub query: String,
     pub body: Value,
 }
 
@@ -39,6 +41,7 @@ pub fn client(answer: impl Fn(&Seen) -> (u16, Value) + Send + Sync + 'static) ->
             let seen = Seen {
                 method: parts.method.to_string(),
                 path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or_default().to_string(),
                 body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             };
             let (code, reply) = answer(&seen);

@@ -692,7 +692,14 @@ pub fn spawn_run_controller(
         jobs,
     );
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(flowline::controller::run::run(ctx, stop.clone()));
+    let runs =
+        flowline::controller::run_cache::RunCache::start(&ns.client, Some(&ns.name), stop.clone());
+    tokio::spawn(flowline::controller::run::run(
+        ctx,
+        runs.watch.clone(),
+        stop.clone(),
+    ));
+    runs.watch.begin();
     (stop, telemetry)
 }
 

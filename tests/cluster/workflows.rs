@@ -25,12 +25,16 @@ pub(crate) fn controller(ns: &TestNamespace) -> Controller {
         &flowline::telemetry::metrics::Metrics::default(),
         Some(ns.client.clone()),
     );
+    let runs =
+        flowline::controller::run_cache::RunCache::start(&ns.client, Some(&ns.name), stop.clone());
     tokio::spawn(flowline::controller::workflow::run(
         ns.client.clone(),
         Some(ns.name.clone()),
+        runs.clone(),
         telemetry,
         stop.clone(),
     ));
+    runs.watch.begin();
     Controller(stop)
 }
 
