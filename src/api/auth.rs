@@ -90,7 +90,24 @@ pub fn generate_key() -> String {
 
 /// Lowercase hex SHA-256 of a key value: the only form in which keys are stored.
 pub fn hash_key(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
+    hash_key_hex(key).as_str().to_owned()
+}
+
+/// [`hash_key`] without a string of its own (the request path looks it up only).
+pub fn hash_key_hex(key: &str) -> KeyHash {
+    let mut hex = [0; 64];
+    hex::encode_to_slice(Sha256::digest(key.as_bytes()), &mut hex)
+        .expect("32 bytes are 64 hex digits");
+    KeyHash(hex)
+}
+
+/// A key's SHA-256 in lowercase hex.
+pub struct KeyHash([u8; 64]);
+
+impl KeyHash {
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
 }
 
 /// The parts of an API-key Secret the API needs.
@@ -166,6 +183,7 @@ mod tests {
         assert!(a[4..].bytes().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(a, b);
         assert_eq!(hash_key(&a).len(), 64);
+        assert_eq!(hash_key_hex(&a).as_str(), hex::encode(Sha256::digest(&a)));
         assert_ne!(hash_key(&a), hash_key(&b));
     }
 

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::auth::{Principal, bearer_token, hash_key};
+use super::auth::{Principal, bearer_token, hash_key_hex};
 use super::client_ip::budget_key;
 use super::error::ApiError;
 use super::ratelimit::Decision;
@@ -37,7 +37,9 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
                 .config
                 .plans
                 .limit_for(ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()));
-            state.limiter.check(p.namespace.clone(), limit, now)
+            state
+                .limiter
+                .check_borrowed(p.namespace.as_str(), limit, now)
         }
         None => address_decision(&state, &req, now),
     };
@@ -108,7 +110,7 @@ fn principal(state: &ApiState, headers: &HeaderMap) -> Option<Principal> {
     let token = bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)?;
     state
         .key_index
-        .resolve(&state.caches.api_keys, &hash_key(token))
+        .resolve(&state.caches.api_keys, hash_key_hex(token).as_str())
 }
 
 /// The client address of a request (connections without one, which only in-process
