@@ -2,6 +2,7 @@
 //! and is stored only as its SHA-256, in a Secret of type `flowline.io/api-key`.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -61,15 +62,47 @@ impl Scope {
     }
 }
 
-/// The authenticated caller of a request.
+/// The authenticated caller of a request. One shared allocation: the key index hands
+/// it out, the handler's `Extension` and the access log clone it, for every request.
 #[derive(Debug, Clone)]
-pub struct Principal {
+pub struct Principal(Arc<Caller>);
+
+/// What a [`Principal`] is.
+#[derive(Debug)]
+pub struct Caller {
     pub namespace: String,
     pub key_id: String,
     pub scopes: BTreeSet<Scope>,
 }
 
+impl std::ops::Deref for Principal {
+    type Target = Caller;
+
+    fn deref(&self) -> &Caller {
+        &self.0
+    }
+}
+
+impl crate::telemetry::access_log::AccountName for Caller {
+    fn account_name(&self) -> &str {
+        &self.namespace
+    }
+}
+
 impl Principal {
+    pub fn new(namespace: String, key_id: String, scopes: BTreeSet<Scope>) -> Self {
+        Principal(Arc::new(Caller {
+            namespace,
+            key_id,
+            scopes,
+        }))
+    }
+
+    /// For the access log: the account's name, shared.
+    pub fn account(&self) -> crate::telemetry::access_log::Account {
+        crate::telemetry::access_log::Account(self.0.clone())
+    }
+
     pub fn require(&self, needed: Scope) -> Result<(), super::error::ApiError> {
         if self.scopes.iter().any(|s| s.grants(needed)) {
             Ok(())

@@ -13,7 +13,6 @@ use super::client_ip::budget_key;
 use super::error::ApiError;
 use super::ratelimit::Decision;
 use super::state::ApiState;
-use crate::telemetry::access_log::Account;
 use kube::runtime::reflector::ObjectRef;
 
 pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
@@ -47,7 +46,7 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
         refused
     } else if let Some(p) = principal {
         // For the access log.
-        let account = Account(p.namespace.clone());
+        let account = p.account();
         req.extensions_mut().insert(p);
         let mut response = next.run(req).await;
         response.extensions_mut().insert(account);
