@@ -16,12 +16,23 @@ pub fn new_token_id(prefix: &str) -> String {
 }
 
 fn random_tail() -> String {
+    let mut tail = [0; TAIL_LEN];
+    fill_tail(&mut tail);
+    tail.into_iter().map(char::from).collect()
+}
+
+/// Length of the random part of an id.
+pub const TAIL_LEN: usize = 10;
+
+/// Fills `tail` with the random part of an id, lowercase alphanumerics (for callers
+/// that build an id without a string of its own, like the access log's request ids).
+pub fn fill_tail(tail: &mut [u8; TAIL_LEN]) {
     use rand::Rng;
     const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut rng = rand::rng();
-    (0..10)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
+    for b in tail {
+        *b = ALPHABET[rng.random_range(0..ALPHABET.len())];
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! and is stored only as its SHA-256, in a Secret of type `flowline.io/api-key`.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -61,15 +62,47 @@ impl Scope {
     }
 }
 
-/// The authenticated caller of a request.
+/// The authenticated caller of a request. One shared allocation: the key index hands
+/// it out, the handler's `Extension` and the access log clone it, for every request.
 #[derive(Debug, Clone)]
-pub struct Principal {
+pub struct Principal(Arc<Caller>);
+
+/// What a [`Principal`] is.
+#[derive(Debug)]
+pub struct Caller {
     pub namespace: String,
     pub key_id: String,
     pub scopes: BTreeSet<Scope>,
 }
 
+impl std::ops::Deref for Principal {
+    type Target = Caller;
+
+    fn deref(&self) -> &Caller {
+        &self.0
+    }
+}
+
+impl crate::telemetry::access_log::AccountName for Caller {
+    fn account_name(&self) -> &str {
+        &self.namespace
+    }
+}
+
 impl Principal {
+    pub fn new(namespace: String, key_id: String, scopes: BTreeSet<Scope>) -> Self {
+        Principal(Arc::new(Caller {
+            namespace,
+            key_id,
+            scopes,
+        }))
+    }
+
+    /// For the access log: the account's name, shared.
+    pub fn account(&self) -> crate::telemetry::access_log::Account {
+        crate::telemetry::access_log::Account(self.0.clone())
+    }
+
     pub fn require(&self, needed: Scope) -> Result<(), super::error::ApiError> {
         if self.scopes.iter().any(|s| s.grants(needed)) {
             Ok(())
@@ -90,7 +123,24 @@ pub fn generate_key() -> String {
 
 /// Lowercase hex SHA-256 of a key value: the only form in which keys are stored.
 pub fn hash_key(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
+    hash_key_hex(key).as_str().to_owned()
+}
+
+/// [`hash_key`] without a string of its own (the request path looks it up only).
+pub fn hash_key_hex(key: &str) -> KeyHash {
+    let mut hex = [0; 64];
+    hex::encode_to_slice(Sha256::digest(key.as_bytes()), &mut hex)
+        .expect("32 bytes are 64 hex digits");
+    KeyHash(hex)
+}
+
+/// A key's SHA-256 in lowercase hex.
+pub struct KeyHash([u8; 64]);
+
+impl KeyHash {
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
 }
 
 /// The parts of an API-key Secret the API needs.
@@ -166,6 +216,7 @@ mod tests {
         assert!(a[4..].bytes().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(a, b);
         assert_eq!(hash_key(&a).len(), 64);
+        assert_eq!(hash_key_hex(&a).as_str(), hex::encode(Sha256::digest(&a)));
         assert_ne!(hash_key(&a), hash_key(&b));
     }
 

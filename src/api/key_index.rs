@@ -121,11 +121,11 @@ fn lookup(snapshot: &Snapshot, keys: &ScopedStore<Secret>, hash: &str) -> Option
 /// The key record of a Secret and the principal it authenticates.
 fn read(secret: &Secret) -> Option<(KeyRecord, Principal)> {
     let record = KeyRecord::from_secret(secret)?;
-    let principal = Principal {
-        namespace: record.namespace.clone(),
-        key_id: record.id.clone(),
-        scopes: record.scopes.clone(),
-    };
+    let principal = Principal::new(
+        record.namespace.clone(),
+        record.id.clone(),
+        record.scopes.clone(),
+    );
     Some((record, principal))
 }
 

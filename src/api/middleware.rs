@@ -8,12 +8,11 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::auth::{Principal, bearer_token, hash_key};
+use super::auth::{Principal, bearer_token, hash_key_hex};
 use super::client_ip::budget_key;
 use super::error::ApiError;
 use super::ratelimit::Decision;
 use super::state::ApiState;
-use crate::telemetry::access_log::Account;
 use kube::runtime::reflector::ObjectRef;
 
 pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
@@ -37,7 +36,9 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
                 .config
                 .plans
                 .limit_for(ns.as_ref().and_then(|n| n.metadata.annotations.as_ref()));
-            state.limiter.check(p.namespace.clone(), limit, now)
+            state
+                .limiter
+                .check_borrowed(p.namespace.as_str(), limit, now)
         }
         None => address_decision(&state, &req, now),
     };
@@ -45,7 +46,7 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
         refused
     } else if let Some(p) = principal {
         // For the access log.
-        let account = Account(p.namespace.clone());
+        let account = p.account();
         req.extensions_mut().insert(p);
         let mut response = next.run(req).await;
         response.extensions_mut().insert(account);
@@ -108,7 +109,7 @@ fn principal(state: &ApiState, headers: &HeaderMap) -> Option<Principal> {
     let token = bearer_token(headers.get(header::AUTHORIZATION)?.to_str().ok()?)?;
     state
         .key_index
-        .resolve(&state.caches.api_keys, &hash_key(token))
+        .resolve(&state.caches.api_keys, hash_key_hex(token).as_str())
 }
 
 /// The client address of a request (connections without one, which only in-process

@@ -2,6 +2,7 @@
 //! address for the rest (docs/api.md, "Rate limits"). Each API replica counts on its
 //! own; the docs say so.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::sync::Mutex;
@@ -101,7 +102,7 @@ impl<K> Window<K> {
 /// Keys one limiter tracks per window when the caller does not say.
 pub const DEFAULT_CAPACITY: usize = 100_000;
 
-impl<K: Hash + Eq> RateLimiter<K> {
+impl<K: Hash + Eq + Clone> RateLimiter<K> {
     pub fn new(window_secs: u64) -> Self {
         Self::with_capacity(window_secs, DEFAULT_CAPACITY)
     }
@@ -116,6 +117,16 @@ impl<K: Hash + Eq> RateLimiter<K> {
 
     /// Counts a request of `key` at `now` (Unix seconds) against `limit`.
     pub fn check(&self, key: K, limit: u32, now: u64) -> Decision {
+        self.check_borrowed(&key, limit, now)
+    }
+
+    /// [`check`](Self::check) by a borrowed key (an account's `&str`): the key is
+    /// copied only when it is new in the window, not for every request.
+    pub fn check_borrowed<Q>(&self, key: &Q, limit: u32, now: u64) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let index = now / self.window_secs;
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         // A request that read the clock just before another moved the window on
@@ -124,8 +135,10 @@ impl<K: Hash + Eq> RateLimiter<K> {
         let past =
             (index != table.index).then(|| std::mem::replace(&mut *table, Window::empty(index)));
         let window = &mut *table;
-        let count = if window.counts.len() < self.capacity || window.counts.contains_key(&key) {
-            window.counts.entry(key).or_insert(0)
+        let count = if window.counts.contains_key(key) {
+            window.counts.get_mut(key).expect("just found")
+        } else if window.counts.len() < self.capacity {
+            window.counts.entry(key.to_owned()).or_insert(0)
         } else {
             &mut window.overflow
         };
@@ -174,6 +187,15 @@ mod tests {
         );
         let next = limiter.check("ns", 3, 1_260);
         assert!(next.allowed && next.remaining == 2 && next.reset == 1_320);
+    }
+
+    #[test]
+    fn a_borrowed_key_counts_as_its_owned_form() {
+        let limiter = RateLimiter::<String>::new(60);
+        assert!(limiter.check_borrowed("ns", 2, 0).allowed);
+        assert!(limiter.check("ns".to_string(), 2, 1).allowed);
+        assert!(!limiter.check_borrowed("ns", 2, 2).allowed);
+        assert_eq!(limiter.tracked(), 1);
     }
 
     #[test]

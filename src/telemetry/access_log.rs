@@ -5,9 +5,12 @@
 //! leads to the server's lines. The line names the account (namespace) when the
 //! request carried a valid key. Probes and scrapes (`/healthz`, `/readyz`, `/metrics`)
 //! log at debug level only. With traces on, the `request` span is the request's server
-//! span and the line names its `trace_id`.
+//! span and the line names its `trace_id`. The line itself is formatted by
+//! `access_line`, straight into the log writer's buffer, when the process logs
+//! through Flowline's own subscriber without traces (see [`log`]).
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue};
@@ -15,15 +18,28 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
 
+use super::access_line::{AccessLine, Level, TARGET};
 use super::http_metrics::HttpMetrics;
-use super::traces;
+use super::{log_writer, logging, traces};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The account (namespace) a request was authenticated as: the authenticating layer
-/// puts it in the response's extensions, and the access-log line names it.
-#[derive(Clone, Debug)]
-pub struct Account(pub String);
+/// puts it in the response's extensions, and the access-log line names it. Shared,
+/// not copied: the authenticating layer hands over what it already holds.
+#[derive(Clone)]
+pub struct Account(pub Arc<dyn AccountName>);
+
+/// Whatever names the account of a request (the API's principal).
+pub trait AccountName: Send + Sync + 'static {
+    fn account_name(&self) -> &str;
+}
+
+impl AccountName for String {
+    fn account_name(&self) -> &str {
+        self
+    }
+}
 
 /// Longest client-chosen request id kept.
 const MAX_REQUEST_ID: usize = 128;
@@ -32,23 +48,22 @@ const MAX_REQUEST_ID: usize = 128;
 /// router, after routing, so the matched route is known.
 pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let id = request_id(req.headers().get(&REQUEST_ID));
-    let id_header = HeaderValue::from_str(&id).expect("a request id is visible ASCII");
+    let id_header = request_id_header(req.headers().get(&REQUEST_ID));
     // Handlers see the id the client will see.
     req.headers_mut().insert(REQUEST_ID, id_header.clone());
     // Clones of shared buffers (an `Arc`, a `Bytes`), not copies: this runs for every
     // request.
     let route = req.extensions().get::<MatchedPath>().cloned();
     let route = route.as_ref().map(MatchedPath::as_str);
-    let peer = Peer(
-        req.extensions()
-            .get::<ConnectInfo<std::net::SocketAddr>>()
-            .map(|ConnectInfo(addr)| addr.ip()),
-    );
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
     let method = req.method().clone();
     let uri = req.uri().clone();
     let path = uri.path();
-    let span = request_span(&id, &method, route, path, req.headers());
+    let id = id_header.to_str().expect("a request id is visible ASCII");
+    let span = request_span(id, &method, route, path, req.headers());
     let trace_id = traces::trace_id(&span);
     let mut response = next.run(req).instrument(span.clone()).await;
     let took = start.elapsed();
@@ -58,16 +73,66 @@ pub async fn record(State(metrics): State<HttpMetrics>, mut req: Request, next: 
         span.record("otel.status_code", "error");
     }
     metrics.record(route, method.as_str(), status, took);
-    response.headers_mut().insert(REQUEST_ID, id_header);
-    let duration_ms = took.as_secs_f64() * 1000.0;
     let route = route.unwrap_or(super::http_metrics::UNMATCHED_ROUTE);
-    let account = response.extensions().get::<Account>().map(|a| a.0.as_str());
-    if is_probe(route) {
-        tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, %peer, account, trace_id, "request");
-    } else {
-        tracing::info!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, %peer, account, trace_id, "request");
-    }
+    let account = response.extensions().get::<Account>().cloned();
+    log(&AccessLine {
+        level: if is_probe(route) {
+            Level::Debug
+        } else {
+            Level::Info
+        },
+        request_id: id,
+        method: method.as_str(),
+        route,
+        path,
+        status,
+        took,
+        peer,
+        account: account.as_ref().map(|a| a.0.account_name()),
+        trace_id: trace_id.as_deref(),
+    });
+    response.headers_mut().insert(REQUEST_ID, id_header);
     response
+}
+
+/// Writes the line where `RUST_LOG` lets it through: formatted straight into the log
+/// writer's buffer when the process logs through Flowline's own subscriber without
+/// traces (`logging::direct_style`), else as the event it always was (tests with a
+/// subscriber of their own, traces on).
+fn log(line: &AccessLine<'_>) {
+    let enabled = match line.level {
+        Level::Info => tracing::enabled!(target: TARGET, tracing::Level::INFO),
+        Level::Debug => tracing::enabled!(target: TARGET, tracing::Level::DEBUG),
+    };
+    if !enabled {
+        return;
+    }
+    if let Some(style) = logging::direct_style() {
+        let at = SystemTime::now();
+        log_writer::process_ref().append_with(|buf| line.write(buf, style, at));
+        return;
+    }
+    let AccessLine {
+        request_id,
+        method,
+        route,
+        path,
+        status,
+        peer,
+        account,
+        trace_id,
+        ..
+    } = *line;
+    let duration_ms = super::access_line::millis_f64(line.took);
+    let peer = Peer(peer);
+    match line.level {
+        Level::Info => {
+            tracing::info!(target: TARGET, request_id = %request_id, %method, route, path, status, duration_ms, %peer, account, trace_id, "request")
+        }
+        Level::Debug => {
+            tracing::debug!(target: TARGET, request_id = %request_id, %method, route, path, status, duration_ms, %peer, account, trace_id, "request")
+        }
+    }
 }
 
 /// The connection's address as the line shows it: the IP, or `-` without one
@@ -123,11 +188,23 @@ fn is_probe(route: &str) -> bool {
 
 /// The client's request id if it is sane, else a new one.
 pub fn request_id(given: Option<&HeaderValue>) -> String {
-    given
-        .and_then(|v| v.to_str().ok())
-        .filter(|id| is_sane(id))
-        .map(str::to_owned)
-        .unwrap_or_else(|| crate::ids::new_token_id("req"))
+    let header = request_id_header(given);
+    header.to_str().expect("visible ASCII").to_owned()
+}
+
+/// [`request_id`] as the header it is echoed in: the client's own value (shared,
+/// not copied) when it is sane, else a fresh `req_` and 10 random characters made
+/// without a string of its own (this runs for every request).
+fn request_id_header(given: Option<&HeaderValue>) -> HeaderValue {
+    if let Some(given) = given.filter(|v| v.to_str().is_ok_and(is_sane)) {
+        return given.clone();
+    }
+    let mut tail = [0; crate::ids::TAIL_LEN];
+    crate::ids::fill_tail(&mut tail);
+    let mut id = [0; 4 + crate::ids::TAIL_LEN];
+    id[..4].copy_from_slice(b"req_");
+    id[4..].copy_from_slice(&tail);
+    HeaderValue::from_bytes(&id).expect("visible ASCII")
 }
 
 /// Short and plain enough to log and echo as is: no spaces, quotes or control

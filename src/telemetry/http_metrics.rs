@@ -2,7 +2,13 @@
 //! duration, and the requests the rate limiter refused. The route is the router's
 //! pattern (`/v1/workflows/{id}`), never the raw path, and unknown methods count as
 //! `other`, so no client can grow the label sets.
+//!
+//! Each request's samples go to handles kept per (route, method, status): one map
+//! lookup by the route's text instead of two families' lookups by label sets built
+//! (and a route copied twice) per request.
 
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -44,6 +50,17 @@ pub struct HttpMetrics {
     requests: Family<RequestLabels, Counter>,
     duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
     rate_limited: Family<BudgetLabel, Counter>,
+    /// Handles into `requests` and `duration` (clones share the samples), by route.
+    /// Bounded as the label sets are: routes are patterns, methods and statuses few.
+    handles: Arc<RwLock<HashMap<String, Vec<Handles>>>>,
+}
+
+/// The series one kind of request is counted in.
+struct Handles {
+    method: &'static str,
+    status: u16,
+    requests: Counter,
+    duration: Histogram,
 }
 
 impl Default for HttpMetrics {
@@ -53,6 +70,7 @@ impl Default for HttpMetrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
             rate_limited: Family::default(),
+            handles: Arc::default(),
         }
     }
 }
@@ -83,18 +101,48 @@ impl HttpMetrics {
 
     /// Records one answered request; `route` is the matched pattern, if any.
     pub fn record(&self, route: Option<&str>, method: &str, status: u16, took: Duration) {
-        let route = route.unwrap_or(UNMATCHED_ROUTE).to_string();
+        let route = route.unwrap_or(UNMATCHED_ROUTE);
         let method = known_method(method);
-        self.requests
-            .get_or_create(&RequestLabels {
-                route: route.clone(),
-                method,
-                status,
-            })
-            .inc();
-        self.duration
-            .get_or_create(&RouteLabels { route, method })
-            .observe(took.as_secs_f64());
+        let seconds = took.as_secs_f64();
+        let found = |by_route: &HashMap<String, Vec<Handles>>| {
+            let h = by_route
+                .get(route)?
+                .iter()
+                .find(|h| h.method == method && h.status == status)?;
+            h.requests.inc();
+            h.duration.observe(seconds);
+            Some(())
+        };
+        if found(&self.handles.read().unwrap_or_else(PoisonError::into_inner)).is_some() {
+            return;
+        }
+        // The first request of its kind: create the series and keep their handles.
+        let handles = Handles {
+            method,
+            status,
+            requests: self
+                .requests
+                .get_or_create(&RequestLabels {
+                    route: route.to_string(),
+                    method,
+                    status,
+                })
+                .clone(),
+            duration: self
+                .duration
+                .get_or_create(&RouteLabels {
+                    route: route.to_string(),
+                    method,
+                })
+                .clone(),
+        };
+        let mut by_route = self.handles.write().unwrap_or_else(PoisonError::into_inner);
+        // Another request may have added them meanwhile.
+        if found(&by_route).is_none() {
+            handles.requests.inc();
+            handles.duration.observe(seconds);
+            by_route.entry(route.to_string()).or_default().push(handles);
+        }
     }
 
     /// Counts a request refused by the rate limiter.

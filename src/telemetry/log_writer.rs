@@ -64,9 +64,12 @@ pub fn register(registry: &mut Registry) {
 
 /// The process's writer to stderr, started on first use.
 pub fn process() -> LogWriter {
-    PROCESS
-        .get_or_init(|| LogWriter::spawn(std::io::stderr(), BUFFER_BYTES, DROPPED.clone()))
-        .clone()
+    process_ref().clone()
+}
+
+/// [`process`] without the clone (two reference counts), for the request path.
+pub fn process_ref() -> &'static LogWriter {
+    PROCESS.get_or_init(|| LogWriter::spawn(std::io::stderr(), BUFFER_BYTES, DROPPED.clone()))
 }
 
 /// Writes what the process's writer holds, if logging was set up (bounded wait).
@@ -112,6 +115,24 @@ impl LogWriter {
         if pending.len() + line.len() <= self.shared.capacity {
             pending.extend_from_slice(line);
         } else {
+            drop(pending);
+            self.shared.dropped.inc();
+        }
+    }
+
+    /// Appends the line `format` writes straight into the buffer (no copy through a
+    /// buffer of its own; the writer thread only swaps the buffer under this lock, so
+    /// formatting under it holds nobody up), or drops and counts it if it does not fit.
+    pub fn append_with(&self, format: impl FnOnce(&mut Vec<u8>)) {
+        let mut pending = self
+            .shared
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = pending.len();
+        format(&mut pending);
+        if pending.len() > self.shared.capacity {
+            pending.truncate(before);
             drop(pending);
             self.shared.dropped.inc();
         }
@@ -285,6 +306,32 @@ mod tests {
         assert_eq!(
             text(&sink),
             "first\nlog writer: 2 log lines dropped (buffer full); 2 since start\nsecond\n5\n"
+        );
+    }
+
+    #[test]
+    fn a_line_formatted_in_place_is_whole_or_dropped_whole() {
+        let (started, started_rx) = mpsc::sync_channel(16);
+        let (permit, permits) = mpsc::sync_channel(16);
+        let sink = Sink {
+            gate: Some((started, Arc::new(Mutex::new(permits)))),
+            ..Sink::default()
+        };
+        let dropped = Counter::default();
+        let writer = LogWriter::spawn(sink.clone(), 10, dropped.clone());
+        writer.append_with(|buf| buf.extend_from_slice(b"first\n"));
+        started_rx.recv().unwrap(); // the writer is stuck in the sink
+        writer.append_with(|buf| buf.extend_from_slice(b"second\n")); // 7 of 10 bytes
+        writer.append_with(|buf| buf.extend_from_slice(b"third\n")); // too long: dropped
+        writer.append_with(|buf| buf.extend_from_slice(b"5\n")); // fits
+        assert_eq!(dropped.get(), 1);
+        for _ in 0..16 {
+            permit.send(()).unwrap();
+        }
+        assert!(writer.flush(Duration::from_secs(10)));
+        assert_eq!(
+            text(&sink),
+            "first\nlog writer: 1 log lines dropped (buffer full); 1 since start\nsecond\n5\n"
         );
     }
 

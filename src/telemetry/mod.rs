@@ -1,6 +1,7 @@
 //! Operational surface: logs, Prometheus metrics, traces (OTLP, off by default),
 //! health and readiness.
 
+pub mod access_line;
 pub mod access_log;
 pub mod build_info;
 pub mod delivery_metrics;
@@ -11,5 +12,6 @@ pub mod leader_metrics;
 pub mod log_writer;
 pub mod logging;
 pub mod metrics;
+pub mod timestamp;
 pub mod traces;
 pub mod undecodable;
