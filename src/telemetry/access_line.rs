@@ -157,13 +157,21 @@ fn is_plain(s: &str) -> bool {
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
 
-/// `s` as `{:?}` writes it (what the fmt layer does for a string field in text).
-fn debug_str(out: &mut Vec<u8>, s: &str) {
-    if is_plain(s) {
+/// Writes `s` in quotes when it needs no escaping (the same text in both formats);
+/// false, writing nothing, when it does.
+fn push_plain(out: &mut Vec<u8>, s: &str) -> bool {
+    let plain = is_plain(s);
+    if plain {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
-    } else {
+    }
+    plain
+}
+
+/// `s` as `{:?}` writes it (what the fmt layer does for a string field in text).
+fn debug_str(out: &mut Vec<u8>, s: &str) {
+    if !push_plain(out, s) {
         // Writing to a Vec cannot fail.
         let _ = write!(out, "{s:?}");
     }
@@ -171,29 +179,14 @@ fn debug_str(out: &mut Vec<u8>, s: &str) {
 
 /// `s` as a JSON string (serde_json's escapes, as the fmt layer's JSON format).
 fn json_str(out: &mut Vec<u8>, s: &str) {
-    if is_plain(s) {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
+    if !push_plain(out, s) {
         // Serializing a str into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, s);
     }
 }
 
 fn push_u64(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut rest = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Milliseconds with up to six decimals (the nanoseconds the clock gave), trailing

@@ -280,8 +280,17 @@ mod tests {
         assert_eq!(dropped.get(), 0);
     }
 
-    #[test]
-    fn a_full_buffer_drops_whole_lines_counts_them_and_says_so() {
+    /// A writer of `capacity` bytes whose sink holds every write until it is
+    /// permitted: `started_rx` says a write began, each `permit` lets one finish.
+    struct Gated {
+        writer: LogWriter,
+        sink: Sink,
+        dropped: Counter,
+        started_rx: mpsc::Receiver<()>,
+        permit: mpsc::SyncSender<()>,
+    }
+
+    fn gated(capacity: usize) -> Gated {
         let (started, started_rx) = mpsc::sync_channel(16);
         let (permit, permits) = mpsc::sync_channel(16);
         let sink = Sink {
@@ -289,48 +298,58 @@ mod tests {
             ..Sink::default()
         };
         let dropped = Counter::default();
-        let writer = LogWriter::spawn(sink.clone(), 10, dropped.clone());
-        log(&writer, "first\n");
-        started_rx.recv().unwrap(); // the writer is stuck in the sink
-        log(&writer, "second\n"); // 7 of 10 bytes
-        log(&writer, "third\n"); // 7 + 6 > 10: dropped whole
-        log(&writer, "4th\n"); // 7 + 4 > 10: dropped
-        log(&writer, "5\n"); // 7 + 2: fits
-        assert_eq!(dropped.get(), 2, "the logging thread never waited");
-        // Let the writer go on: one permit per write it will make.
+        let writer = LogWriter::spawn(sink.clone(), capacity, dropped.clone());
+        Gated {
+            writer,
+            sink,
+            dropped,
+            started_rx,
+            permit,
+        }
+    }
+
+    /// Lets a gated writer go on (one permit per write it will make) and flushes it.
+    fn release(permit: &mpsc::SyncSender<()>, writer: &LogWriter) {
         for _ in 0..16 {
             permit.send(()).unwrap();
         }
         assert!(writer.flush(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_full_buffer_drops_whole_lines_counts_them_and_says_so() {
+        let g = gated(10);
+        log(&g.writer, "first\n");
+        g.started_rx.recv().unwrap(); // the writer is stuck in the sink
+        log(&g.writer, "second\n"); // 7 of 10 bytes
+        log(&g.writer, "third\n"); // 7 + 6 > 10: dropped whole
+        log(&g.writer, "4th\n"); // 7 + 4 > 10: dropped
+        log(&g.writer, "5\n"); // 7 + 2: fits
+        assert_eq!(g.dropped.get(), 2, "the logging thread never waited");
+        // Let the writer go on, and wait for what it holds to be written.
+        release(&g.permit, &g.writer);
         // The drops happened while "first" was being written: reported right after it.
         assert_eq!(
-            text(&sink),
+            text(&g.sink),
             "first\nlog writer: 2 log lines dropped (buffer full); 2 since start\nsecond\n5\n"
         );
     }
 
     #[test]
     fn a_line_formatted_in_place_is_whole_or_dropped_whole() {
-        let (started, started_rx) = mpsc::sync_channel(16);
-        let (permit, permits) = mpsc::sync_channel(16);
-        let sink = Sink {
-            gate: Some((started, Arc::new(Mutex::new(permits)))),
-            ..Sink::default()
-        };
-        let dropped = Counter::default();
-        let writer = LogWriter::spawn(sink.clone(), 10, dropped.clone());
-        writer.append_with(|buf| buf.extend_from_slice(b"first\n"));
-        started_rx.recv().unwrap(); // the writer is stuck in the sink
-        writer.append_with(|buf| buf.extend_from_slice(b"second\n")); // 7 of 10 bytes
-        writer.append_with(|buf| buf.extend_from_slice(b"third\n")); // too long: dropped
-        writer.append_with(|buf| buf.extend_from_slice(b"5\n")); // fits
-        assert_eq!(dropped.get(), 1);
-        for _ in 0..16 {
-            permit.send(()).unwrap();
-        }
-        assert!(writer.flush(Duration::from_secs(10)));
+        let g = gated(10);
+        g.writer
+            .append_with(|buf| buf.extend_from_slice(b"first\n"));
+        g.started_rx.recv().unwrap(); // the writer is stuck in the sink
+        g.writer
+            .append_with(|buf| buf.extend_from_slice(b"second\n")); // 7 of 10 bytes
+        g.writer
+            .append_with(|buf| buf.extend_from_slice(b"third\n")); // too long: dropped
+        g.writer.append_with(|buf| buf.extend_from_slice(b"5\n")); // fits
+        assert_eq!(g.dropped.get(), 1);
+        release(&g.permit, &g.writer);
         assert_eq!(
-            text(&sink),
+            text(&g.sink),
             "first\nlog writer: 1 log lines dropped (buffer full); 1 since start\nsecond\n5\n"
         );
     }

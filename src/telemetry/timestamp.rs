@@ -48,19 +48,10 @@ fn format_second(second: u64) -> [u8; SECOND_LEN] {
 
 /// Appends `n` in decimal, left-padded with zeros to `width` digits.
 pub fn push_padded(out: &mut Vec<u8>, n: u32, width: usize) {
-    let mut digits = [b'0'; 10];
-    let mut i = digits.len();
-    let mut rest = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    let start = i.min(digits.len() - width.min(digits.len()));
-    out.extend_from_slice(&digits[start..]);
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n).as_bytes();
+    out.resize(out.len() + width.saturating_sub(digits.len()), b'0');
+    out.extend_from_slice(digits);
 }
 
 #[cfg(test)]
