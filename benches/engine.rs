@@ -60,7 +60,7 @@ fn controller(
     let runs = flowline::controller::run_cache::RunCache::start(client, Some(ns), stop.clone());
     tokio::spawn(flowline::controller::run::run(
         ctx,
-        runs.watch.clone(),
+        runs.clone(),
         stop.clone(),
     ));
     runs.watch.begin();

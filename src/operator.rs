@@ -224,7 +224,7 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
                 if first {
                     tokio::spawn(crate::controller::run::run(
                         ctx.in_shards(namespace.clone(), shards.clone()),
-                        runs.watch.clone(),
+                        runs.clone(),
                         controllers.clone(),
                     ));
                 }

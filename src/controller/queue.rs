@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::admission::{self, Local, Member};
 use crate::crd::{Run, RunPhase};
 use crate::kubeutil::lenient::Lenient;
+use crate::kubeutil::run_index::SharedRunIndex;
 
 /// How often the queued-runs gauge is recomputed from the cache.
 const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
@@ -22,8 +23,9 @@ const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
 pub type RunRef = ObjectRef<Lenient<Run>>;
 
 pub struct Queue {
-    /// The run controller's watch cache, set when the controller starts.
-    runs: OnceLock<Store<Lenient<Run>>>,
+    /// The run controller's watch cache and its index by workflow, set when the
+    /// controller starts.
+    runs: OnceLock<(Store<Lenient<Run>>, SharedRunIndex)>,
     wake_tx: mpsc::UnboundedSender<RunRef>,
     wake_rx: Mutex<Option<mpsc::UnboundedReceiver<RunRef>>>,
 }
@@ -40,13 +42,15 @@ impl Default for Queue {
 }
 
 impl Queue {
-    /// Connects the controller's cache; returns the stream of runs to reconcile because
-    /// a slot of their group freed (once: a second call gets an empty stream).
+    /// Connects the controller's cache and its index by workflow; returns the stream of
+    /// runs to reconcile because a slot of their group freed (once: a second call gets
+    /// an empty stream).
     pub fn attach(
         &self,
         store: Store<Lenient<Run>>,
+        by_workflow: SharedRunIndex,
     ) -> impl futures::Stream<Item = RunRef> + Send + 'static {
-        let _ = self.runs.set(store);
+        let _ = self.runs.set((store, by_workflow));
         let rx = self
             .wake_rx
             .lock()
@@ -67,16 +71,21 @@ impl Queue {
             .send(ObjectRef::new(&run.name_any()).within(&run.namespace().unwrap_or_default()));
     }
 
-    /// The unfinished runs of the workflow of `run` (itself excluded), from the cache.
+    /// The unfinished runs of the workflow of `run` (itself excluded), from the cache,
+    /// through its index by workflow: a namespace's history is not scanned for each
+    /// admission.
     fn siblings(&self, run: &Run) -> Vec<std::sync::Arc<Lenient<Run>>> {
-        let Some(store) = self.runs.get() else {
+        let Some((store, by_workflow)) = self.runs.get() else {
             return Vec::new();
         };
         let namespace = run.namespace();
+        let ns = namespace.as_deref().unwrap_or_default();
         let uid = run.uid();
-        store
-            .state()
-            .into_iter()
+        by_workflow
+            .names(ns, &run.spec.workflow_ref)
+            .iter()
+            .filter_map(|name| store.get(&ObjectRef::new(name).within(ns)))
+            // The index is a hint: the store's copy decides.
             .filter(|o| {
                 o.decoded().is_some_and(|r| {
                     r.spec.workflow_ref == run.spec.workflow_ref
@@ -160,7 +169,7 @@ impl Queue {
     ) {
         let mut counted = 0i64;
         loop {
-            let now = self.runs.get().map_or(0, |store| {
+            let now = self.runs.get().map_or(0, |(store, _)| {
                 store
                     .state()
                     .iter()

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{self, Admission};
 use super::queue::Queue;
+use super::run_cache::RunCache;
 use super::shard::Shards;
 use crate::crd::{
     ApprovalDecision, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot,
@@ -25,7 +26,7 @@ use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
 use crate::engine::waiting;
 use crate::kubeutil::lenient::Lenient;
-use crate::kubeutil::shared_watch::SharedWatch;
+use crate::kubeutil::run_index::SharedRunIndex;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
 /// How often an unfinished run is reconciled without a watch event: the backstop that
@@ -791,9 +792,13 @@ async fn stop_deleted(
 /// lists once for it and the other components.
 pub fn run(
     ctx: Arc<Context>,
-    runs: SharedWatch<Run>,
+    runs: RunCache,
     shutdown: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let RunCache {
+        watch: runs,
+        by_workflow,
+    } = runs;
     // Every run the watch shows (listed or changed) is reconciled, after the store
     // holds that version.
     let trigger = runs.select(|event| match event {
@@ -808,7 +813,7 @@ pub fn run(
             _ => None,
         })
         .boxed();
-    control_loop(ctx, trigger, deleted, runs.store(), shutdown)
+    control_loop(ctx, trigger, deleted, runs.store(), by_workflow, shutdown)
 }
 
 async fn control_loop(
@@ -816,6 +821,7 @@ async fn control_loop(
     trigger: impl futures::Stream<Item = Result<Lenient<Run>, watcher::Error>> + Send + 'static,
     deleted: futures::stream::BoxStream<'static, Deleted>,
     store: kube::runtime::reflector::Store<Lenient<Run>>,
+    by_workflow: SharedRunIndex,
     shutdown: CancellationToken,
 ) {
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =
@@ -824,7 +830,7 @@ async fn control_loop(
     let controller = Controller::for_stream(trigger, store).with_config(
         kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
     );
-    let wake = ctx.queue.attach(controller.store());
+    let wake = ctx.queue.attach(controller.store(), by_workflow);
     {
         let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
         tokio::spawn(async move {

@@ -696,7 +696,7 @@ pub fn spawn_run_controller(
         flowline::controller::run_cache::RunCache::start(&ns.client, Some(&ns.name), stop.clone());
     tokio::spawn(flowline::controller::run::run(
         ctx,
-        runs.watch.clone(),
+        runs.clone(),
         stop.clone(),
     ));
     runs.watch.begin();
