@@ -257,10 +257,9 @@ impl Caches {
     pub fn runs_of_workflow(&self, namespace: &str, workflow: &str) -> Vec<Arc<Run>> {
         self.runs_by_workflow
             .iter()
-            .flat_map(|index| index.names(namespace, workflow))
-            .filter_map(|name| get(&self.runs, namespace, &name))
-            // The index is a hint: the store's copy decides.
-            .filter(|run| run.spec.workflow_ref == workflow)
+            .flat_map(|index| {
+                index.runs_of(namespace, workflow, |name| get(&self.runs, namespace, name))
+            })
             .collect()
     }
 }

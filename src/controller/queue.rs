@@ -74,26 +74,20 @@ impl Queue {
     /// The unfinished runs of the workflow of `run` (itself excluded), from the cache,
     /// through its index by workflow: a namespace's history is not scanned for each
     /// admission.
-    fn siblings(&self, run: &Run) -> Vec<std::sync::Arc<Lenient<Run>>> {
+    fn siblings(&self, run: &Run) -> Vec<std::sync::Arc<Run>> {
         let Some((store, by_workflow)) = self.runs.get() else {
             return Vec::new();
         };
-        let namespace = run.namespace();
-        let ns = namespace.as_deref().unwrap_or_default();
+        let ns = run.namespace().unwrap_or_default();
         let uid = run.uid();
         by_workflow
-            .names(ns, &run.spec.workflow_ref)
-            .iter()
-            .filter_map(|name| store.get(&ObjectRef::new(name).within(ns)))
-            // The index is a hint: the store's copy decides.
-            .filter(|o| {
-                o.decoded().is_some_and(|r| {
-                    r.spec.workflow_ref == run.spec.workflow_ref
-                        && r.namespace() == namespace
-                        && r.uid() != uid
-                        && !r.phase().is_finished()
-                })
+            .runs_of(&ns, &run.spec.workflow_ref, |name| {
+                store
+                    .get(&ObjectRef::new(name).within(&ns))
+                    .and_then(|o| o.decoded().cloned())
             })
+            .into_iter()
+            .filter(|r| r.uid() != uid && !r.phase().is_finished())
             .collect()
     }
 
@@ -114,16 +108,19 @@ impl Queue {
     ) -> Vec<(Member, RunRef)> {
         self.siblings(run)
             .iter()
-            .filter_map(|o| {
-                let r = o.decoded()?;
+            .filter_map(|r| {
                 let state = admission::classify(r, local(&r.uid().unwrap_or_default()))?;
-                (admission::group_of(r).ok()? == group).then(|| {
-                    let member = Member {
-                        order: admission::order_of(r),
-                        state,
-                    };
-                    (member, ObjectRef::from_obj(&**o))
-                })
+                if admission::group_of(r).ok()? != group {
+                    return None;
+                }
+                let member = Member {
+                    order: admission::order_of(r),
+                    state,
+                };
+                Some((
+                    member,
+                    ObjectRef::new(&r.name_any()).within(&r.namespace()?),
+                ))
             })
             .collect()
     }

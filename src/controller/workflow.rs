@@ -325,14 +325,9 @@ async fn reconcile(
     };
     let ns = wf.namespace().unwrap_or_default();
     let name = wf.name_any();
-    let runs: Vec<Arc<Run>> = ctx
-        .runs_by_workflow
-        .names(&ns, &name)
-        .iter()
-        .filter_map(|run| ctx.runs.get(&ObjectRef::new(run).within(&ns)))
-        // The index is a hint: the store's copy decides.
-        .filter(|r| r.spec.workflow_ref == name)
-        .collect();
+    let runs = ctx.runs_by_workflow.runs_of(&ns, &name, |run| {
+        ctx.runs.get(&ObjectRef::new(run).within(&ns))
+    });
     let hooks: Vec<Arc<Webhook>> = ctx
         .webhooks
         .state()

@@ -226,14 +226,10 @@ pub fn run(
             shutdown.clone(),
         ),
         // The worker reads a run's events (with their data) and identity, which the
-        // operator's shared run cache keeps.
+        // operator's shared run cache keeps. Undecodable Runs are reported once, by the
+        // workflow controller, which shares that watch in the same process.
         runs: {
-            let mut report = undecodable::WatchReport::new(Some(client.clone()));
-            let mut tell = on_event(tx.clone(), Input::Run, Some(HolderKind::Run));
-            runs.subscribe(move |event| {
-                report.observe(event);
-                tell(event);
-            });
+            runs.subscribe(on_event(tx.clone(), Input::Run, Some(HolderKind::Run)));
             runs.decoded()
         },
         workflows: watch(

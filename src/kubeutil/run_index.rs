@@ -158,6 +158,22 @@ impl SharedRunIndex {
             .unwrap_or_else(PoisonError::into_inner)
             .names(namespace, workflow)
     }
+
+    /// The runs of `workflow` in `namespace`: each name filed under it, looked up in
+    /// the store the index is kept beside (`lookup` by name), and kept only while the
+    /// store's copy still names that workflow (the index is a hint, the store decides).
+    pub fn runs_of(
+        &self,
+        namespace: &str,
+        workflow: &str,
+        lookup: impl Fn(&str) -> Option<Arc<Run>>,
+    ) -> Vec<Arc<Run>> {
+        self.names(namespace, workflow)
+            .iter()
+            .filter_map(|name| lookup(name))
+            .filter(|run| run.spec.workflow_ref == workflow)
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -80,9 +80,9 @@ impl<K> Subscribers<K> {
 impl<K: Watched> SharedWatch<K> {
     /// Prepares a watch of `api` that runs from [`SharedWatch::begin`] until `shutdown`:
     /// the consumers that start with it subscribe in between, so one list serves them
-    /// all. Each decoded object is kept as `compact` leaves it. `before_store` sees every event before the store applies it (an index
-    /// kept beside the store then never lags it: whatever the store holds, the index
-    /// has seen).
+    /// all. Each decoded object is kept as `compact` leaves it. `before_store` sees every
+    /// event before the store applies it (an index kept beside the store then never lags
+    /// it: whatever the store holds, the index has seen).
     pub fn start(
         api: Api<Lenient<K>>,
         config: watcher::Config,

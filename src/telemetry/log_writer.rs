@@ -338,14 +338,12 @@ mod tests {
     #[test]
     fn a_line_formatted_in_place_is_whole_or_dropped_whole() {
         let g = gated(10);
-        g.writer
-            .append_with(|buf| buf.extend_from_slice(b"first\n"));
+        let put = |line: &[u8]| g.writer.append_with(|buf| buf.extend_from_slice(line));
+        put(b"first\n");
         g.started_rx.recv().unwrap(); // the writer is stuck in the sink
-        g.writer
-            .append_with(|buf| buf.extend_from_slice(b"second\n")); // 7 of 10 bytes
-        g.writer
-            .append_with(|buf| buf.extend_from_slice(b"third\n")); // too long: dropped
-        g.writer.append_with(|buf| buf.extend_from_slice(b"5\n")); // fits
+        put(b"second\n"); // 7 of 10 bytes
+        put(b"third\n"); // too long: dropped
+        put(b"5\n"); // fits
         assert_eq!(g.dropped.get(), 1);
         release(&g.permit, &g.writer);
         assert_eq!(
