@@ -459,11 +459,14 @@ class Console(unittest.TestCase):
         self.go(f"/webhooks/{hook_id}", "#refresh-deliveries")
         self.assertNotIn(secret, self.driver.page_source, "the secret is shown only once")
 
+        # Wait for the run's last event, not the first delivery: run.started can be listed
+        # (and answered 200) before run.succeeded has been sent.
         def delivered(d):
             try:
                 d.find_element(By.ID, "refresh-deliveries").click()
-                return "HTTP 200" in d.find_element(By.ID, "deliveries").text
-            except Exception:  # not listed yet
+                rows = d.find_elements(By.CSS_SELECTOR, "#deliveries tbody tr")
+                return any("run.succeeded" in r.text and "HTTP 200" in r.text for r in rows)
+            except Exception:  # not listed yet, or the table was re-rendered under us
                 return False
         WebDriverWait(self.driver, 30, poll_frequency=0.5).until(delivered)
         self.assertTrue(any(h.get("x-service-event") == "run.succeeded" for h, _ in Receiver.received))
