@@ -151,7 +151,7 @@ up() {
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range 10.96.0.0/16 --authorization-mode RBAC \
-    --allow-privileged=true --profiling=false --cert-dir "$pki" \
+    --allow-privileged=true --profiling="${FLOWLINE_APISERVER_PROFILING:-false}" --cert-dir "$pki" \
     --endpoint-reconciler-type none
   wait_for kube-apiserver 90 kubectl_ get --raw /readyz
 

@@ -52,8 +52,14 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
-        self.parts.iter().find_map(|p| p.get(key))
+    /// The object `name` of `namespace` (None: a cluster-scoped one).
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        self.get_by(&lenient::store_key(namespace, name))
+    }
+
+    /// The object under this store key (one kept from an earlier lookup).
+    pub fn get_by(&self, key: &ObjectRef<Lenient<K>>) -> Option<Arc<K>> {
+        self.parts.iter().find_map(|p| p.get_by(key))
     }
 
     /// How many objects the cache holds, without copying them.
@@ -293,7 +299,7 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    store.get(&ObjectRef::new(name).within(namespace))
+    store.get(Some(namespace), name)
 }
 
 /// Every object of a namespace.

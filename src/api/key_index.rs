@@ -16,10 +16,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::auth::{KeyRecord, Principal};
 use super::cache::ScopedStore;
+use crate::kubeutil::lenient::{self, Lenient};
 
 /// Longest a miss trusts an index built from a cache of the same size.
 pub const REBUILD_AFTER: Duration = Duration::from_secs(1);
@@ -27,7 +29,7 @@ pub const REBUILD_AFTER: Duration = Duration::from_secs(1);
 /// A key Secret as the index saw it, and the principal it made of it.
 #[derive(Clone)]
 struct Entry {
-    key: ObjectRef<Secret>,
+    key: ObjectRef<Lenient<Secret>>,
     /// The cached copy it was read from: while the cache still holds this very copy
     /// (the same `Arc`: a reflector replaces it on every change), `principal` is what
     /// reading it again would give, so a request does not parse the Secret again.
@@ -109,7 +111,7 @@ impl KeyIndex {
 fn lookup(snapshot: &Snapshot, keys: &ScopedStore<Secret>, hash: &str) -> Option<Principal> {
     let entry = snapshot.by_hash.get(hash)?;
     // Always the cache's current copy: a deleted key fails here.
-    let secret = keys.get(&entry.key)?;
+    let secret = keys.get_by(&entry.key)?;
     if Arc::ptr_eq(&secret, &entry.seen) {
         return Some(entry.principal.clone());
     }
@@ -138,7 +140,7 @@ fn build(keys: &ScopedStore<Secret>) -> Snapshot {
         .filter_map(|secret| {
             let (record, principal) = read(&secret)?;
             let entry = Entry {
-                key: ObjectRef::from_obj(&*secret),
+                key: lenient::store_key(secret.namespace().as_deref(), &secret.name_any()),
                 seen: secret,
                 principal,
             };

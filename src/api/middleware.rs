@@ -13,7 +13,6 @@ use super::client_ip::budget_key;
 use super::error::ApiError;
 use super::ratelimit::Decision;
 use super::state::ApiState;
-use kube::runtime::reflector::ObjectRef;
 
 pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
     let now = jiff::Timestamp::now().as_second().max(0) as u64;
@@ -31,7 +30,7 @@ pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next:
     };
     let decision = match &principal {
         Some(p) => {
-            let ns = state.caches.namespaces.get(&ObjectRef::new(&p.namespace));
+            let ns = state.caches.namespaces.get(None, &p.namespace);
             let limit = state
                 .config
                 .plans

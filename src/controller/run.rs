@@ -419,6 +419,20 @@ pub fn decide_read(run: &Run, workflow: &WorkflowRead, executing: bool) -> Decis
     }
 }
 
+/// The run `name` as the API server has it now: None when it is gone or cannot be
+/// decoded (the watchers report that).
+async fn read_run(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Arc<Run>>, ReconcileError> {
+    let runs: Api<Lenient<Run>> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(match runs.get_opt(name).await? {
+        Some(Lenient::Decoded(fresh)) => Some(fresh),
+        _ => None,
+    })
+}
+
 async fn read_workflow(
     ctx: &Context,
     namespace: &str,
@@ -466,7 +480,13 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let next = requeue_for(run);
-    super::run_labels::sync(&ctx.client, run).await?;
+    // A run waiting for a slot is relabelled `queued` only while it stays waiting (below):
+    // one about to start would pay that write on its way out of the queue, just before
+    // its label changes again.
+    let waiting = run.status.is_none() || run.phase() == RunPhase::Queued;
+    if !waiting {
+        super::run_labels::sync(&ctx.client, run).await?;
+    }
     let namespace = run.namespace().unwrap_or_default();
     let uid = run.uid().unwrap_or_default();
     if run.phase().is_finished() {
@@ -484,14 +504,11 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     // (1 request instead of 3, which matters when many runs arrive at once). That write
     // is conditional on the cached version, so a stale cache costs a conflict and a
     // fresh look, never a wrong status; the paused check comes when its turn does.
-    let unstarted = run.status.is_none();
-    if token.is_none()
-        && !run.spec.cancel
-        && (unstarted || run.phase() == RunPhase::Queued)
-        && ctx.still_queued(run)
-    {
-        if unstarted {
+    if token.is_none() && !run.spec.cancel && waiting && ctx.still_queued(run) {
+        if run.status.is_none() {
             mark_queued(&ctx, run).await;
+        } else {
+            super::run_labels::sync(&ctx.client, run).await?;
         }
         return Ok(next);
     }
@@ -505,35 +522,32 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         return Ok(requeue_parked(wake, now));
     }
     // decide() needs the workflow only for a run that is neither finished nor
-    // executing here: skip the round trip otherwise.
-    let workflow = if run.phase().is_finished() || token.is_some() {
-        WorkflowRead::Missing
+    // executing here, and such a run always gets a decision that writes (execute, pin,
+    // mark cancelled, fail). The watch cache may still show a status this process has
+    // since replaced (a run that just finished here looks "running, not executing"), so
+    // that decision is taken on a fresh read of the run, made alongside the workflow's:
+    // one round trip before a run starts, not two.
+    let (run, workflow, decision) = if run.phase().is_finished() || token.is_some() {
+        let decision = decide(run, None, token.is_some());
+        (run.clone(), WorkflowRead::Missing, decision)
     } else {
-        read_workflow(&ctx, &namespace, &run.spec.workflow_ref).await?
-    };
-    let mut decision = decide_read(run, &workflow, token.is_some());
-    let mut run = run.clone();
-    if matches!(
-        decision,
-        Decision::Execute | Decision::Pin | Decision::MarkCancelled | Decision::Fail(_)
-    ) {
-        // The watch cache may still show a status this process has since replaced
-        // (a run that just finished here looks "running, not executing"): decide
-        // again on a fresh read before writing anything.
-        let runs: Api<Lenient<Run>> = Api::namespaced(ctx.client.clone(), &namespace);
-        let Some(Lenient::Decoded(fresh)) = runs.get_opt(&run.name_any()).await? else {
+        let name = run.name_any();
+        let (workflow, fresh) = tokio::try_join!(
+            read_workflow(&ctx, &namespace, &run.spec.workflow_ref),
+            read_run(&ctx, &namespace, &name),
+        )?;
+        let Some(fresh) = fresh else {
             // Gone, or changed into something undecodable (reported by the watchers).
             return Ok(Action::await_change());
         };
-        let executing = ctx.token(&uid).is_some();
-        decision = decide_read(&fresh, &workflow, executing);
+        let decision = decide_read(&fresh, &workflow, ctx.token(&uid).is_some());
         if decision == Decision::Execute
             && let Some(wake) = waiting::still_parked(&fresh, now)
         {
             return Ok(requeue_parked(wake, now));
         }
-        run = fresh;
-    }
+        (fresh, workflow, decision)
+    };
     let workflow = match workflow {
         WorkflowRead::Found(wf) => Some(wf),
         _ => None,

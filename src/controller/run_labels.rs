@@ -6,7 +6,8 @@
 //! each relabelling costs a write of its own: a finished phase is labelled at once, a
 //! passing one (`queued`, `running`) only once the run has stayed in it for
 //! [`SETTLE`], so a run that waits or executes briefly costs one label write (at its
-//! end) instead of three.
+//! end) instead of three. A queued run is relabelled only while it stays queued: the
+//! run controller skips the write for one it is about to start.
 
 use std::time::Duration;
 

@@ -218,6 +218,19 @@ where
     }
 }
 
+/// The store key of the object `name` of `namespace` (None: a cluster-scoped one).
+pub fn store_key<K>(namespace: Option<&str>, name: &str) -> ObjectRef<Lenient<K>>
+where
+    K: Resource + Clone,
+    K::DynamicType: Default,
+{
+    let key = ObjectRef::new(name);
+    match namespace {
+        Some(namespace) => key.within(namespace),
+        None => key,
+    }
+}
+
 /// The watch feeding a store stopped before the store was first filled.
 #[derive(Debug, thiserror::Error)]
 #[error("the watch stopped before its store was filled")]
@@ -255,6 +268,12 @@ where
     pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
         let key = key.clone().into_kind_unchecked(key.dyntype.clone());
         self.inner.get(&key).and_then(|o| o.decoded().cloned())
+    }
+
+    /// [`DecodedStore::get`] by a key of the store's own kind: the request path builds
+    /// it once ([`store_key`]) for every store it asks, instead of copying it per store.
+    pub fn get_by(&self, key: &ObjectRef<Lenient<K>>) -> Option<Arc<K>> {
+        self.inner.get(key).and_then(|o| o.decoded().cloned())
     }
 
     pub fn state(&self) -> Vec<Arc<K>> {
