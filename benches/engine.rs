@@ -31,6 +31,23 @@ mod apiserver;
 
 const CONCURRENCY: usize = 32;
 
+/// Deletes a namespace and waits until it is gone: the garbage collection of its
+/// thousands of Runs would otherwise share the machine with a run started next.
+async fn delete_namespace(client: &Client, name: &str) {
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let deleting = namespaces
+        .delete(name, &DeleteParams::background())
+        .await
+        .unwrap();
+    // The namespace as it is now, terminating (absent if it was already gone).
+    if let Some(namespace) = deleting.left() {
+        let uid = namespace.metadata.uid.unwrap_or_default();
+        await_condition(namespaces, name, conditions::is_deleted(&uid))
+            .await
+            .unwrap();
+    }
+}
+
 async fn namespace(client: &Client, name: &str) {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     Api::<Namespace>::all(client.clone())
@@ -161,10 +178,7 @@ async fn main() {
         namespace(&client, &queue_ns).await;
         let queue_runs: Api<Run> = Api::namespaced(client.clone(), &queue_ns);
         concurrency_drain(&client, &queue_ns, &queue_runs).await;
-        Api::<Namespace>::all(client.clone())
-            .delete(&queue_ns, &DeleteParams::background())
-            .await
-            .unwrap();
+        delete_namespace(&client, &queue_ns).await;
     }
     if parts.contains('e') {
         let stop = controller(&client, &ns, Default::default());
@@ -177,10 +191,7 @@ async fn main() {
         stop.cancel();
     }
 
-    Api::<Namespace>::all(client)
-        .delete(&ns, &DeleteParams::background())
-        .await
-        .unwrap();
+    delete_namespace(&client, &ns).await;
 }
 
 /// (a) to (c), those of them `parts` names.
