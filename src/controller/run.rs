@@ -483,8 +483,8 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     // A run waiting for a slot is relabelled `queued` only while it stays waiting (below):
     // one about to start would pay that write on its way out of the queue, just before
     // its label changes again.
-    let waiting = run.status.is_none() || run.phase() == RunPhase::Queued;
-    if !waiting {
+    let awaiting_slot = run.status.is_none() || run.phase() == RunPhase::Queued;
+    if !awaiting_slot {
         super::run_labels::sync(&ctx.client, run).await?;
     }
     let namespace = run.namespace().unwrap_or_default();
@@ -504,7 +504,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
     // (1 request instead of 3, which matters when many runs arrive at once). That write
     // is conditional on the cached version, so a stale cache costs a conflict and a
     // fresh look, never a wrong status; the paused check comes when its turn does.
-    if token.is_none() && !run.spec.cancel && waiting && ctx.still_queued(run) {
+    if token.is_none() && !run.spec.cancel && awaiting_slot && ctx.still_queued(run) {
         if run.status.is_none() {
             mark_queued(&ctx, run).await;
         } else {
