@@ -326,7 +326,7 @@ async fn reconcile(
     let ns = wf.namespace().unwrap_or_default();
     let name = wf.name_any();
     let runs = ctx.runs_by_workflow.runs_of(&ns, &name, |run| {
-        ctx.runs.get(&ObjectRef::new(run).within(&ns))
+        ctx.runs.get_by(&lenient::store_key(Some(&ns), run))
     });
     let hooks: Vec<Arc<Webhook>> = ctx
         .webhooks

@@ -668,12 +668,12 @@ impl Worker {
                 HolderKind::Run => self
                     .stores
                     .runs
-                    .get(&ObjectRef::new(&holder.name).within(ns))
+                    .get_by(&lenient::store_key(Some(ns), &holder.name))
                     .and_then(|o| o.uid()),
                 HolderKind::Workflow => self
                     .stores
                     .workflows
-                    .get(&ObjectRef::new(&holder.name).within(ns))
+                    .get_by(&lenient::store_key(Some(ns), &holder.name))
                     .and_then(|o| o.uid()),
             };
             uid.as_deref() == Some(holder.uid.as_str())

@@ -266,12 +266,11 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
-        let key = key.clone().into_kind_unchecked(key.dyntype.clone());
-        self.inner.get(&key).and_then(|o| o.decoded().cloned())
+        self.get_by(&key.clone().into_kind_unchecked(key.dyntype.clone()))
     }
 
-    /// [`DecodedStore::get`] by a key of the store's own kind: the request path builds
-    /// it once ([`store_key`]) for every store it asks, instead of copying it per store.
+    /// [`DecodedStore::get`] by a key of the store's own kind ([`store_key`]): no copy
+    /// of the key per lookup (the request path asks several stores with one key).
     pub fn get_by(&self, key: &ObjectRef<Lenient<K>>) -> Option<Arc<K>> {
         self.inner.get(key).and_then(|o| o.decoded().cloned())
     }
