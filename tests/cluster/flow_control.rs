@@ -368,6 +368,66 @@ async fn a_restart_while_runs_are_queued_loses_none_and_keeps_the_limit() {
     assert_started_in_creation_order(&done, 2);
 }
 
+/// A run that waits longer than the label settle (3 s) but leaves the queue before the
+/// controller's next look at it (10 s) goes from its creator's label straight to its
+/// final one: the `queued` label is not written on its way out of the queue.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_run_leaving_the_queue_is_not_relabelled_queued_on_its_way_out() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-label",
+        "One at a time",
+        json!({"concurrency": {"limit": 1},
+               "steps": [{"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]}),
+    )
+    .await;
+    let key = api.admin_key.clone();
+    let first = api
+        .start_run(&key, &wf, Some(json!({"payload": {"ms": 5000}})))
+        .await;
+    step_running(&api.ns, &first, "work").await;
+    let second = api
+        .start_run(&key, &wf, Some(json!({"payload": {"ms": 1}})))
+        .await;
+    // Every (phase, phase label) the second run shows from now until it finishes.
+    let runs: kube::Api<Run> = kube::Api::namespaced(api.ns.client.clone(), &api.ns.name);
+    let config = watcher::Config::default().fields(&format!("metadata.name={second}"));
+    let seen = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut versions = std::pin::pin!(watcher(runs, config).applied_objects());
+        while let Some(Ok(run)) = versions.next().await {
+            let label = run
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(flowline::crd::labels::PHASE).cloned());
+            let phase = run.status.as_ref().map(|s| s.phase);
+            seen.push((phase, label.clone()));
+            if label.as_deref() == Some("succeeded") {
+                return seen;
+            }
+        }
+        seen
+    });
+    let seen = tokio::time::timeout(MINUTE, seen)
+        .await
+        .expect("the second run to finish and be labelled")
+        .unwrap();
+    assert!(
+        seen.iter()
+            .any(|(phase, _)| *phase == Some(RunPhase::Queued)),
+        "the second run waited in the queue: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .all(|(_, label)| label.as_deref() != Some("queued")),
+        "labelled queued although it left the queue before the controller looked again: {seen:?}"
+    );
+    finished_run(&api.ns, &first, MINUTE).await;
+}
+
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn a_queued_run_can_be_cancelled() {
