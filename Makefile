@@ -87,7 +87,7 @@ bench-api: cluster install-crds ## /v1 reads (watch caches) vs the same reads fr
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/bench-api.sh
 
 .PHONY: bench-engine
-bench-engine: cluster install-crds ## Run engine: step overhead, runs/s and writes per run, job overhead
+bench-engine: cluster install-crds ## Run engine: step overhead, runs/s and writes per run, job overhead, queue drain, parked runs, a long queue's idle cost
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench engine
 
 .PHONY: bench-delivery

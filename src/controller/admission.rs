@@ -252,6 +252,40 @@ pub fn hand_over(concurrency: &Concurrency, members: &mut [Member]) -> Vec<Order
         .collect()
 }
 
+/// A group as a look at one of its waiting runs needs it: how many of its runs hold a
+/// slot, and its waiting runs in creation order. Built by one walk over the group, it
+/// answers for each waiting run with a binary search, so looking again at n queued
+/// runs costs n searches instead of n walks over n runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    active: usize,
+    waiting: Vec<Order>,
+}
+
+impl GroupSummary {
+    pub fn of(members: impl IntoIterator<Item = Member>) -> Self {
+        let mut active = 0;
+        let mut waiting = Vec::new();
+        for member in members {
+            match member.state {
+                MemberState::Active { .. } => active += 1,
+                MemberState::Waiting => waiting.push(member.order),
+            }
+        }
+        waiting.sort_unstable();
+        GroupSummary { active, waiting }
+    }
+
+    /// Whether the waiting run at `this`, a member of the group, must go on waiting
+    /// under `policy: queue` and `limit`: what [`admit`] answers with the group's
+    /// other members, since a waiting run is never among the active ones and is not
+    /// ahead of itself.
+    pub fn must_wait(&self, limit: u32, this: &Order) -> bool {
+        let ahead = self.waiting.partition_point(|order| order < this);
+        self.active + ahead >= limit.max(1) as usize
+    }
+}
+
 fn describe(group: &str) -> String {
     if group == crate::engine::concurrency_key::WORKFLOW_GROUP {
         "this workflow".to_string()
@@ -293,6 +327,36 @@ mod tests {
         Member {
             order: order(n),
             state: MemberState::Waiting,
+        }
+    }
+
+    #[test]
+    fn a_summary_answers_as_admission_does_for_every_waiting_run_of_a_queue() {
+        // Groups of up to 7 runs, each active, stopping or waiting, in every
+        // combination, under limits 1 to 4: for each waiting run, the summary of the
+        // whole group must answer what admission answers with the others.
+        let states: [fn(i64) -> Member; 3] = [active, stopping, waiting];
+        for size in 0..=7u32 {
+            for pattern in 0..3u32.pow(size) {
+                let members: Vec<Member> = (0..size)
+                    .map(|i| states[(pattern / 3u32.pow(i) % 3) as usize](i64::from(i)))
+                    .collect();
+                let summary = GroupSummary::of(members.iter().cloned());
+                for limit_n in 1..=4 {
+                    let concurrency = limit(limit_n, ConcurrencyPolicy::Queue);
+                    for this in members.iter().filter(|m| m.state == MemberState::Waiting) {
+                        let others: Vec<Member> =
+                            members.iter().filter(|m| m != &this).cloned().collect();
+                        let admitted = admit(&concurrency, "g", &this.order, &others);
+                        assert_eq!(
+                            summary.must_wait(limit_n, &this.order),
+                            admitted == Admission::Queue,
+                            "{members:?}, limit {limit_n}, run {:?}: admission {admitted:?}",
+                            this.order
+                        );
+                    }
+                }
+            }
         }
     }
 

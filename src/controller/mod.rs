@@ -2,6 +2,7 @@
 //! (unit-tested with fixtures) and a thin layer that applies them.
 
 pub mod admission;
+mod group_summaries;
 pub mod leader;
 pub mod queue;
 pub mod run;

@@ -1,6 +1,7 @@
 //! What the run controller needs for concurrency control besides the pure
-//! [`admission`] rules: the group of a run as its watch cache shows it, the hand-over of
-//! a freed slot to the queued runs of its group, and the `flowline_runs_queued` gauge.
+//! [`admission`] rules: the group of a run as its watch cache shows it (walked, or
+//! summarized for the looks at queued runs: `group_summaries`), the hand-over of a
+//! freed slot to the queued runs of its group, and the `flowline_runs_queued` gauge.
 //! The state itself is in the Runs' statuses, so it holds across restarts.
 
 use std::sync::{Mutex, OnceLock};
@@ -12,7 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::{self, Local, Member};
+use super::admission::{self, GroupSummary, Local, Member};
+use super::group_summaries::Summaries;
 use crate::crd::{Run, RunPhase};
 use crate::kubeutil::lenient::Lenient;
 use crate::kubeutil::run_index::SharedRunIndex;
@@ -28,6 +30,8 @@ pub struct Queue {
     runs: OnceLock<(Store<Lenient<Run>>, SharedRunIndex)>,
     wake_tx: mpsc::UnboundedSender<RunRef>,
     wake_rx: Mutex<Option<mpsc::UnboundedReceiver<RunRef>>>,
+    /// The groups' summaries, for the looks at queued runs.
+    summaries: Summaries,
 }
 
 impl Default for Queue {
@@ -37,6 +41,7 @@ impl Default for Queue {
             runs: OnceLock::new(),
             wake_tx,
             wake_rx: Mutex::new(Some(wake_rx)),
+            summaries: Summaries::default(),
         }
     }
 }
@@ -71,24 +76,33 @@ impl Queue {
             .send(ObjectRef::new(&run.name_any()).within(&run.namespace().unwrap_or_default()));
     }
 
-    /// The unfinished runs of the workflow of `run` (itself excluded), from the cache,
-    /// through its index by workflow: a namespace's history is not scanned for each
-    /// admission.
-    fn siblings(&self, run: &Run) -> Vec<std::sync::Arc<Run>> {
+    /// The unfinished runs of `workflow` in `namespace`, from the cache, through its
+    /// index by workflow: a namespace's history is not scanned for each admission.
+    fn unfinished_of(&self, namespace: &str, workflow: &str) -> Vec<std::sync::Arc<Run>> {
         let Some((store, by_workflow)) = self.runs.get() else {
             return Vec::new();
         };
-        let ns = run.namespace().unwrap_or_default();
-        let uid = run.uid();
         by_workflow
-            .runs_of(&ns, &run.spec.workflow_ref, |name| {
+            .runs_of(namespace, workflow, |name| {
                 store
-                    .get(&ObjectRef::new(name).within(&ns))
+                    .get(&ObjectRef::new(name).within(namespace))
                     .and_then(|o| o.decoded().cloned())
             })
             .into_iter()
-            .filter(|r| r.uid() != uid && !r.phase().is_finished())
+            .filter(|r| !r.phase().is_finished())
             .collect()
+    }
+
+    /// How `r` counts in the group `group`, if it is a member.
+    fn member(r: &Run, group: &str, local: &impl Fn(&str) -> Local) -> Option<Member> {
+        let state = admission::classify(r, local(&r.uid().unwrap_or_default()))?;
+        if admission::group_of(r).ok()? != group {
+            return None;
+        }
+        Some(Member {
+            order: admission::order_of(r),
+            state,
+        })
     }
 
     /// The other unfinished runs of `run`'s concurrency group `group`, as admission
@@ -106,23 +120,57 @@ impl Queue {
         group: &str,
         local: impl Fn(&str) -> Local,
     ) -> Vec<(Member, RunRef)> {
-        self.siblings(run)
+        let uid = run.uid();
+        self.unfinished_of(&run.namespace().unwrap_or_default(), &run.spec.workflow_ref)
             .iter()
+            .filter(|r| r.uid() != uid)
             .filter_map(|r| {
-                let state = admission::classify(r, local(&r.uid().unwrap_or_default()))?;
-                if admission::group_of(r).ok()? != group {
-                    return None;
-                }
-                let member = Member {
-                    order: admission::order_of(r),
-                    state,
-                };
+                let member = Self::member(r, group, &local)?;
                 Some((
                     member,
                     ObjectRef::new(&r.name_any()).within(&r.namespace()?),
                 ))
             })
             .collect()
+    }
+
+    /// Whether `run`, waiting in `group` (not executing here), must go on waiting under
+    /// `policy: queue` and `limit`: answered from the group's summary, built by one
+    /// walk and kept until the workflow's runs change ([`Queue::touch`]).
+    pub fn must_wait(
+        &self,
+        run: &Run,
+        limit: u32,
+        group: &str,
+        local: impl Fn(&str) -> Local,
+    ) -> bool {
+        let namespace = run.namespace().unwrap_or_default();
+        let workflow = &run.spec.workflow_ref;
+        let summary = self.summaries.get(&namespace, workflow, group, || {
+            GroupSummary::of(
+                self.unfinished_of(&namespace, workflow)
+                    .iter()
+                    .filter_map(|r| Self::member(r, group, &local)),
+            )
+        });
+        summary.must_wait(limit, &admission::order_of(run))
+    }
+
+    /// Says that a run of `workflow` in `namespace` changed (in the cache, or in what
+    /// this process executes): its groups' summaries are built again.
+    pub fn touch(&self, namespace: &str, workflow: &str) {
+        self.summaries.touch(namespace, workflow);
+    }
+
+    /// Says that a run of `namespace` changed in a way that does not name its workflow
+    /// (it can no longer be decoded): the summaries of that namespace are built again.
+    pub fn touch_namespace(&self, namespace: &str) {
+        self.summaries.touch_namespace(namespace);
+    }
+
+    /// Says that the cache was listed again: every summary is built again.
+    pub fn touch_all(&self) {
+        self.summaries.touch_all();
     }
 
     /// Hands the slot `freed` held on: reconciles the runs of its group that may start

@@ -19,8 +19,8 @@ use super::queue::Queue;
 use super::run_cache::RunCache;
 use super::shard::Shards;
 use crate::crd::{
-    ApprovalDecision, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot,
-    WorkflowState,
+    ApprovalDecision, ConcurrencyPolicy, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow,
+    WorkflowSnapshot, WorkflowState,
 };
 use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
@@ -165,7 +165,11 @@ struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        if self.ctx.lock().remove(&self.uid).is_some() {
+        let mut executing = self.ctx.lock();
+        if let Some(execution) = executing.remove(&self.uid) {
+            self.ctx
+                .queue
+                .touch(&execution.namespace, &execution.workflow);
             self.ctx.engine.telemetry.runs_in_progress.dec();
         }
     }
@@ -261,6 +265,8 @@ impl Context {
         if previous.is_none() {
             self.engine.telemetry.runs_in_progress.inc();
         }
+        self.queue
+            .touch(&run.namespace().unwrap_or_default(), &run.spec.workflow_ref);
         let registration = Registration {
             ctx: self.clone(),
             uid: uid.to_string(),
@@ -358,10 +364,22 @@ impl Context {
             .wake_group(freed, |uid| self.local(&executing, uid));
     }
 
-    /// Whether a run would have to wait, judged from the cache alone.
+    /// Whether a run (not executing here) would have to wait, judged from the cache
+    /// alone. Under `policy: queue`, the policy that lets queues grow long, from its
+    /// group's summary: the periodic look at n queued runs then costs one walk over
+    /// the group and n binary searches, not n walks.
     fn still_queued(&self, run: &Run) -> bool {
+        let executing = self.lock();
+        if let Some(concurrency) = admission::needs_admission(run)
+            && concurrency.policy == ConcurrencyPolicy::Queue
+            && let Ok(group) = admission::group_of(run)
+        {
+            return self.queue.must_wait(run, concurrency.limit, &group, |uid| {
+                self.local(&executing, uid)
+            });
+        }
         matches!(
-            self.admission_with(run, &self.lock()),
+            self.admission_with(run, &executing),
             Some(Ok(Admission::Queue))
         )
     }
@@ -818,6 +836,26 @@ pub fn run(
     let trigger = runs.select(|event| match event {
         Ok(watcher::Event::Apply(run) | watcher::Event::InitApply(run)) => Some(Ok(run.clone())),
         _ => None,
+    });
+    // A run that changed in the cache (the store holds the change when observers see
+    // it) makes its groups' summaries stale.
+    let observer = ctx.clone();
+    runs.subscribe(move |event| {
+        let queue = &observer.queue;
+        match event {
+            Ok(
+                watcher::Event::Apply(run)
+                | watcher::Event::InitApply(run)
+                | watcher::Event::Delete(run),
+            ) => match run.decoded() {
+                Some(run) => {
+                    queue.touch(&run.namespace().unwrap_or_default(), &run.spec.workflow_ref)
+                }
+                None => queue.touch_namespace(&run.namespace().unwrap_or_default()),
+            },
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => queue.touch_all(),
+            Err(_) => {}
+        }
     });
     let deleted = runs
         .select(|event| match event {
