@@ -253,10 +253,10 @@ pub fn hand_over(concurrency: &Concurrency, members: &mut [Member]) -> Vec<Order
 }
 
 /// A group as a look at one of its waiting runs needs it: how many of its runs hold a
-/// slot, and its waiting runs in creation order. Built by one walk over the group, it
-/// answers for each waiting run with a binary search, so looking again at n queued
-/// runs costs n searches instead of n walks over n runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// slot, and its waiting runs in creation order. Kept up to date run by run
+/// (`group_summaries`), it answers for each waiting run with a binary search, so
+/// looking again at n queued runs costs n searches instead of n walks over n runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupSummary {
     active: usize,
     waiting: Vec<Order>,
@@ -264,16 +264,38 @@ pub struct GroupSummary {
 
 impl GroupSummary {
     pub fn of(members: impl IntoIterator<Item = Member>) -> Self {
-        let mut active = 0;
-        let mut waiting = Vec::new();
+        let mut summary = GroupSummary::default();
         for member in members {
-            match member.state {
-                MemberState::Active { .. } => active += 1,
-                MemberState::Waiting => waiting.push(member.order),
+            summary.add(member);
+        }
+        summary
+    }
+
+    /// Counts `member` in.
+    pub fn add(&mut self, member: Member) {
+        match member.state {
+            MemberState::Active { .. } => self.active += 1,
+            MemberState::Waiting => {
+                let at = self.waiting.partition_point(|o| *o < member.order);
+                self.waiting.insert(at, member.order);
             }
         }
-        waiting.sort_unstable();
-        GroupSummary { active, waiting }
+    }
+
+    /// Counts out `member`, as it was counted in.
+    pub fn remove(&mut self, member: &Member) {
+        match member.state {
+            MemberState::Active { .. } => self.active = self.active.saturating_sub(1),
+            MemberState::Waiting => {
+                if let Ok(at) = self.waiting.binary_search(&member.order) {
+                    self.waiting.remove(at);
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.active == 0 && self.waiting.is_empty()
     }
 
     /// Whether the waiting run at `this`, a member of the group, must go on waiting
@@ -358,6 +380,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_summary_counts_members_out_as_it_counted_them_in() {
+        let all = [
+            active(1),
+            waiting(5),
+            stopping(2),
+            waiting(3),
+            waiting(9),
+            active(4),
+        ];
+        let mut summary = GroupSummary::of(all.iter().cloned());
+        for gone in [&all[1], &all[0], &all[4]] {
+            summary.remove(gone);
+        }
+        assert_eq!(
+            summary,
+            GroupSummary::of([stopping(2), waiting(3), active(4)]),
+            "the same as built from the members left"
+        );
+        summary.add(waiting(0));
+        assert!(summary.must_wait(3, &order(3)), "2 active, r0 ahead");
+        assert!(!summary.must_wait(4, &order(3)));
+        for member in [stopping(2), waiting(3), active(4), waiting(0)] {
+            summary.remove(&member);
+        }
+        assert!(summary.is_empty());
     }
 
     fn limit(limit: u32, policy: ConcurrencyPolicy) -> Concurrency {

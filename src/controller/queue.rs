@@ -13,8 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::{self, GroupSummary, Local, Member};
-use super::group_summaries::Summaries;
+use super::admission::{self, Local, Member};
+use super::group_summaries::{Membership, Summaries};
 use crate::crd::{Run, RunPhase};
 use crate::kubeutil::lenient::Lenient;
 use crate::kubeutil::run_index::SharedRunIndex;
@@ -93,16 +93,19 @@ impl Queue {
             .collect()
     }
 
+    /// Which group `r` belongs to and how it counts there, if it counts at all.
+    fn membership(r: &Run, local: &impl Fn(&str) -> Local) -> Option<Membership> {
+        let state = admission::classify(r, local(&r.uid().unwrap_or_default()))?;
+        let group = admission::group_of(r).ok()?;
+        let order = admission::order_of(r);
+        Some((group, Member { order, state }))
+    }
+
     /// How `r` counts in the group `group`, if it is a member.
     fn member(r: &Run, group: &str, local: &impl Fn(&str) -> Local) -> Option<Member> {
-        let state = admission::classify(r, local(&r.uid().unwrap_or_default()))?;
-        if admission::group_of(r).ok()? != group {
-            return None;
-        }
-        Some(Member {
-            order: admission::order_of(r),
-            state,
-        })
+        Self::membership(r, local)
+            .filter(|(g, _)| g == group)
+            .map(|(_, member)| member)
     }
 
     /// The other unfinished runs of `run`'s concurrency group `group`, as admission
@@ -136,7 +139,8 @@ impl Queue {
 
     /// Whether `run`, waiting in `group` (not executing here), must go on waiting under
     /// `policy: queue` and `limit`: answered from the group's summary, built by one
-    /// walk and kept until the workflow's runs change ([`Queue::touch`]).
+    /// walk over the workflow's runs and then kept up to date run by run
+    /// ([`Queue::touch`]).
     pub fn must_wait(
         &self,
         run: &Run,
@@ -145,21 +149,37 @@ impl Queue {
         local: impl Fn(&str) -> Local,
     ) -> bool {
         let namespace = run.namespace().unwrap_or_default();
-        let workflow = &run.spec.workflow_ref;
-        let summary = self.summaries.get(&namespace, workflow, group, || {
-            GroupSummary::of(
-                self.unfinished_of(&namespace, workflow)
-                    .iter()
-                    .filter_map(|r| Self::member(r, group, &local)),
-            )
-        });
-        summary.must_wait(limit, &admission::order_of(run))
+        let workflow = run.spec.workflow_ref.as_str();
+        let walk = || {
+            self.unfinished_of(&namespace, workflow)
+                .iter()
+                .filter_map(|r| Some((r.name_any(), Self::membership(r, &local)?)))
+                .collect()
+        };
+        let membership = |name: &str| {
+            let (store, _) = self.runs.get()?;
+            let r = store
+                .get(&ObjectRef::new(name).within(&namespace))?
+                .decoded()
+                .cloned()?;
+            if r.spec.workflow_ref != workflow || r.phase().is_finished() {
+                return None;
+            }
+            Self::membership(&r, &local)
+        };
+        self.summaries.must_wait(
+            (&namespace, workflow, group),
+            limit,
+            &admission::order_of(run),
+            walk,
+            membership,
+        )
     }
 
-    /// Says that a run of `workflow` in `namespace` changed (in the cache, or in what
-    /// this process executes): its groups' summaries are built again.
-    pub fn touch(&self, namespace: &str, workflow: &str) {
-        self.summaries.touch(namespace, workflow);
+    /// Says that the run `name` of `workflow` in `namespace` changed, in the cache or
+    /// in what this process executes: it is counted again at the next look.
+    pub fn touch(&self, namespace: &str, workflow: &str, name: &str) {
+        self.summaries.touch(namespace, workflow, name);
     }
 
     /// Says that a run of `namespace` changed in a way that does not name its workflow

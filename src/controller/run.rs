@@ -148,6 +148,7 @@ enum Admitted {
 struct Execution {
     namespace: String,
     workflow: String,
+    name: String,
     cancel: CancellationToken,
     /// Passes the run's `spec.approvals` on to the execution as the watch sees them.
     approvals: tokio::sync::watch::Sender<Vec<ApprovalDecision>>,
@@ -169,7 +170,7 @@ impl Drop for Registration {
         if let Some(execution) = executing.remove(&self.uid) {
             self.ctx
                 .queue
-                .touch(&execution.namespace, &execution.workflow);
+                .touch(&execution.namespace, &execution.workflow, &execution.name);
             self.ctx.engine.telemetry.runs_in_progress.dec();
         }
     }
@@ -258,6 +259,7 @@ impl Context {
             Execution {
                 namespace: run.namespace().unwrap_or_default(),
                 workflow: run.spec.workflow_ref.clone(),
+                name: run.name_any(),
                 cancel: cancel.clone(),
                 approvals,
             },
@@ -265,8 +267,11 @@ impl Context {
         if previous.is_none() {
             self.engine.telemetry.runs_in_progress.inc();
         }
-        self.queue
-            .touch(&run.namespace().unwrap_or_default(), &run.spec.workflow_ref);
+        self.queue.touch(
+            &run.namespace().unwrap_or_default(),
+            &run.spec.workflow_ref,
+            &run.name_any(),
+        );
         let registration = Registration {
             ctx: self.clone(),
             uid: uid.to_string(),
@@ -848,9 +853,11 @@ pub fn run(
                 | watcher::Event::InitApply(run)
                 | watcher::Event::Delete(run),
             ) => match run.decoded() {
-                Some(run) => {
-                    queue.touch(&run.namespace().unwrap_or_default(), &run.spec.workflow_ref)
-                }
+                Some(run) => queue.touch(
+                    &run.namespace().unwrap_or_default(),
+                    &run.spec.workflow_ref,
+                    &run.name_any(),
+                ),
                 None => queue.touch_namespace(&run.namespace().unwrap_or_default()),
             },
             Ok(watcher::Event::Init | watcher::Event::InitDone) => queue.touch_all(),
