@@ -317,10 +317,11 @@ fn describe(group: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn order(n: i64) -> Order {
+    /// The run `r{n}`, created at `n` ms.
+    pub(crate) fn order(n: i64) -> Order {
         Order {
             created: Timestamp::from_millisecond(n).unwrap(),
             name: format!("r{n}"),

@@ -148,17 +148,9 @@ impl Summaries {
 mod tests {
     use std::cell::{Cell, RefCell};
 
-    use jiff::Timestamp;
-
     use super::*;
     use crate::controller::admission::MemberState;
-
-    fn order(n: i64) -> Order {
-        Order {
-            created: Timestamp::from_millisecond(n).unwrap(),
-            name: format!("r{n}"),
-        }
-    }
+    use crate::controller::admission::tests::order;
 
     fn member(n: i64, state: MemberState) -> (String, Membership) {
         (
