@@ -2,6 +2,7 @@
 //! the run's trigger. Pure.
 
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use super::template::{self, TemplateError};
 use crate::crd::Run;
@@ -18,17 +19,31 @@ fn context(run: &Run) -> Value {
     }})
 }
 
+/// The longest group kept as rendered. A key may render a whole payload (up to the
+/// 1 MiB a run's spec may hold), and the operator keeps every unfinished run's group
+/// and, in its compact cache, every finished run's: a longer one is kept as
+/// `sha256:` and the hex digest of its text, which groups runs exactly as the text does.
+pub const MAX_GROUP_BYTES: usize = 128;
+
 /// The group of `run` under the key template `key` (none: the whole workflow). A value
-/// that is not a string is grouped by its JSON text.
+/// that is not a string is grouped by its JSON text; a text over [`MAX_GROUP_BYTES`] by
+/// its digest.
 pub fn render(key: Option<&str>, run: &Run) -> Result<String, String> {
     let Some(key) = key else {
         return Ok(WORKFLOW_GROUP.to_string());
     };
-    match template::render_str(key, &context(run)) {
-        Ok(Value::String(s)) => Ok(s),
-        Ok(other) => Ok(other.to_string()),
-        Err(e) => Err(format!("concurrency key could not be rendered: {e}")),
+    let group = match template::render_str(key, &context(run)) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(e) => return Err(format!("concurrency key could not be rendered: {e}")),
+    };
+    if group.len() <= MAX_GROUP_BYTES {
+        return Ok(group);
     }
+    Ok(format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(group.as_bytes()))
+    ))
 }
 
 /// Whether `key` is a template a workflow may hold: well formed, and reading only
@@ -81,6 +96,30 @@ mod tests {
             )
             .unwrap(),
             "c-a-manual"
+        );
+    }
+
+    #[test]
+    fn a_long_group_is_kept_as_its_digest_and_groups_the_same_runs() {
+        let key = Some("{{ trigger.payload }}");
+        let big = |c: &str| run(json!({"blob": c.repeat(100_000)}));
+        let a = render(key, &big("a")).unwrap();
+        assert!(a.starts_with("sha256:") && a.len() == 7 + 64, "{a}");
+        assert_eq!(
+            render(key, &big("a")).unwrap(),
+            a,
+            "the same text, the same group"
+        );
+        assert_ne!(
+            render(key, &big("b")).unwrap(),
+            a,
+            "another text, another group"
+        );
+        let fits = "x".repeat(MAX_GROUP_BYTES);
+        assert_eq!(
+            render(Some("{{ trigger.payload.k }}"), &run(json!({"k": fits}))).unwrap(),
+            fits,
+            "kept as rendered up to the bound"
         );
     }
 
