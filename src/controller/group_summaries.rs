@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::admission::{GroupSummary, Member, Order};
 
 /// The longest a workflow's summaries go without being built again.
-pub const MAX_AGE: Duration = Duration::from_secs(10);
+const MAX_AGE: Duration = Duration::from_secs(10);
 
 /// A run as its group counts it: the group, and how it counts.
 pub type Membership = (String, Member);

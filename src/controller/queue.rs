@@ -79,18 +79,23 @@ impl Queue {
     /// The unfinished runs of `workflow` in `namespace`, from the cache, through its
     /// index by workflow: a namespace's history is not scanned for each admission.
     fn unfinished_of(&self, namespace: &str, workflow: &str) -> Vec<std::sync::Arc<Run>> {
-        let Some((store, by_workflow)) = self.runs.get() else {
+        let Some((_, by_workflow)) = self.runs.get() else {
             return Vec::new();
         };
         by_workflow
-            .runs_of(namespace, workflow, |name| {
-                store
-                    .get(&ObjectRef::new(name).within(namespace))
-                    .and_then(|o| o.decoded().cloned())
-            })
+            .runs_of(namespace, workflow, |name| self.cached(namespace, name))
             .into_iter()
             .filter(|r| !r.phase().is_finished())
             .collect()
+    }
+
+    /// The run `name` of `namespace` as the cache holds it, if it can be decoded.
+    fn cached(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Run>> {
+        let (store, _) = self.runs.get()?;
+        store
+            .get(&ObjectRef::new(name).within(namespace))?
+            .decoded()
+            .cloned()
     }
 
     /// Which group `r` belongs to and how it counts there, if it counts at all.
@@ -157,11 +162,7 @@ impl Queue {
                 .collect()
         };
         let membership = |name: &str| {
-            let (store, _) = self.runs.get()?;
-            let r = store
-                .get(&ObjectRef::new(name).within(&namespace))?
-                .decoded()
-                .cloned()?;
+            let r = self.cached(&namespace, name)?;
             if r.spec.workflow_ref != workflow || r.phase().is_finished() {
                 return None;
             }

@@ -154,6 +154,14 @@ struct Execution {
     approvals: tokio::sync::watch::Sender<Vec<ApprovalDecision>>,
 }
 
+impl Execution {
+    /// Tells the queue that its run started or ended here, so concurrency counts it
+    /// again.
+    fn changed(&self, queue: &Queue) {
+        queue.touch(&self.namespace, &self.workflow, &self.name);
+    }
+}
+
 /// What an execution sees of its run's `spec.approvals`.
 type Approvals = tokio::sync::watch::Receiver<Vec<ApprovalDecision>>;
 
@@ -168,9 +176,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut executing = self.ctx.lock();
         if let Some(execution) = executing.remove(&self.uid) {
-            self.ctx
-                .queue
-                .touch(&execution.namespace, &execution.workflow, &execution.name);
+            execution.changed(&self.ctx.queue);
             self.ctx.engine.telemetry.runs_in_progress.dec();
         }
     }
@@ -254,24 +260,17 @@ impl Context {
     ) -> (Registration, CancellationToken, Approvals) {
         let cancel = CancellationToken::new();
         let (approvals, seen) = tokio::sync::watch::channel(run.spec.approvals.clone());
-        let previous = executing.insert(
-            uid.to_string(),
-            Execution {
-                namespace: run.namespace().unwrap_or_default(),
-                workflow: run.spec.workflow_ref.clone(),
-                name: run.name_any(),
-                cancel: cancel.clone(),
-                approvals,
-            },
-        );
-        if previous.is_none() {
+        let execution = Execution {
+            namespace: run.namespace().unwrap_or_default(),
+            workflow: run.spec.workflow_ref.clone(),
+            name: run.name_any(),
+            cancel: cancel.clone(),
+            approvals,
+        };
+        execution.changed(&self.queue);
+        if executing.insert(uid.to_string(), execution).is_none() {
             self.engine.telemetry.runs_in_progress.inc();
         }
-        self.queue.touch(
-            &run.namespace().unwrap_or_default(),
-            &run.spec.workflow_ref,
-            &run.name_any(),
-        );
         let registration = Registration {
             ctx: self.clone(),
             uid: uid.to_string(),

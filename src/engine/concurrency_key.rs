@@ -23,7 +23,7 @@ fn context(run: &Run) -> Value {
 /// 1 MiB a run's spec may hold), and the operator keeps every unfinished run's group
 /// and, in its compact cache, every finished run's: a longer one is kept as
 /// `sha256:` and the hex digest of its text, which groups runs exactly as the text does.
-pub const MAX_GROUP_BYTES: usize = 128;
+const MAX_GROUP_BYTES: usize = 128;
 
 /// The group of `run` under the key template `key` (none: the whole workflow). A value
 /// that is not a string is grouped by its JSON text; a text over [`MAX_GROUP_BYTES`] by
