@@ -533,6 +533,42 @@ async fn cancel_newest_cancels_the_new_run_at_once() {
 
 /// Groups come from the key: different customers do not wait for each other, and a
 /// run whose key cannot be rendered fails saying so.
+/// A key may render a whole document (here 4 KiB each); the operator keeps such a group
+/// as its digest, and runs still group exactly as by the text.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn keys_that_render_long_texts_group_runs_as_the_texts_do() {
+    let (api, wf, _stop, _telemetry) = with_controller(
+        "fc-longkey",
+        "Per document",
+        json!({"concurrency": {"limit": 1, "key": "{{ trigger.payload.doc }}"}, "steps": delay(600_000)}),
+    )
+    .await;
+    let key = api.admin_key.clone();
+    let doc = |c: &str| json!({"payload": {"doc": c.repeat(4096)}});
+    let a = api.start_run(&key, &wf, Some(doc("a"))).await;
+    let b = api.start_run(&key, &wf, Some(doc("b"))).await;
+    step_running(&api.ns, &a, "work").await;
+    step_running(&api.ns, &b, "work").await;
+    let a2 = api.start_run(&key, &wf, Some(doc("a"))).await;
+    eventually(
+        "the second run of document a to be queued",
+        MINUTE,
+        || async { (api.run_ids(&wf, "status=queued").await == [a2.clone()]).then_some(()) },
+    )
+    .await;
+    api.send("POST", &key, &format!("/v1/runs/{a}/cancel"), None)
+        .await;
+    step_running(&api.ns, &a2, "work").await;
+    for run in [&b, &a2] {
+        api.send("POST", &key, &format!("/v1/runs/{run}/cancel"), None)
+            .await;
+    }
+    for run in [&a, &b, &a2] {
+        finished_run(&api.ns, run, MINUTE).await;
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn keys_make_groups_and_a_bad_key_fails_the_run() {
