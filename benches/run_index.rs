@@ -17,7 +17,8 @@ use flowline::api::views::RunListItem;
 use flowline::crd::Run;
 use flowline::crd::timestamps::created_at;
 use flowline::kubeutil::lenient::Lenient;
-use flowline::kubeutil::run_index::RunIndex;
+use flowline::kubeutil::name_index::{NameIndex, by_workflow};
+use kube::Resource;
 use kube::ResourceExt;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
@@ -34,9 +35,14 @@ fn setting(name: &str, default: usize) -> usize {
 
 /// A finished run as the API's cache keeps it (a summary).
 fn run(i: usize, workflows: usize) -> Lenient<Run> {
+    run_in(NAMESPACE, i, workflows)
+}
+
+/// [`run`], in namespace `ns`.
+fn run_in(ns: &str, i: usize, workflows: usize) -> Lenient<Run> {
     let run: Run = serde_json::from_value(json!({
         "apiVersion": "flowline.io/v1", "kind": "Run",
-        "metadata": {"name": format!("run-{i:07}"), "namespace": NAMESPACE,
+        "metadata": {"name": format!("run-{i:07}"), "namespace": ns,
             "uid": format!("00000000-0000-0000-0000-{i:012}"), "resourceVersion": format!("{}", 1000 + i),
             "creationTimestamp": format!("2026-11-25T{:02}:{:02}:{:02}Z", (i / 3600) % 24, (i / 60) % 60, i % 60),
             "labels": {"flowline.io/workflow": format!("wf-{:05}", i % workflows), "flowline.io/phase": "succeeded"}},
@@ -101,7 +107,7 @@ fn main() {
     let store_bytes = rss_bytes().saturating_sub(before_store);
 
     let before_index = rss_bytes();
-    let mut index = RunIndex::default();
+    let mut index = NameIndex::new(by_workflow);
     index.apply(&watcher::Event::Init);
     for i in 0..runs_n {
         index.apply(&watcher::Event::InitApply(run(i, workflows)));
@@ -159,5 +165,62 @@ fn main() {
         store_bytes as f64 / 1e6,
         store_bytes as f64 / runs_n as f64,
         index_bytes as f64 / store_bytes.max(1) as f64
+    );
+    accounts(runs_n, workflows);
+}
+
+/// One account's objects among many accounts' (`GET /v1/workflows`, `/v1/webhooks`,
+/// `/v1/keys`, a redelivery's event look-up): the same runs spread over
+/// FLOWLINE_INDEX_ACCOUNTS namespaces (default 1,000), read by namespace the way the
+/// API did before its index by namespace (every cached object, then the account's)
+/// and does now (the account's names, each resolved in the store).
+fn accounts(runs_n: usize, workflows: usize) {
+    let accounts = setting("FLOWLINE_INDEX_ACCOUNTS", 1_000);
+    let ns = |i: usize| format!("acct-{:04}", i % accounts);
+    let (store, mut writer) = reflector::store::<Lenient<Run>>();
+    let mut index = NameIndex::new(by_workflow);
+    let mut apply = |event: watcher::Event<Lenient<Run>>| {
+        index.apply(&event);
+        writer.apply_watcher_event(&event);
+    };
+    apply(watcher::Event::Init);
+    for i in 0..runs_n {
+        apply(watcher::Event::InitApply(run_in(&ns(i), i, workflows)));
+    }
+    apply(watcher::Event::InitDone);
+    let account = |i: usize| ns(i * 7919);
+    let scan = latencies(200, |i| {
+        let ns = account(i);
+        store
+            .state()
+            .into_iter()
+            .filter(|o| o.meta().namespace.as_deref() == Some(ns.as_str()))
+            .count()
+    });
+    let indexed = latencies(20_000, |i| {
+        let ns = account(i);
+        index
+            .names_in(&ns)
+            .iter()
+            .filter_map(|name| store.get(&ObjectRef::new(name).within(&ns)))
+            .count()
+    });
+    assert_eq!(scan.2, indexed.2, "both read the same objects");
+    println!();
+    println!(
+        "the same runs over {accounts} accounts (namespaces); one account's {} objects",
+        indexed.2
+    );
+    println!();
+    println!("| measure | indexed | scan (before) | ratio |");
+    println!("|---|---|---|---|");
+    println!(
+        "| read one account's objects, p50 / p99 ms | {:.4} / {:.4} | {:.2} / {:.2} | {:.0}x / {:.0}x faster |",
+        indexed.0,
+        indexed.1,
+        scan.0,
+        scan.1,
+        scan.0 / indexed.0,
+        scan.1 / indexed.1
     );
 }

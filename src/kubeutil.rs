@@ -3,7 +3,7 @@
 pub mod lenient;
 #[cfg(test)]
 pub mod mock_api;
-pub mod run_index;
+pub mod name_index;
 pub mod shared_watch;
 
 use std::time::Duration;

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::SECRET_TYPE;
 use crate::crd::{EventDetail, Run, Webhook, Workflow};
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
-use crate::kubeutil::run_index::SharedRunIndex;
+use crate::kubeutil::name_index::{self, Grouping, SharedNameIndex};
 use crate::kubeutil::{WatchScope, scoped_api};
 use crate::telemetry::undecodable;
 
@@ -28,12 +28,15 @@ const READ_YOUR_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One kind's watch cache over the namespaces served: a single reflector for the
 /// whole cluster, or one per listed namespace (what namespaced RBAC allows). Offers
-/// the `Store` methods the API uses.
+/// the `Store` methods the API uses, and reads by namespace through each reflector's
+/// index (`name_index`), so one account's list costs what that account holds.
 pub struct ScopedStore<K: Resource + Clone + 'static>
 where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     parts: Arc<[DecodedStore<K>]>,
+    /// Each part's index, fed by that part's own watch.
+    indexes: Arc<[SharedNameIndex<K>]>,
 }
 
 impl<K: Resource + Clone + 'static> Clone for ScopedStore<K>
@@ -43,6 +46,7 @@ where
     fn clone(&self) -> Self {
         ScopedStore {
             parts: self.parts.clone(),
+            indexes: self.indexes.clone(),
         }
     }
 }
@@ -71,6 +75,26 @@ where
         self.len() == 0
     }
 
+    /// Every object of `namespace`: only that namespace's objects are read.
+    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
+        self.indexes
+            .iter()
+            .flat_map(|index| index.in_namespace(namespace, |name| self.get(Some(namespace), name)))
+            .collect()
+    }
+
+    /// The objects of `namespace` filed under `group` by the store's grouping (a
+    /// workflow's runs): only those are read.
+    pub fn filed_under(&self, namespace: &str, group: &str) -> Vec<Arc<K>> {
+        self.indexes
+            .iter()
+            .flat_map(|index| {
+                index.filed_under(namespace, group, |name| self.get(Some(namespace), name))
+            })
+            .collect()
+    }
+
+    /// Every object of every namespace served (a pass over the whole cache).
     pub fn state(&self) -> Vec<Arc<K>> {
         match &*self.parts {
             [one] => one.state(),
@@ -86,31 +110,47 @@ where
     }
 }
 
-impl<K: Resource + Clone + 'static> From<Vec<DecodedStore<K>>> for ScopedStore<K>
+/// Parts, each with the index its watch feeds.
+impl<K: Resource + Clone + 'static> From<Vec<(DecodedStore<K>, SharedNameIndex<K>)>>
+    for ScopedStore<K>
 where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    fn from(parts: Vec<DecodedStore<K>>) -> Self {
+    fn from(parts: Vec<(DecodedStore<K>, SharedNameIndex<K>)>) -> Self {
+        let (parts, indexes): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
         ScopedStore {
             parts: parts.into(),
+            indexes: indexes.into(),
         }
     }
 }
 
+/// One reflector per watch, each with its index (filed by `grouping`) fed from its
+/// own events.
 fn spawn_scoped<K>(
     apis: Vec<(Api<Lenient<K>>, watcher::Config)>,
     compact: fn(&mut K),
+    grouping: Grouping<K>,
     shutdown: &CancellationToken,
 ) -> ScopedStore<K>
 where
     K: crate::kubeutil::lenient::Watched,
 {
-    ScopedStore {
-        parts: apis
-            .into_iter()
-            .map(|(api, config)| spawn_reflector(api, config, compact, shutdown.clone()))
-            .collect(),
-    }
+    apis.into_iter()
+        .map(|(api, config)| {
+            let index = SharedNameIndex::new(grouping);
+            let writer = index.clone();
+            let store = spawn_observed(
+                api,
+                config,
+                compact,
+                move |event| writer.apply(event),
+                shutdown.clone(),
+            );
+            (store, index)
+        })
+        .collect::<Vec<_>>()
+        .into()
 }
 
 /// Keeps nothing out.
@@ -141,25 +181,11 @@ pub struct Caches {
     /// Inbound secrets of webhook-triggered workflows (type `flowline.io/hook-secret`).
     pub hook_secrets: ScopedStore<Secret>,
     pub namespaces: ScopedStore<PartialObjectMeta<Namespace>>,
-    /// The run cache's index by workflow, one per run reflector (see `run_index`).
-    runs_by_workflow: Arc<[SharedRunIndex]>,
     synced: Arc<AtomicBool>,
 }
 
-fn spawn_reflector<K>(
-    api: Api<Lenient<K>>,
-    config: watcher::Config,
-    compact: fn(&mut K),
-    shutdown: CancellationToken,
-) -> DecodedStore<K>
-where
-    K: crate::kubeutil::lenient::Watched,
-{
-    spawn_observed(api, config, compact, |_| {}, shutdown)
-}
-
-/// [`spawn_reflector`] whose events are shown to `observe` before its store applies
-/// them (see [`lenient::observed_reflector`]).
+/// A reflector whose events are shown to `observe` before its store applies them
+/// (see [`lenient::observed_reflector`]).
 fn spawn_observed<K>(
     api: Api<Lenient<K>>,
     config: watcher::Config,
@@ -215,25 +241,45 @@ impl Caches {
                 (Api::all(client.clone()), config)
             })
             .collect();
-        let (runs, runs_by_workflow) =
-            spawn_indexed_runs(per_namespace(&client, &each, &plain), &shutdown);
         let caches = Caches {
-            workflows: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
-            runs,
-            runs_by_workflow,
-            webhooks: spawn_scoped(per_namespace(&client, &each, &plain), whole, &shutdown),
+            workflows: spawn_scoped(
+                per_namespace(&client, &each, &plain),
+                whole,
+                name_index::by_namespace,
+                &shutdown,
+            ),
+            runs: spawn_scoped(
+                per_namespace(&client, &each, &plain),
+                summarize_run,
+                name_index::by_workflow,
+                &shutdown,
+            ),
+            webhooks: spawn_scoped(
+                per_namespace(&client, &each, &plain),
+                whole,
+                name_index::by_namespace,
+                &shutdown,
+            ),
             api_keys: spawn_scoped(
                 per_namespace(&client, &each, &keys_config),
                 whole,
+                name_index::by_namespace,
                 &shutdown,
             ),
             hook_secrets: spawn_scoped(
                 per_namespace(&client, &each, &hook_config),
                 whole,
+                name_index::by_namespace,
                 &shutdown,
             ),
-            // Metadata only: the rate limiter needs just the plan annotations.
-            namespaces: spawn_scoped(namespace_watches, whole, &shutdown),
+            // Metadata only: the rate limiter needs just the plan annotations. Cluster-
+            // scoped, so its index files nothing.
+            namespaces: spawn_scoped(
+                namespace_watches,
+                whole,
+                name_index::by_namespace,
+                &shutdown,
+            ),
             synced: Arc::new(AtomicBool::new(false)),
         };
         let waiting = caches.clone();
@@ -261,36 +307,8 @@ impl Caches {
     /// The cached runs of one workflow, in no particular order: only that workflow's
     /// runs are read (through the index), however many the cache holds.
     pub fn runs_of_workflow(&self, namespace: &str, workflow: &str) -> Vec<Arc<Run>> {
-        self.runs_by_workflow
-            .iter()
-            .flat_map(|index| {
-                index.runs_of(namespace, workflow, |name| get(&self.runs, namespace, name))
-            })
-            .collect()
+        self.runs.filed_under(namespace, workflow)
     }
-}
-
-/// The run reflectors, each with its index by workflow fed from its own events.
-fn spawn_indexed_runs(
-    apis: Vec<(Api<Lenient<Run>>, watcher::Config)>,
-    shutdown: &CancellationToken,
-) -> (ScopedStore<Run>, Arc<[SharedRunIndex]>) {
-    let (parts, indexes): (Vec<_>, Vec<_>) = apis
-        .into_iter()
-        .map(|(api, config)| {
-            let index = SharedRunIndex::default();
-            let writer = index.clone();
-            let store = spawn_observed(
-                api,
-                config,
-                summarize_run,
-                move |event| writer.apply(event),
-                shutdown.clone(),
-            );
-            (store, index)
-        })
-        .unzip();
-    (ScopedStore::from(parts), indexes.into())
 }
 
 /// Looks up one object of a namespace in a store.
@@ -300,19 +318,6 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     store.get(Some(namespace), name)
-}
-
-/// Every object of a namespace.
-pub fn in_namespace<K>(store: &ScopedStore<K>, namespace: &str) -> Vec<Arc<K>>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    store
-        .state()
-        .into_iter()
-        .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
-        .collect()
 }
 
 fn version(rv: Option<&str>) -> Option<u64> {

@@ -12,7 +12,6 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::{Principal, Scope};
-use super::cache;
 use super::error::{ApiError, ApiResult, Missing, not_found_as};
 use super::pagination::{self, Page, SortKey};
 use super::state::ApiState;
@@ -127,8 +126,8 @@ async fn retry(
 
 /// Whether a Run or Workflow of the namespace still holds the event.
 fn event_stored(state: &ApiState, namespace: &str, event_id: &str) -> bool {
-    let runs = cache::in_namespace(&state.caches.runs, namespace);
-    let workflows = cache::in_namespace(&state.caches.workflows, namespace);
+    let runs = state.caches.runs.in_namespace(namespace);
+    let workflows = state.caches.workflows.in_namespace(namespace);
     outbox::find(
         runs.iter().map(|r| &**r),
         workflows.iter().map(|w| &**w),

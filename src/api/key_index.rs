@@ -159,6 +159,7 @@ mod tests {
     use super::*;
     use crate::api::auth::{SECRET_TYPE, Scope, hash_key};
     use crate::kubeutil::lenient::{DecodedStore, Lenient};
+    use crate::kubeutil::name_index::{self, SharedNameIndex};
     use kube::runtime::reflector::{self, store::Writer};
     use kube::runtime::watcher::Event;
 
@@ -189,7 +190,12 @@ mod tests {
         for s in secrets {
             writer.apply_watcher_event(&Event::Apply(lenient(s.clone())));
         }
-        (ScopedStore::from(vec![DecodedStore::from(reader)]), writer)
+        // The index goes unfed: the key index reads the cache by key and whole.
+        let index = SharedNameIndex::new(name_index::by_namespace);
+        (
+            ScopedStore::from(vec![(DecodedStore::from(reader), index)]),
+            writer,
+        )
     }
 
     #[test]

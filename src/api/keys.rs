@@ -116,7 +116,10 @@ async fn list(
 ) -> ApiResult<Json<Page<ApiKeyView>>> {
     who.require(Scope::Admin)?;
     let q = pagination::parse_query(query.as_deref(), None)?;
-    let items = cache::in_namespace(&state.caches.api_keys, &who.namespace)
+    let items = state
+        .caches
+        .api_keys
+        .in_namespace(&who.namespace)
         .into_iter()
         .filter_map(|s| KeyRecord::from_secret(&s))
         .map(|k| {

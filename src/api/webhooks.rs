@@ -55,7 +55,10 @@ async fn list(
 ) -> ApiResult<Json<Page<WebhookView>>> {
     who.require(Scope::Read)?;
     let q = pagination::parse_query(query.as_deref(), None)?;
-    let items = cache::in_namespace(&state.caches.webhooks, &who.namespace)
+    let items = state
+        .caches
+        .webhooks
+        .in_namespace(&who.namespace)
         .into_iter()
         .map(|h| {
             (

@@ -61,7 +61,10 @@ async fn list(
         query.as_deref(),
         Some(("state", &["draft", "active", "paused"])),
     )?;
-    let items = cache::in_namespace(&state.caches.workflows, &who.namespace)
+    let items = state
+        .caches
+        .workflows
+        .in_namespace(&who.namespace)
         .into_iter()
         .filter(|wf| {
             q.filter

@@ -17,7 +17,7 @@ use super::admission::{self, Local, Member};
 use super::group_summaries::{Membership, Summaries};
 use crate::crd::{Run, RunPhase};
 use crate::kubeutil::lenient::Lenient;
-use crate::kubeutil::run_index::SharedRunIndex;
+use crate::kubeutil::name_index::SharedNameIndex;
 
 /// How often the queued-runs gauge is recomputed from the cache.
 const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
@@ -27,7 +27,7 @@ pub type RunRef = ObjectRef<Lenient<Run>>;
 pub struct Queue {
     /// The run controller's watch cache and its index by workflow, set when the
     /// controller starts.
-    runs: OnceLock<(Store<Lenient<Run>>, SharedRunIndex)>,
+    runs: OnceLock<(Store<Lenient<Run>>, SharedNameIndex<Run>)>,
     wake_tx: mpsc::UnboundedSender<RunRef>,
     wake_rx: Mutex<Option<mpsc::UnboundedReceiver<RunRef>>>,
     /// The groups' summaries, for the looks at queued runs.
@@ -53,7 +53,7 @@ impl Queue {
     pub fn attach(
         &self,
         store: Store<Lenient<Run>>,
-        by_workflow: SharedRunIndex,
+        by_workflow: SharedNameIndex<Run>,
     ) -> impl futures::Stream<Item = RunRef> + Send + 'static {
         let _ = self.runs.set((store, by_workflow));
         let rx = self
@@ -83,7 +83,7 @@ impl Queue {
             return Vec::new();
         };
         by_workflow
-            .runs_of(namespace, workflow, |name| self.cached(namespace, name))
+            .filed_under(namespace, workflow, |name| self.cached(namespace, name))
             .into_iter()
             .filter(|r| !r.phase().is_finished())
             .collect()

@@ -26,7 +26,7 @@ use crate::engine::runner::{self, Engine};
 use crate::engine::status_writer::StatusWriter;
 use crate::engine::waiting;
 use crate::kubeutil::lenient::Lenient;
-use crate::kubeutil::run_index::SharedRunIndex;
+use crate::kubeutil::name_index::SharedNameIndex;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
 /// How often an unfinished run is reconciled without a watch event: the backstop that
@@ -879,7 +879,7 @@ async fn control_loop(
     trigger: impl futures::Stream<Item = Result<Lenient<Run>, watcher::Error>> + Send + 'static,
     deleted: futures::stream::BoxStream<'static, Deleted>,
     store: kube::runtime::reflector::Store<Lenient<Run>>,
-    by_workflow: SharedRunIndex,
+    by_workflow: SharedNameIndex<Run>,
     shutdown: CancellationToken,
 ) {
     let jobs: Api<k8s_openapi::api::batch::v1::Job> =

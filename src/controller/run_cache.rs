@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission;
 use crate::crd::Run;
-use crate::kubeutil::run_index::SharedRunIndex;
+use crate::kubeutil::name_index::SharedNameIndex;
 use crate::kubeutil::shared_watch::SharedWatch;
 
 /// The Runs of one watched namespace (or of the cluster), as the operator keeps them.
@@ -18,14 +18,14 @@ use crate::kubeutil::shared_watch::SharedWatch;
 pub struct RunCache {
     pub watch: SharedWatch<Run>,
     /// The runs of each workflow, by name: never behind the store.
-    pub by_workflow: SharedRunIndex,
+    pub by_workflow: SharedNameIndex<Run>,
 }
 
 impl RunCache {
     /// Starts the watch of `namespace`'s Runs (every namespace when `None`) until
     /// `shutdown`.
     pub fn start(client: &Client, namespace: Option<&str>, shutdown: CancellationToken) -> Self {
-        let by_workflow = SharedRunIndex::default();
+        let by_workflow = SharedNameIndex::new(crate::kubeutil::name_index::by_workflow);
         let index = by_workflow.clone();
         let watch = SharedWatch::start(
             crate::kubeutil::scoped_api(client, namespace),

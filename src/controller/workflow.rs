@@ -29,7 +29,7 @@ use crate::delivery::{outbox, unseen};
 use crate::engine::spec_check;
 use crate::engine::status_writer::FIELD_MANAGER;
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
-use crate::kubeutil::run_index::SharedRunIndex;
+use crate::kubeutil::name_index::SharedNameIndex;
 use crate::telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 use crate::telemetry::undecodable;
 
@@ -253,7 +253,7 @@ pub struct Context {
     /// `runs` by workflow: a reconcile reads its workflow's runs, not every run (with
     /// 100,000 runs, scanning them all per workflow starved the runtime's threads,
     /// lease renewals included).
-    pub runs_by_workflow: SharedRunIndex,
+    pub runs_by_workflow: SharedNameIndex<Run>,
     /// For whether events are settled (retention, the event cap).
     pub webhooks: DecodedStore<Webhook>,
     pub telemetry: EngineTelemetry,
@@ -325,7 +325,7 @@ async fn reconcile(
     };
     let ns = wf.namespace().unwrap_or_default();
     let name = wf.name_any();
-    let runs = ctx.runs_by_workflow.runs_of(&ns, &name, |run| {
+    let runs = ctx.runs_by_workflow.filed_under(&ns, &name, |run| {
         ctx.runs.get_by(&lenient::store_key(Some(&ns), run))
     });
     let hooks: Vec<Arc<Webhook>> = ctx
