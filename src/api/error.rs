@@ -5,6 +5,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::telemetry::access_log::in_request;
+
 /// A field-level validation problem (`details[]` of a `validation_error`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FieldError {
@@ -240,7 +242,7 @@ impl From<kube::Error> for ApiError {
         match &err {
             // The API server or its connection is down: a retryable condition, not a bug.
             kube::Error::HyperError(_) | kube::Error::Service(_) => {
-                tracing::warn!(error = %err, "Kubernetes API unreachable");
+                in_request(|| tracing::warn!(error = %err, "Kubernetes API unreachable"));
                 ApiError::Unavailable
             }
             kube::Error::Api(status) if status.code == 503 || status.code == 504 => {
@@ -282,7 +284,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Internal(source) = &self {
             // The chain goes to the log; the client only learns that something broke.
-            tracing::error!(error = ?source, "internal error");
+            in_request(|| tracing::error!(error = ?source, "internal error"));
         }
         let status = self.status();
         let body = ErrorBody {

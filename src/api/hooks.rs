@@ -29,6 +29,7 @@ use super::json::{parse, read_body_any_type};
 use super::state::ApiState;
 use crate::clock::now_ms;
 use crate::crd::{Run, RunTrigger, TriggerType, Workflow, WorkflowState};
+use crate::telemetry::access_log::in_request;
 
 /// Request headers a webhook run records as `trigger.headers`. Only headers that say
 /// what sent the request and how: never credentials (`authorization`, cookies) nor
@@ -140,7 +141,9 @@ async fn receive(
     let body = read_body_any_type(req).await?;
     let Some(secret) = hook_secret::current(&state, &namespace, &workflow_id) else {
         // Answered like a wrong signature: the sender cannot fix this, the owner can.
-        tracing::warn!(%namespace, workflow = %workflow_id, "webhook refused: the workflow has no inbound secret (rotate it to make one)");
+        in_request(
+            || tracing::warn!(%namespace, workflow = %workflow_id, "webhook refused: the workflow has no inbound secret (rotate it to make one)"),
+        );
         return Err(VerifyError::NoMatch.into());
     };
     let now = jiff::Timestamp::now().as_second();

@@ -226,9 +226,8 @@ fn push_peer(out: &mut Vec<u8>, peer: Option<IpAddr>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
+    use crate::telemetry::captured::Captured;
     use std::time::UNIX_EPOCH;
-    use tracing_subscriber::fmt::MakeWriter;
     use tracing_subscriber::fmt::format::Writer;
     use tracing_subscriber::fmt::time::FormatTime;
 
@@ -256,26 +255,6 @@ mod tests {
         let mut out = Vec::new();
         line.write(&mut out, style, at());
         String::from_utf8(out).unwrap()
-    }
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> MakeWriter<'a> for Captured {
-        type Writer = Captured;
-        fn make_writer(&'a self) -> Captured {
-            self.clone()
-        }
     }
 
     struct Fixed;
@@ -318,8 +297,7 @@ mod tests {
                 tracing::debug!(target: "flowline::access", request_id = %id, %method, route, path, status, duration_ms, %peer, account, trace_id, "request")
             }
         });
-        let bytes = captured.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
+        captured.text()
     }
 
     const STYLES: [Style; 3] = [

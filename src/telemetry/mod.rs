@@ -4,6 +4,8 @@
 pub mod access_line;
 pub mod access_log;
 pub mod build_info;
+#[cfg(test)]
+pub(crate) mod captured;
 pub mod delivery_metrics;
 pub mod engine_metrics;
 pub mod health;
