@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::SECRET_TYPE;
 use crate::crd::{EventDetail, Run, Webhook, Workflow};
 use crate::kubeutil::lenient::{self, DecodedStore, Lenient};
-use crate::kubeutil::name_index::{self, Grouping, SharedNameIndex};
+use crate::kubeutil::name_index::{self, SharedNameIndex};
 use crate::kubeutil::{WatchScope, scoped_api};
 use crate::telemetry::undecodable;
 
@@ -94,6 +94,15 @@ where
             .collect()
     }
 
+    /// The objects named `name`, in whichever namespaces served hold one: only those
+    /// are read. Empty unless the store's index keeps names' namespaces (workflows').
+    pub fn named(&self, name: &str) -> Vec<Arc<K>> {
+        self.indexes
+            .iter()
+            .flat_map(|index| index.named(name, |namespace, name| self.get(Some(namespace), name)))
+            .collect()
+    }
+
     /// Every object of every namespace served (a pass over the whole cache).
     pub fn state(&self) -> Vec<Arc<K>> {
         match &*self.parts {
@@ -125,12 +134,12 @@ where
     }
 }
 
-/// One reflector per watch, each with its index (filed by `grouping`) fed from its
+/// One reflector per watch, each with its index (made by `new_index`) fed from its
 /// own events.
 fn spawn_scoped<K>(
     apis: Vec<(Api<Lenient<K>>, watcher::Config)>,
     compact: fn(&mut K),
-    grouping: Grouping<K>,
+    new_index: fn() -> SharedNameIndex<K>,
     shutdown: &CancellationToken,
 ) -> ScopedStore<K>
 where
@@ -138,7 +147,7 @@ where
 {
     apis.into_iter()
         .map(|(api, config)| {
-            let index = SharedNameIndex::new(grouping);
+            let index = new_index();
             let writer = index.clone();
             let store = spawn_observed(
                 api,
@@ -155,6 +164,11 @@ where
 
 /// Keeps nothing out.
 fn whole<K>(_: &mut K) {}
+
+/// An index by namespace alone.
+fn by_namespace<K: Resource + Clone>() -> SharedNameIndex<K> {
+    SharedNameIndex::new(name_index::by_namespace)
+}
 
 /// The run cache holds summaries: what run lists, their filters, idempotency lookups
 /// and event lookups read (metadata, the spec's references and key, phase and times,
@@ -242,44 +256,41 @@ impl Caches {
             })
             .collect();
         let caches = Caches {
+            // Found by name across namespaces too: an inbound hook names only the
+            // workflow.
             workflows: spawn_scoped(
                 per_namespace(&client, &each, &plain),
                 whole,
-                name_index::by_namespace,
+                || SharedNameIndex::with_homes(name_index::by_namespace),
                 &shutdown,
             ),
             runs: spawn_scoped(
                 per_namespace(&client, &each, &plain),
                 summarize_run,
-                name_index::by_workflow,
+                || SharedNameIndex::new(name_index::by_workflow),
                 &shutdown,
             ),
             webhooks: spawn_scoped(
                 per_namespace(&client, &each, &plain),
                 whole,
-                name_index::by_namespace,
+                by_namespace,
                 &shutdown,
             ),
             api_keys: spawn_scoped(
                 per_namespace(&client, &each, &keys_config),
                 whole,
-                name_index::by_namespace,
+                by_namespace,
                 &shutdown,
             ),
             hook_secrets: spawn_scoped(
                 per_namespace(&client, &each, &hook_config),
                 whole,
-                name_index::by_namespace,
+                by_namespace,
                 &shutdown,
             ),
             // Metadata only: the rate limiter needs just the plan annotations. Cluster-
             // scoped, so its index files nothing.
-            namespaces: spawn_scoped(
-                namespace_watches,
-                whole,
-                name_index::by_namespace,
-                &shutdown,
-            ),
+            namespaces: spawn_scoped(namespace_watches, whole, by_namespace, &shutdown),
             synced: Arc::new(AtomicBool::new(false)),
         };
         let waiting = caches.clone();

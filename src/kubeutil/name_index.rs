@@ -49,10 +49,29 @@ type ByGroup = HashMap<Arc<str>, HashSet<Arc<str>>>;
 #[derive(Debug, Default)]
 struct Names {
     namespaces: HashMap<Arc<str>, ByGroup>,
+    /// The namespaces each name is found in, for a kind looked up by name across
+    /// namespaces (workflows, by an inbound hook); None for the others.
+    homes: Option<HashMap<Arc<str>, HashSet<Arc<str>>>>,
 }
 
 impl Names {
+    fn new(with_homes: bool) -> Self {
+        Names {
+            namespaces: HashMap::new(),
+            homes: with_homes.then(HashMap::new),
+        }
+    }
+
     fn insert(&mut self, namespace: &str, group: &str, name: &str) {
+        if let Some(homes) = &mut self.homes {
+            let namespaces = match homes.get_mut(name) {
+                Some(namespaces) => namespaces,
+                None => homes.entry(name.into()).or_default(),
+            };
+            if !namespaces.contains(namespace) {
+                namespaces.insert(namespace.into());
+            }
+        }
         let groups = match self.namespaces.get_mut(namespace) {
             Some(groups) => groups,
             None => self.namespaces.entry(namespace.into()).or_default(),
@@ -69,6 +88,14 @@ impl Names {
     /// Removes `name` from `group`, or from every group of the namespace when the
     /// group is not known (an object that could not be decoded: rare).
     fn remove(&mut self, namespace: &str, group: Option<&str>, name: &str) {
+        if let Some(homes) = &mut self.homes
+            && let Some(namespaces) = homes.get_mut(name)
+        {
+            namespaces.remove(namespace);
+            if namespaces.is_empty() {
+                homes.remove(name);
+            }
+        }
         let Some(groups) = self.namespaces.get_mut(namespace) else {
             return;
         };
@@ -99,6 +126,14 @@ impl Names {
             .unwrap_or_default()
     }
 
+    fn homes_of(&self, name: &str) -> Vec<Arc<str>> {
+        self.homes
+            .as_ref()
+            .and_then(|homes| homes.get(name))
+            .map(|namespaces| namespaces.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     fn in_namespace(&self, namespace: &str) -> Vec<Arc<str>> {
         self.namespaces
             .get(namespace)
@@ -118,10 +153,23 @@ pub struct NameIndex<K> {
 impl<K: Resource + Clone> NameIndex<K> {
     pub fn new(grouping: Grouping<K>) -> Self {
         NameIndex {
-            live: Names::default(),
+            live: Names::new(false),
             relisting: None,
             grouping,
         }
+    }
+
+    /// [`NameIndex::new`], also keeping the namespaces each name is found in
+    /// ([`NameIndex::homes_of`]).
+    pub fn with_homes(grouping: Grouping<K>) -> Self {
+        NameIndex {
+            live: Names::new(true),
+            ..NameIndex::new(grouping)
+        }
+    }
+
+    fn fresh(&self) -> Names {
+        Names::new(self.live.homes.is_some())
     }
 
     /// Where an object is filed: its namespace, its group if it could be decoded, its
@@ -137,10 +185,11 @@ impl<K: Resource + Clone> NameIndex<K> {
     /// Applies one watch event, as the reflector's store applies it.
     pub fn apply(&mut self, event: &watcher::Event<Lenient<K>>) {
         match event {
-            watcher::Event::Init => self.relisting = Some(Names::default()),
+            watcher::Event::Init => self.relisting = Some(self.fresh()),
             watcher::Event::InitApply(object) => {
                 let filed = self.filing(object);
-                let target = self.relisting.get_or_insert_with(Names::default);
+                let fresh = self.fresh();
+                let target = self.relisting.get_or_insert(fresh);
                 if let Some((ns, Some(group), name)) = filed {
                     target.insert(ns, group, name);
                 }
@@ -173,6 +222,12 @@ impl<K: Resource + Clone> NameIndex<K> {
     pub fn names_in(&self, namespace: &str) -> Vec<Arc<str>> {
         self.live.in_namespace(namespace)
     }
+
+    /// The namespaces an object named `name` is filed in (none unless the index was
+    /// made [`NameIndex::with_homes`]).
+    pub fn homes_of(&self, name: &str) -> Vec<Arc<str>> {
+        self.live.homes_of(name)
+    }
 }
 
 /// A [`NameIndex`] shared by the watch task that writes it and the handlers that read
@@ -188,6 +243,21 @@ impl<K> Clone for SharedNameIndex<K> {
 impl<K: Resource + Clone> SharedNameIndex<K> {
     pub fn new(grouping: Grouping<K>) -> Self {
         SharedNameIndex(Arc::new(RwLock::new(NameIndex::new(grouping))))
+    }
+
+    /// [`NameIndex::with_homes`], shared.
+    pub fn with_homes(grouping: Grouping<K>) -> Self {
+        SharedNameIndex(Arc::new(RwLock::new(NameIndex::with_homes(grouping))))
+    }
+
+    /// The objects named `name`, in whichever namespaces hold one (`lookup` by
+    /// namespace and name). Empty unless made [`SharedNameIndex::with_homes`].
+    pub fn named(&self, name: &str, lookup: impl Fn(&str, &str) -> Option<Arc<K>>) -> Vec<Arc<K>> {
+        let homes = self.read().homes_of(name);
+        homes
+            .iter()
+            .filter_map(|namespace| lookup(namespace, name))
+            .collect()
     }
 
     pub fn apply(&self, event: &watcher::Event<Lenient<K>>) {
@@ -420,5 +490,42 @@ mod tests {
         index.apply(&watcher::Event::Delete(workflow("a", "wf-1")));
         let names: Vec<String> = index.names_in("a").iter().map(|n| n.to_string()).collect();
         assert_eq!(names, ["wf-2"]);
+    }
+
+    fn homes(index: &NameIndex<Run>, name: &str) -> Vec<String> {
+        let mut homes: Vec<String> = index.homes_of(name).iter().map(|n| n.to_string()).collect();
+        homes.sort();
+        homes
+    }
+
+    #[test]
+    fn a_name_is_found_in_every_namespace_that_holds_it_when_homes_are_kept() {
+        let mut index = NameIndex::with_homes(by_workflow);
+        index.apply(&watcher::Event::Init);
+        for (ns, name) in [("a", "x"), ("b", "x"), ("a", "y"), ("c", "gone")] {
+            index.apply(&watcher::Event::InitApply(run(ns, name, "wf")));
+        }
+        index.apply(&watcher::Event::InitDone);
+        assert_eq!(homes(&index, "x"), ["a", "b"]);
+        assert_eq!(homes(&index, "y"), ["a"]);
+        index.apply(&watcher::Event::Delete(run("a", "x", "wf")));
+        assert_eq!(homes(&index, "x"), ["b"]);
+        index.apply(&watcher::Event::Apply(undecodable("b", "x")));
+        assert!(
+            homes(&index, "x").is_empty(),
+            "undecodable: gone from the homes too"
+        );
+        // A relist without "gone" forgets it, and keeps homes in the fresh index.
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(run("a", "y", "wf")));
+        index.apply(&watcher::Event::InitDone);
+        assert!(homes(&index, "gone").is_empty());
+        assert_eq!(homes(&index, "y"), ["a"]);
+        index.apply(&watcher::Event::Apply(run("d", "y", "wf")));
+        assert_eq!(homes(&index, "y"), ["a", "d"]);
+
+        let mut plain = NameIndex::new(by_workflow);
+        plain.apply(&watcher::Event::Apply(run("a", "x", "wf")));
+        assert!(homes(&plain, "x").is_empty(), "kept only when asked for");
     }
 }

@@ -8,7 +8,8 @@ use flowline::crd::{Run, RunPhase, RunTrigger};
 use serde_json::{Value, json};
 
 use crate::support::{
-    ApiOptions, TestApi, assert_error, eventually, guarded_client, spawn_run_controller,
+    ApiOptions, TestApi, TestNamespace, assert_error, eventually, guarded_client,
+    spawn_run_controller,
 };
 
 /// The Standard Webhooks headers for `body` sent as message `id` at `timestamp`
@@ -356,28 +357,7 @@ async fn unknown_manual_paused_and_draft_workflows_answer_the_same_404() {
 async fn a_kubectl_applied_webhook_workflow_verifies_with_its_hook_secret() {
     let api = TestApi::start("hooks-kubectl").await;
     let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    let out = api.ns.kubectl_apply(&format!(
-        r#"
-apiVersion: flowline.io/v1
-kind: Workflow
-metadata: {{name: orders-in}}
-spec:
-  name: Orders in
-  state: active
-  trigger: {{type: webhook}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: orders-in-hook}}
-type: flowline.io/hook-secret
-stringData: {{secret: "{secret}"}}
-"#
-    ));
-    assert!(
-        out.status.success(),
-        "{}",
-        crate::support::text(&out.stderr)
-    );
+    apply_hook_workflow(&api.ns, "orders-in", secret);
     // The API's caches see both objects shortly after they are applied.
     let run = eventually(
         "the hook of the applied workflow to answer",
@@ -409,6 +389,74 @@ spec:
         "{}",
         crate::support::text(&out.stderr)
     );
+}
+
+/// Applies, with kubectl, an active webhook-triggered workflow `name` and its inbound
+/// secret to `ns`.
+fn apply_hook_workflow(ns: &TestNamespace, name: &str, secret: &str) {
+    let out = ns.kubectl_apply(&format!(
+        r#"
+apiVersion: flowline.io/v1
+kind: Workflow
+metadata: {{name: {name}}}
+spec:
+  name: Orders in
+  state: active
+  trigger: {{type: webhook}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: {name}-hook}}
+type: flowline.io/hook-secret
+stringData: {{secret: "{secret}"}}
+"#
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::support::text(&out.stderr)
+    );
+}
+
+/// A hook names a workflow by id alone. A name that kubectl users gave workflows in two
+/// accounts addresses neither, and addresses the one left when the other is deleted:
+/// the API finds a name's accounts through an index kept from its watches.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_workflow_id_held_by_two_accounts_addresses_neither() {
+    let other = TestNamespace::new("hooks-twin").await;
+    let api = TestApi::start_watching(
+        "hooks-twins",
+        ApiOptions::default(),
+        std::slice::from_ref(&other.name),
+    )
+    .await;
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let answer = |id: &'static str| {
+        let api = &api;
+        move || async move { send_signed(api, "twin-in", secret, id, "{}").await.status() }
+    };
+    apply_hook_workflow(&api.ns, "twin-in", secret);
+    eventually("the hook to answer", Duration::from_secs(10), || async {
+        (answer("msg_1")().await == 202).then_some(())
+    })
+    .await;
+    apply_hook_workflow(&other, "twin-in", secret);
+    eventually(
+        "the hook to answer 404 once two accounts hold the id",
+        Duration::from_secs(10),
+        || async { (answer("msg_2")().await == 404).then_some(()) },
+    )
+    .await;
+    let res = send_signed(&api, "twin-in", secret, "msg_3", "{}").await;
+    assert_error(res, 404, "hook_not_found").await;
+    other.kubectl(&["delete", "workflow", "twin-in", "--wait=true"]);
+    eventually(
+        "the hook to answer again once one account holds the id",
+        Duration::from_secs(10),
+        || async { (answer("msg_4")().await == 202).then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test]
