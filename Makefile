@@ -91,7 +91,7 @@ bench-engine: cluster install-crds ## Run engine: step overhead, runs/s and writ
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench engine
 
 .PHONY: bench-delivery
-bench-delivery: cluster install-crds ## Webhook delivery: 50k events to a local HTTPS sink vs a raw hyper client (bare and signed), writes per 1,000
+bench-delivery: cluster install-crds ## Webhook delivery: 50k events to a local HTTPS sink vs a raw hyper client (bare and signed) and the worker's sender alone, writes per 1,000
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) bench --bench delivery
 
 # bench-scale sizes (see benches/scale.rs): the issue's 10k workflows and 100k runs by

@@ -2,7 +2,8 @@
 //! local HTTPS sink, against a raw hyper client posting the same bodies over TLS to
 //! the same sink at the same concurrency, in the same run: once bare (a content type,
 //! nothing else) and once signed (the headers and both signatures every delivery
-//! carries, computed per request). Reports deliveries/s, p99 attempt latency
+//! carries, computed per request); and against the worker's own sender posting the same
+//! events without the worker around it. Reports deliveries/s, p99 attempt latency
 //! (histogram buckets, identical for all sides) and API-server writes per 1,000
 //! deliveries (counted by the API server itself).
 //! Not a test: it prints figures; docs/benchmarks.md records them.
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flowline::crd::{Webhook, Workflow};
-use flowline::delivery::sender::{Sender, SenderConfig};
+use flowline::delivery::sender::{Outgoing, Sender, SenderConfig};
 use flowline::delivery::worker::{self, Settings};
 use flowline::egress::DestinationPolicy;
 use flowline::telemetry::delivery_metrics::DeliveryMetrics;
@@ -152,12 +153,73 @@ async fn raw_hyper(receiver: &Receiver, bodies: &[Bytes], shape: Shape) -> (f64,
     let client: HyperClient<_, Full<Bytes>> =
         HyperClient::builder(TokioExecutor::new()).build(https);
     let url: http::Uri = receiver.url("/raw").parse().unwrap();
+    drive(bodies, move |i, body| {
+        let req = reference_request(&url, i, &body, shape);
+        let request = client.request(req);
+        async move {
+            let res = request.await.unwrap();
+            assert!(res.status().is_success());
+            let _ = http_body_util::BodyExt::collect(res.into_body()).await;
+        }
+    })
+    .await
+}
+
+/// The third reference: the worker's own sender (`delivery::sender`: URL parse,
+/// destination guard, signing, headers, reqwest) posting the same events at the same
+/// concurrency, without the worker around it (outbox, lanes, ledger, status writes).
+/// Set against the worker it tells what the worker's machinery costs; set against the
+/// signed hyper reference, what the sender's HTTP stack costs.
+async fn sender_alone(receiver: &Receiver, bodies: &[Bytes], secret: &'static str) -> (f64, f64) {
+    let sender = Arc::new(loopback_sender(receiver));
+    let url = Arc::new(receiver.url("/sender"));
+    let secrets = Arc::new(vec![secret.to_string()]);
+    drive(bodies, move |i, body| {
+        let (sender, url, secrets) = (sender.clone(), url.clone(), secrets.clone());
+        async move {
+            let id = format!("evt_{i:010}");
+            let attempted = sender
+                .send(Outgoing {
+                    url: &url,
+                    webhook_allows_http: false,
+                    event_id: &id,
+                    kind: flowline::crd::EventKind::RunStarted,
+                    attempt: 1,
+                    body,
+                    secrets: &secrets,
+                    run_uid: None,
+                })
+                .await;
+            let status = attempted.result.expect("sent").status;
+            assert!((200..300).contains(&status), "status {status}");
+        }
+    })
+    .await
+}
+
+/// A delivery sender that trusts the sink's CA and lets the guard pass loopback.
+fn loopback_sender(receiver: &Receiver) -> Sender {
+    Sender::new(&SenderConfig {
+        ca_bundle: Some(receiver.pki.ca_file.clone()),
+        policy: DestinationPolicy::from_list("127.0.0.0/8").unwrap(),
+        allow_http: false,
+    })
+    .unwrap()
+}
+
+/// Sends every body, [`CONCURRENCY`] at a time, with `send` (the event's index and
+/// body): the rate, and the p99 bucket of the sends' latencies.
+async fn drive<F, Fut>(bodies: &[Bytes], send: F) -> (f64, f64)
+where
+    F: Fn(usize, Bytes) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let bodies: Arc<[Bytes]> = bodies.into();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..CONCURRENCY)
         .map(|_| {
-            let (client, url, next) = (client.clone(), url.clone(), next.clone());
-            let bodies = bodies.to_vec();
+            let (send, next, bodies) = (send.clone(), next.clone(), bodies.clone());
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 loop {
@@ -166,10 +228,7 @@ async fn raw_hyper(receiver: &Receiver, bodies: &[Bytes], shape: Shape) -> (f64,
                         return latencies;
                     };
                     let t = Instant::now();
-                    let req = reference_request(&url, i, body, shape);
-                    let res = client.request(req).await.unwrap();
-                    assert!(res.status().is_success());
-                    let _ = http_body_util::BodyExt::collect(res.into_body()).await;
+                    send(i, body.clone()).await;
                     latencies.push(t.elapsed().as_secs_f64());
                 }
             })
@@ -219,6 +278,8 @@ async fn main() {
     let secret: &'static str = flowline::delivery::signing::generate_secret().leak();
     let (signed_rate, signed_p99) = raw_hyper(&receiver, &bodies, Shape::Signed(secret)).await;
     println!("  raw hyper client, signed (before): {signed_rate:.0} req/s, p99 <= {signed_p99} s");
+    let (sender_rate, sender_p99) = sender_alone(&receiver, &bodies, secret).await;
+    println!("  the worker's sender alone (before): {sender_rate:.0} req/s, p99 <= {sender_p99} s");
 
     // The outbox: a webhook first (events before it are not owed), then 1,000
     // Workflows holding 50 pending events each, written as status like the
@@ -266,12 +327,7 @@ async fn main() {
 
     let metrics = Metrics::default();
     let delivery_metrics = DeliveryMetrics::new(&metrics);
-    let sender = Sender::new(&SenderConfig {
-        ca_bundle: Some(receiver.pki.ca_file.clone()),
-        policy: DestinationPolicy::from_list("127.0.0.0/8").unwrap(),
-        allow_http: false,
-    })
-    .unwrap();
+    let sender = loopback_sender(&receiver);
     let writes_before = writes(&client).await;
     let stop = CancellationToken::new();
     let before = receiver.count();
@@ -337,6 +393,10 @@ async fn main() {
     println!(
         "  raw hyper client, signed (after): {signed_rate_after:.0} req/s, p99 <= {signed_p99_after} s"
     );
+    let (sender_rate_after, sender_p99_after) = sender_alone(&receiver, &bodies, secret).await;
+    println!(
+        "  the worker's sender alone (after): {sender_rate_after:.0} req/s, p99 <= {sender_p99_after} s"
+    );
     for (what, rate_before, rate_after, p99_before, p99_after) in [
         ("raw", raw_rate, raw_rate_after, raw_p99, raw_p99_after),
         (
@@ -345,6 +405,13 @@ async fn main() {
             signed_rate_after,
             signed_p99,
             signed_p99_after,
+        ),
+        (
+            "sender-alone",
+            sender_rate,
+            sender_rate_after,
+            sender_p99,
+            sender_p99_after,
         ),
     ] {
         println!(
