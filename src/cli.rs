@@ -211,6 +211,12 @@ pub struct ControllerArgs {
     /// executes everything. Every replica of an installation needs the same value.
     #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::controller::shard::MAX_SHARDS)))]
     pub shards: u32,
+    /// How many runs one account (namespace) may execute at once on this replica;
+    /// its further runs wait `queued`, oldest first, and start as places free. Keeps
+    /// one account from holding the tasks and connections every account's runs share.
+    /// 0 = no bound.
+    #[arg(long, default_value = "500", value_name = "RUNS")]
+    pub max_runs_per_account: u32,
     /// Image of step Jobs running built-in actions (the operator's own image).
     #[arg(
         long,

@@ -184,6 +184,8 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
                 destinations: controller.destination_policy(),
             },
         );
+        ctx.account_bound()
+            .set_limit(controller.max_runs_per_account);
         let candidacy = Leadership::new(
             leader::LeaseConfig {
                 namespace: controller.leader_election_namespace.clone(),

@@ -90,7 +90,7 @@ impl Queue {
     }
 
     /// The run `name` of `namespace` as the cache holds it, if it can be decoded.
-    fn cached(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Run>> {
+    pub fn cached(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Run>> {
         let (store, _) = self.runs.get()?;
         store
             .get(&ObjectRef::new(name).within(namespace))?

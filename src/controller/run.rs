@@ -14,6 +14,7 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use super::account_bound::{AccountBound, Take};
 use super::admission::{self, Admission};
 use super::queue::Queue;
 use super::run_cache::RunCache;
@@ -79,10 +80,7 @@ pub fn decide(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Decisi
     let Some(wf) = workflow else {
         return Decision::Fail(format!("workflow {} does not exist", run.spec.workflow_ref));
     };
-    let never_started = run
-        .status
-        .as_ref()
-        .is_none_or(|s| s.steps.iter().all(|r| r.status == StepPhase::Pending));
+    let never_started = !has_started(run);
     if wf.spec.state == WorkflowState::Paused && never_started {
         return Decision::Fail(format!(
             "workflow {} is paused; runs cannot start",
@@ -107,6 +105,13 @@ pub fn decide(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Decisi
     ))
 }
 
+/// Whether any step of `run` has started: a run that has is resumed, never held back.
+fn has_started(run: &Run) -> bool {
+    run.status
+        .as_ref()
+        .is_some_and(|s| s.steps.iter().any(|r| r.status != StepPhase::Pending))
+}
+
 /// Reconciles in flight at once. Unbounded, a start-up over 10,000 runs spawned one
 /// task per run at once (about 9 KB each: 89 MB at the peak, which the allocator
 /// keeps); a reconcile only decides and spawns the execution, so a bound costs no
@@ -127,6 +132,9 @@ pub struct Context {
     queue: Queue,
     /// The shards this process executes (all runs without sharding).
     shards: Arc<Shards>,
+    /// How many runs an account may execute here at once (shared by the contexts of
+    /// every namespace of this process).
+    account_bound: Arc<AccountBound>,
 }
 
 /// What admission gave a run that is ready to execute.
@@ -178,6 +186,8 @@ impl Drop for Registration {
         if let Some(execution) = executing.remove(&self.uid) {
             execution.changed(&self.ctx.queue);
             self.ctx.engine.telemetry.runs_in_progress.dec();
+            self.ctx.account_bound.release(&execution.namespace);
+            self.ctx.wake_account(&execution.namespace);
         }
     }
 }
@@ -205,7 +215,27 @@ impl Context {
             ended: Mutex::new(HashMap::new()),
             queue: Queue::default(),
             shards: Arc::new(Shards::all()),
+            account_bound: Arc::default(),
         })
+    }
+
+    /// How many runs one account may execute here at once (unbounded unless set).
+    pub fn account_bound(&self) -> &AccountBound {
+        &self.account_bound
+    }
+
+    /// Wakes the oldest run of `namespace` waiting for a place under the account
+    /// bound, if a place is free: the first that still waits (one deleted or finished
+    /// meanwhile is passed over).
+    fn wake_account(&self, namespace: &str) {
+        while let Some(name) = self.account_bound.next_waiting(namespace) {
+            if let Some(run) = self.queue.cached(namespace, &name)
+                && !run.phase().is_finished()
+            {
+                self.queue.wake(&run);
+                return;
+            }
+        }
     }
 
     /// The same engine and settings, watching `namespace` (None = all). Each
@@ -225,6 +255,7 @@ impl Context {
             ended: Mutex::new(HashMap::new()),
             queue: Queue::default(),
             shards,
+            account_bound: self.account_bound.clone(),
         })
     }
 
@@ -283,14 +314,32 @@ impl Context {
     /// registry's lock, so two runs can never take the same slot, and a run admitted
     /// here holds its slot from this moment, before its `running` status is written.
     fn admit(self: &Arc<Self>, run: &Run, uid: &str) -> Admitted {
+        let namespace = run.namespace().unwrap_or_default();
+        // Its workflow admits it; its account's bound has the last word. A run refused
+        // there waits without cancelling anything: admission is asked again when it is
+        // woken.
         let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| {
-            let (registration, cancel, approvals) = ctx.register(executing, run, uid);
-            Admitted::Start {
-                registration,
-                cancel,
-                approvals,
-                cancel_others,
+            let order = admission::order_of(run);
+            match ctx.account_bound.take(&namespace, &order, has_started(run)) {
+                Take::Taken => {
+                    let (registration, cancel, approvals) = ctx.register(executing, run, uid);
+                    Admitted::Start {
+                        registration,
+                        cancel,
+                        approvals,
+                        cancel_others,
+                    }
+                }
+                Take::Wait => Admitted::Queue {
+                    cancel_others: Vec::new(),
+                },
             }
+        };
+        // Refused by its workflow: a place of its account it may have been woken for
+        // goes to the account's next waiting run.
+        let queue = |ctx: &Arc<Self>, cancel_others| {
+            ctx.wake_account(&namespace);
+            Admitted::Queue { cancel_others }
         };
         let mut executing = self.lock();
         match self.admission_with(run, &executing) {
@@ -301,12 +350,8 @@ impl Context {
             Some(Ok(Admission::CancelOthers {
                 names,
                 start: false,
-            })) => Admitted::Queue {
-                cancel_others: names,
-            },
-            Some(Ok(Admission::Queue)) => Admitted::Queue {
-                cancel_others: Vec::new(),
-            },
+            })) => queue(self, names),
+            Some(Ok(Admission::Queue)) => queue(self, Vec::new()),
             Some(Ok(Admission::CancelSelf(error))) => Admitted::End(RunPhase::Cancelled, error),
             Some(Err(error)) => Admitted::End(RunPhase::Failed, error),
         }
@@ -374,6 +419,13 @@ impl Context {
     /// the group and n binary searches, not n walks.
     fn still_queued(&self, run: &Run) -> bool {
         let executing = self.lock();
+        // Its account is at its bound: it waits (and is recorded, to be woken).
+        if self.account_bound.must_wait(
+            &run.namespace().unwrap_or_default(),
+            &admission::order_of(run),
+        ) {
+            return true;
+        }
         if let Some(concurrency) = admission::needs_admission(run)
             && concurrency.policy == ConcurrencyPolicy::Queue
             && let Ok(group) = admission::group_of(run)

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Process, TestApi, assert_error, eventually, finished_run, ready, spawn_run_controller,
-    step_running,
+    spawn_run_controller_tuned, step_running,
 };
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -322,6 +322,51 @@ async fn queued_runs_start_in_creation_order_within_the_limit() {
         (telemetry.runs_queued.get() == 0).then_some(())
     })
     .await;
+}
+
+/// An account at its bound of runs executing at once (2 here): its further runs, of any
+/// of its workflows, wait `queued` and start as places free, oldest first; never more
+/// than the bound at once, and nothing lost.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn an_account_executes_at_most_its_bound_and_its_other_runs_wait_queued() {
+    let api = TestApi::start("fc-account").await;
+    let (stop, _telemetry) = spawn_run_controller_tuned(
+        &api.ns,
+        crate::support::guarded_client(),
+        Default::default(),
+        |ctx| ctx.account_bound().set_limit(2),
+    );
+    let _stop = stop.drop_guard();
+    let steps = json!({"steps": [
+        {"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]});
+    let first = workflow(&api, "First", steps.clone()).await;
+    let second = workflow(&api, "Second", steps).await;
+    let key = api.admin_key.clone();
+    let mut ids = Vec::new();
+    // The first two take long enough for the other four to be seen waiting.
+    for i in 0..6 {
+        let ms = if i < 2 { 5000 } else { 800 };
+        let wf = if i % 2 == 0 { &first } else { &second };
+        ids.push(
+            api.start_run(&key, wf, Some(json!({"payload": {"ms": ms}})))
+                .await,
+        );
+    }
+    eventually("four runs of the account to be queued", MINUTE, || async {
+        let queued = api.run_ids(&first, "status=queued").await.len()
+            + api.run_ids(&second, "status=queued").await.len();
+        (queued == 4).then_some(())
+    })
+    .await;
+    let mut done = Vec::new();
+    for id in &ids {
+        let run = finished_run(&api.ns, id, MINUTE).await;
+        assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Succeeded);
+        done.push(run);
+    }
+    assert_eq!(most_at_once(&done), 2, "the bound holds and is used");
+    assert_started_in_creation_order(&done, 2);
 }
 
 /// Queued runs survive an operator restart: none is lost, they start in creation

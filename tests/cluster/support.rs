@@ -678,6 +678,20 @@ pub fn spawn_run_controller(
     tokio_util::sync::CancellationToken,
     flowline::telemetry::engine_metrics::EngineTelemetry,
 ) {
+    spawn_run_controller_tuned(ns, http, jobs, |_| {})
+}
+
+/// [`spawn_run_controller`], `tune` setting the controller up before it starts (the
+/// account bound, for instance).
+pub fn spawn_run_controller_tuned(
+    ns: &TestNamespace,
+    http: flowline::egress::GuardedClient,
+    jobs: flowline::engine::job::JobSettings,
+    tune: impl FnOnce(&flowline::controller::run::Context),
+) -> (
+    tokio_util::sync::CancellationToken,
+    flowline::telemetry::engine_metrics::EngineTelemetry,
+) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
         &flowline::telemetry::metrics::Metrics::default(),
@@ -691,6 +705,7 @@ pub fn spawn_run_controller(
         telemetry.clone(),
         jobs,
     );
+    tune(&ctx);
     let stop = tokio_util::sync::CancellationToken::new();
     let runs =
         flowline::controller::run_cache::RunCache::start(&ns.client, Some(&ns.name), stop.clone());
