@@ -2,24 +2,30 @@
 //! that keeps one account from holding the tasks, connections and file descriptors
 //! every account's runs share. A run that would pass it waits `queued`, in creation
 //! order within its account; when one of the account's executions ends (or parks), the
-//! oldest waiting run is woken.
+//! oldest waiting run is woken, and no newer run may take the place before it comes
+//! (for at most [`WOKEN_GRACE`]: a woken run that was deleted meanwhile holds nobody
+//! up for longer).
 //!
 //! The bound applies when a run starts. A run that has already started (resumed after
 //! a restart, or woken from parking) takes its place whatever the count, so a run
 //! never goes back from `running` to `queued`. The count is this process's: with
 //! shards, each replica bounds the runs it executes.
 //!
-//! Pure bookkeeping under one lock; the run controller calls it under its registry's
-//! lock (order: registry, then this).
+//! Pure bookkeeping under one lock (the caller passes the time); the run controller
+//! calls it under its registry's lock (order: registry, then this).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use super::admission::Order;
 
 /// No bound.
 pub const UNBOUNDED: u32 = 0;
+
+/// How long a woken run keeps its place against newer runs before it comes for it.
+pub const WOKEN_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 pub struct AccountBound {
@@ -34,6 +40,26 @@ struct Account {
     executing: u32,
     /// Runs refused by the bound, oldest first (by creation, then name).
     waiting: BTreeSet<Order>,
+    /// Runs woken for a free place that have not come for it yet, and when.
+    woken: BTreeMap<Order, Instant>,
+}
+
+impl Account {
+    fn idle(&self) -> bool {
+        self.executing == 0 && self.waiting.is_empty() && self.woken.is_empty()
+    }
+
+    /// Forgets woken runs that did not come within [`WOKEN_GRACE`].
+    fn prune(&mut self, now: Instant) {
+        self.woken
+            .retain(|_, at| now.saturating_duration_since(*at) < WOKEN_GRACE);
+    }
+
+    /// Whether an older run than `order` waits, or was woken and is on its way.
+    fn older_waits(&self, order: &Order) -> bool {
+        self.waiting.first().is_some_and(|first| first < order)
+            || self.woken.keys().next().is_some_and(|first| first < order)
+    }
 }
 
 /// What [`AccountBound::take`] says of a run about to start.
@@ -41,7 +67,8 @@ struct Account {
 pub enum Take {
     /// It holds one of its account's places until [`AccountBound::release`].
     Taken,
-    /// Its account is at the bound: it waits, and is woken when a place frees.
+    /// Its account is at the bound, or older runs wait: it waits, and is woken in
+    /// its turn.
     Wait,
 }
 
@@ -63,30 +90,40 @@ impl AccountBound {
         limit != UNBOUNDED && account.executing >= limit
     }
 
+    /// Whether a run at `order` may not take a place now: none is free, or an older
+    /// run of the account waits for one (places go oldest first).
+    fn blocked(&self, account: &Account, order: &Order) -> bool {
+        self.full(account) || account.older_waits(order)
+    }
+
     /// Whether a run of `namespace` that has not started would wait now; one that
-    /// would is recorded as waiting (so it is woken), at no request.
-    pub fn must_wait(&self, namespace: &str, order: &Order) -> bool {
+    /// would is recorded as waiting (so it is woken in its turn), at no request.
+    pub fn must_wait(&self, namespace: &str, order: &Order, now: Instant) -> bool {
         let mut accounts = self.lock();
         let Some(account) = accounts.get_mut(namespace) else {
             return false;
         };
-        if !self.full(account) {
+        account.prune(now);
+        if !self.blocked(account, order) {
             return false;
         }
+        account.woken.remove(order);
         account.waiting.insert(order.clone());
         true
     }
 
-    /// A place for a run of `namespace` about to execute: taken if the account is
-    /// under the bound or the run has `started` already (it resumes), else the run
-    /// waits.
-    pub fn take(&self, namespace: &str, order: &Order, started: bool) -> Take {
+    /// A place for a run of `namespace` about to execute: taken if one is free and no
+    /// older run of the account waits for it, or if the run has `started` already (it
+    /// resumes); else the run waits.
+    pub fn take(&self, namespace: &str, order: &Order, started: bool, now: Instant) -> Take {
         let mut accounts = self.lock();
         let account = match accounts.get_mut(namespace) {
             Some(account) => account,
             None => accounts.entry(namespace.to_string()).or_default(),
         };
-        if started || !self.full(account) {
+        account.prune(now);
+        account.woken.remove(order);
+        if started || !self.blocked(account, order) {
             account.waiting.remove(order);
             account.executing += 1;
             Take::Taken
@@ -96,32 +133,45 @@ impl AccountBound {
         }
     }
 
+    /// Forgets a run of `namespace` that waits for something else now (its workflow's
+    /// own limit): it holds no place in its account's turn.
+    pub fn forget(&self, namespace: &str, order: &Order) {
+        let mut accounts = self.lock();
+        if let Some(account) = accounts.get_mut(namespace) {
+            account.waiting.remove(order);
+            account.woken.remove(order);
+            if account.idle() {
+                accounts.remove(namespace);
+            }
+        }
+    }
+
     /// Frees the place an execution of `namespace` held (the caller then wakes
     /// [`AccountBound::next_waiting`]).
     pub fn release(&self, namespace: &str) {
         let mut accounts = self.lock();
         if let Some(account) = accounts.get_mut(namespace) {
             account.executing = account.executing.saturating_sub(1);
-            if account.executing == 0 && account.waiting.is_empty() {
+            if account.idle() {
                 accounts.remove(namespace);
             }
         }
     }
 
-    /// Takes the oldest waiting run of `namespace` off its list, if the account has a
-    /// free place: the one to wake. A run woken that cannot start after all (its
-    /// workflow's own limit, a newer run that took the place first) is recorded again
-    /// when it is refused.
-    pub fn next_waiting(&self, namespace: &str) -> Option<String> {
+    /// The oldest waiting run of `namespace`, if a place is free that no woken run is
+    /// on its way to: it is recorded as woken (newer runs may not take the place
+    /// before it comes) and returned, for the caller to wake.
+    pub fn next_waiting(&self, namespace: &str, now: Instant) -> Option<String> {
         let mut accounts = self.lock();
         let account = accounts.get_mut(namespace)?;
-        if self.full(account) {
+        account.prune(now);
+        let limit = self.limit();
+        let taken = account.executing as usize + account.woken.len();
+        if limit != UNBOUNDED && taken >= limit as usize {
             return None;
         }
         let next = account.waiting.pop_first()?;
-        if account.executing == 0 && account.waiting.is_empty() {
-            accounts.remove(namespace);
-        }
+        account.woken.insert(next.clone(), now);
         Some(next.name)
     }
 
@@ -150,67 +200,93 @@ mod tests {
 
     #[test]
     fn an_account_executes_at_most_the_bound_and_others_are_not_held_up() {
-        let b = bound(2);
-        assert_eq!(b.take("a", &order(1), false), Take::Taken);
-        assert_eq!(b.take("a", &order(2), false), Take::Taken);
-        assert!(b.must_wait("a", &order(3)));
-        assert_eq!(b.take("a", &order(4), false), Take::Wait);
+        let (b, now) = (bound(2), Instant::now());
+        assert_eq!(b.take("a", &order(1), false, now), Take::Taken);
+        assert_eq!(b.take("a", &order(2), false, now), Take::Taken);
+        assert!(b.must_wait("a", &order(3), now));
+        assert_eq!(b.take("a", &order(4), false, now), Take::Wait);
         assert_eq!(b.executing("a"), 2);
         // Another account is not held up.
-        assert!(!b.must_wait("b", &order(5)));
-        assert_eq!(b.take("b", &order(5), false), Take::Taken);
+        assert!(!b.must_wait("b", &order(5), now));
+        assert_eq!(b.take("b", &order(5), false, now), Take::Taken);
         // Nothing is woken while the account is full.
-        assert_eq!(b.next_waiting("a"), None);
-        // A place frees: the oldest waiting run is woken first, one per place.
+        assert_eq!(b.next_waiting("a", now), None);
+        // A place frees: the oldest waiting run is woken, one per free place.
         b.release("a");
-        assert_eq!(b.next_waiting("a").as_deref(), Some("run-3"));
-        assert_eq!(b.take("a", &order(3), false), Take::Taken);
-        assert_eq!(b.next_waiting("a"), None, "full again");
+        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
+        assert_eq!(b.next_waiting("a", now), None, "run-3 is on its way");
+        assert_eq!(b.take("a", &order(3), false, now), Take::Taken);
         b.release("a");
-        assert_eq!(b.next_waiting("a").as_deref(), Some("run-4"));
+        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-4"));
+    }
+
+    #[test]
+    fn a_newer_run_never_takes_the_place_an_older_one_waits_for() {
+        let (b, now) = (bound(1), Instant::now());
+        b.take("a", &order(1), false, now);
+        assert_eq!(b.take("a", &order(2), false, now), Take::Wait);
+        assert_eq!(b.take("a", &order(3), false, now), Take::Wait);
+        b.release("a");
+        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-2"));
+        // Woken, run-2 is on its way: run-3 and a new run-4 must not overtake it.
+        assert!(b.must_wait("a", &order(4), now));
+        assert_eq!(b.take("a", &order(3), false, now), Take::Wait);
+        assert_eq!(b.take("a", &order(2), false, now), Take::Taken);
+        b.release("a");
+        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
+        assert_eq!(b.take("a", &order(4), false, now), Take::Wait);
+        assert_eq!(b.take("a", &order(3), false, now), Take::Taken);
+    }
+
+    #[test]
+    fn a_woken_run_that_does_not_come_holds_nobody_up_past_the_grace() {
+        let (b, now) = (bound(1), Instant::now());
+        b.take("a", &order(1), false, now);
+        b.take("a", &order(2), false, now);
+        b.take("a", &order(3), false, now);
+        b.release("a");
+        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-2"));
+        // run-2 was deleted and never comes.
+        assert_eq!(b.take("a", &order(3), false, now), Take::Wait);
+        let later = now + WOKEN_GRACE;
+        assert_eq!(b.take("a", &order(3), false, later), Take::Taken);
+    }
+
+    #[test]
+    fn a_woken_run_that_waits_for_its_workflow_leaves_the_place_to_the_next() {
+        let (b, now) = (bound(1), Instant::now());
+        b.take("a", &order(1), false, now);
+        b.take("a", &order(2), false, now);
+        b.take("a", &order(3), false, now);
+        b.release("a");
+        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-2"));
+        b.forget("a", &order(2));
+        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
+        assert_eq!(b.take("a", &order(3), false, now), Take::Taken);
     }
 
     #[test]
     fn a_run_that_started_already_takes_its_place_whatever_the_count() {
-        let b = bound(1);
-        assert_eq!(b.take("a", &order(1), false), Take::Taken);
-        assert_eq!(b.take("a", &order(2), true), Take::Taken);
+        let (b, now) = (bound(1), Instant::now());
+        assert_eq!(b.take("a", &order(1), false, now), Take::Taken);
+        assert_eq!(b.take("a", &order(2), true, now), Take::Taken);
         assert_eq!(b.executing("a"), 2);
         b.release("a");
         assert_eq!(
-            b.take("a", &order(3), false),
+            b.take("a", &order(3), false, now),
             Take::Wait,
             "still at the bound: one of its two places freed"
         );
         b.release("a");
-        assert_eq!(b.next_waiting("a").as_deref(), Some("run-3"));
-    }
-
-    #[test]
-    fn a_woken_run_that_loses_its_place_waits_in_its_turn_again() {
-        let b = bound(1);
-        b.take("a", &order(1), false);
-        assert_eq!(b.take("a", &order(2), false), Take::Wait);
-        assert_eq!(b.take("a", &order(3), false), Take::Wait);
-        b.release("a");
-        assert_eq!(b.next_waiting("a").as_deref(), Some("run-2"));
-        // A new run takes the place before the woken one gets to it.
-        assert_eq!(b.take("a", &order(4), false), Take::Taken);
-        assert_eq!(b.take("a", &order(2), false), Take::Wait);
-        b.release("a");
-        assert_eq!(
-            b.next_waiting("a").as_deref(),
-            Some("run-2"),
-            "oldest first"
-        );
+        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
     }
 
     #[test]
     fn unbounded_never_waits_and_keeps_nothing() {
-        let b = bound(UNBOUNDED);
+        let (b, now) = (bound(UNBOUNDED), Instant::now());
         for i in 0..100 {
-            assert!(!b.must_wait("a", &order(i)));
-            assert_eq!(b.take("a", &order(i), false), Take::Taken);
+            assert!(!b.must_wait("a", &order(i), now));
+            assert_eq!(b.take("a", &order(i), false, now), Take::Taken);
         }
         for _ in 0..100 {
             b.release("a");

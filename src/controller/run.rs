@@ -228,7 +228,7 @@ impl Context {
     /// bound, if a place is free: the first that still waits (one deleted or finished
     /// meanwhile is passed over).
     fn wake_account(&self, namespace: &str) {
-        while let Some(name) = self.account_bound.next_waiting(namespace) {
+        while let Some(name) = self.account_bound.next_waiting(namespace, Instant::now()) {
             if let Some(run) = self.queue.cached(namespace, &name)
                 && !run.phase().is_finished()
             {
@@ -320,7 +320,10 @@ impl Context {
         // woken.
         let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| {
             let order = admission::order_of(run);
-            match ctx.account_bound.take(&namespace, &order, has_started(run)) {
+            match ctx
+                .account_bound
+                .take(&namespace, &order, has_started(run), Instant::now())
+            {
                 Take::Taken => {
                     let (registration, cancel, approvals) = ctx.register(executing, run, uid);
                     Admitted::Start {
@@ -338,6 +341,8 @@ impl Context {
         // Refused by its workflow: a place of its account it may have been woken for
         // goes to the account's next waiting run.
         let queue = |ctx: &Arc<Self>, cancel_others| {
+            ctx.account_bound
+                .forget(&namespace, &admission::order_of(run));
             ctx.wake_account(&namespace);
             Admitted::Queue { cancel_others }
         };
@@ -419,25 +424,32 @@ impl Context {
     /// the group and n binary searches, not n walks.
     fn still_queued(&self, run: &Run) -> bool {
         let executing = self.lock();
-        // Its account is at its bound: it waits (and is recorded, to be woken).
-        if self.account_bound.must_wait(
-            &run.namespace().unwrap_or_default(),
-            &admission::order_of(run),
-        ) {
-            return true;
-        }
-        if let Some(concurrency) = admission::needs_admission(run)
+        let namespace = run.namespace().unwrap_or_default();
+        let group_full = if let Some(concurrency) = admission::needs_admission(run)
             && concurrency.policy == ConcurrencyPolicy::Queue
             && let Ok(group) = admission::group_of(run)
         {
-            return self.queue.must_wait(run, concurrency.limit, &group, |uid| {
+            self.queue.must_wait(run, concurrency.limit, &group, |uid| {
                 self.local(&executing, uid)
-            });
+            })
+        } else {
+            matches!(
+                self.admission_with(run, &executing),
+                Some(Ok(Admission::Queue))
+            )
+        };
+        let order = admission::order_of(run);
+        if group_full {
+            // It waits for its group, not its account: had it been woken for a place
+            // of its account, the place goes to the account's next waiting run.
+            self.account_bound.forget(&namespace, &order);
+            self.wake_account(&namespace);
+            return true;
         }
-        matches!(
-            self.admission_with(run, &executing),
-            Some(Ok(Admission::Queue))
-        )
+        // Its account is at its bound, or older runs of it wait: it waits (recorded,
+        // to be woken in its turn).
+        self.account_bound
+            .must_wait(&namespace, &order, Instant::now())
     }
 
     /// Stops the executions [`stops_for`] picks for a deletion.
