@@ -238,14 +238,20 @@ mod tests {
         assert_eq!(b.take("a", &order(3), false, now), Take::Taken);
     }
 
-    #[test]
-    fn a_woken_run_that_does_not_come_holds_nobody_up_past_the_grace() {
+    /// Bound 1: run-1 executed and ended, run-2 (woken) and run-3 wait.
+    fn run_2_woken() -> (AccountBound, Instant) {
         let (b, now) = (bound(1), Instant::now());
         b.take("a", &order(1), false, now);
         b.take("a", &order(2), false, now);
         b.take("a", &order(3), false, now);
         b.release("a");
         assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-2"));
+        (b, now)
+    }
+
+    #[test]
+    fn a_woken_run_that_does_not_come_holds_nobody_up_past_the_grace() {
+        let (b, now) = run_2_woken();
         // run-2 was deleted and never comes.
         assert_eq!(b.take("a", &order(3), false, now), Take::Wait);
         let later = now + WOKEN_GRACE;
@@ -254,12 +260,7 @@ mod tests {
 
     #[test]
     fn a_woken_run_that_waits_for_its_workflow_leaves_the_place_to_the_next() {
-        let (b, now) = (bound(1), Instant::now());
-        b.take("a", &order(1), false, now);
-        b.take("a", &order(2), false, now);
-        b.take("a", &order(3), false, now);
-        b.release("a");
-        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-2"));
+        let (b, now) = run_2_woken();
         b.forget("a", &order(2));
         assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
         assert_eq!(b.take("a", &order(3), false, now), Take::Taken);
