@@ -6,10 +6,11 @@
 //! (for at most [`WOKEN_GRACE`]: a woken run that was deleted meanwhile holds nobody
 //! up for longer).
 //!
-//! The bound applies when a run starts. A run that has already started (resumed after
-//! a restart, or woken from parking) takes its place whatever the count, so a run
-//! never goes back from `running` to `queued`. The count is this process's: with
-//! shards, each replica bounds the runs it executes.
+//! The bound applies whenever a run is to execute: when it starts, and when it resumes
+//! (after a restart, or woken from parking, which frees its place), so parking cannot
+//! be used to run more at once than the bound. The caller keeps a started run's status
+//! while it waits: a run never goes back from `running` to `queued`. The count is this
+//! process's: with shards, each replica bounds the runs it executes.
 //!
 //! Pure bookkeeping under one lock (the caller passes the time); the run controller
 //! calls it under its registry's lock (order: registry, then this).
@@ -113,9 +114,8 @@ impl AccountBound {
     }
 
     /// A place for a run of `namespace` about to execute: taken if one is free and no
-    /// older run of the account waits for it, or if the run has `started` already (it
-    /// resumes); else the run waits.
-    pub fn take(&self, namespace: &str, order: &Order, started: bool, now: Instant) -> Take {
+    /// older run of the account waits for it; else the run waits.
+    pub fn take(&self, namespace: &str, order: &Order, now: Instant) -> Take {
         let mut accounts = self.lock();
         let account = match accounts.get_mut(namespace) {
             Some(account) => account,
@@ -123,7 +123,7 @@ impl AccountBound {
         };
         account.prune(now);
         account.woken.remove(order);
-        if started || !self.blocked(account, order) {
+        if !self.blocked(account, order) {
             account.waiting.remove(order);
             account.executing += 1;
             Take::Taken
@@ -201,21 +201,21 @@ mod tests {
     #[test]
     fn an_account_executes_at_most_the_bound_and_others_are_not_held_up() {
         let (b, now) = (bound(2), Instant::now());
-        assert_eq!(b.take("a", &order(1), false, now), Take::Taken);
-        assert_eq!(b.take("a", &order(2), false, now), Take::Taken);
+        assert_eq!(b.take("a", &order(1), now), Take::Taken);
+        assert_eq!(b.take("a", &order(2), now), Take::Taken);
         assert!(b.must_wait("a", &order(3), now));
-        assert_eq!(b.take("a", &order(4), false, now), Take::Wait);
+        assert_eq!(b.take("a", &order(4), now), Take::Wait);
         assert_eq!(b.executing("a"), 2);
         // Another account is not held up.
         assert!(!b.must_wait("b", &order(5), now));
-        assert_eq!(b.take("b", &order(5), false, now), Take::Taken);
+        assert_eq!(b.take("b", &order(5), now), Take::Taken);
         // Nothing is woken while the account is full.
         assert_eq!(b.next_waiting("a", now), None);
         // A place frees: the oldest waiting run is woken, one per free place.
         b.release("a");
         assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
         assert_eq!(b.next_waiting("a", now), None, "run-3 is on its way");
-        assert_eq!(b.take("a", &order(3), false, now), Take::Taken);
+        assert_eq!(b.take("a", &order(3), now), Take::Taken);
         b.release("a");
         assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-4"));
     }
@@ -223,27 +223,27 @@ mod tests {
     #[test]
     fn a_newer_run_never_takes_the_place_an_older_one_waits_for() {
         let (b, now) = (bound(1), Instant::now());
-        b.take("a", &order(1), false, now);
-        assert_eq!(b.take("a", &order(2), false, now), Take::Wait);
-        assert_eq!(b.take("a", &order(3), false, now), Take::Wait);
+        b.take("a", &order(1), now);
+        assert_eq!(b.take("a", &order(2), now), Take::Wait);
+        assert_eq!(b.take("a", &order(3), now), Take::Wait);
         b.release("a");
         assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-2"));
         // Woken, run-2 is on its way: run-3 and a new run-4 must not overtake it.
         assert!(b.must_wait("a", &order(4), now));
-        assert_eq!(b.take("a", &order(3), false, now), Take::Wait);
-        assert_eq!(b.take("a", &order(2), false, now), Take::Taken);
+        assert_eq!(b.take("a", &order(3), now), Take::Wait);
+        assert_eq!(b.take("a", &order(2), now), Take::Taken);
         b.release("a");
         assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
-        assert_eq!(b.take("a", &order(4), false, now), Take::Wait);
-        assert_eq!(b.take("a", &order(3), false, now), Take::Taken);
+        assert_eq!(b.take("a", &order(4), now), Take::Wait);
+        assert_eq!(b.take("a", &order(3), now), Take::Taken);
     }
 
     /// Bound 1: run-1 executed and ended, run-2 (woken) and run-3 wait.
     fn run_2_woken() -> (AccountBound, Instant) {
         let (b, now) = (bound(1), Instant::now());
-        b.take("a", &order(1), false, now);
-        b.take("a", &order(2), false, now);
-        b.take("a", &order(3), false, now);
+        b.take("a", &order(1), now);
+        b.take("a", &order(2), now);
+        b.take("a", &order(3), now);
         b.release("a");
         assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-2"));
         (b, now)
@@ -253,9 +253,9 @@ mod tests {
     fn a_woken_run_that_does_not_come_holds_nobody_up_past_the_grace() {
         let (b, now) = run_2_woken();
         // run-2 was deleted and never comes.
-        assert_eq!(b.take("a", &order(3), false, now), Take::Wait);
+        assert_eq!(b.take("a", &order(3), now), Take::Wait);
         let later = now + WOKEN_GRACE;
-        assert_eq!(b.take("a", &order(3), false, later), Take::Taken);
+        assert_eq!(b.take("a", &order(3), later), Take::Taken);
     }
 
     #[test]
@@ -263,23 +263,7 @@ mod tests {
         let (b, now) = run_2_woken();
         b.forget("a", &order(2));
         assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
-        assert_eq!(b.take("a", &order(3), false, now), Take::Taken);
-    }
-
-    #[test]
-    fn a_run_that_started_already_takes_its_place_whatever_the_count() {
-        let (b, now) = (bound(1), Instant::now());
-        assert_eq!(b.take("a", &order(1), false, now), Take::Taken);
-        assert_eq!(b.take("a", &order(2), true, now), Take::Taken);
-        assert_eq!(b.executing("a"), 2);
-        b.release("a");
-        assert_eq!(
-            b.take("a", &order(3), false, now),
-            Take::Wait,
-            "still at the bound: one of its two places freed"
-        );
-        b.release("a");
-        assert_eq!(b.next_waiting("a", now).as_deref(), Some("run-3"));
+        assert_eq!(b.take("a", &order(3), now), Take::Taken);
     }
 
     #[test]
@@ -287,7 +271,7 @@ mod tests {
         let (b, now) = (bound(UNBOUNDED), Instant::now());
         for i in 0..100 {
             assert!(!b.must_wait("a", &order(i), now));
-            assert_eq!(b.take("a", &order(i), false, now), Take::Taken);
+            assert_eq!(b.take("a", &order(i), now), Take::Taken);
         }
         for _ in 0..100 {
             b.release("a");

@@ -146,8 +146,13 @@ enum Admitted {
         approvals: Approvals,
         cancel_others: Vec<String>,
     },
-    /// Wait for a slot; first cancel these runs of its group.
-    Queue { cancel_others: Vec<String> },
+    /// Wait for a slot; first cancel these runs of its group; record it `queued` if
+    /// `mark` (a run that waits for its account's bound keeps a status it has: a run
+    /// that started never goes back to `queued`).
+    Queue {
+        cancel_others: Vec<String>,
+        mark: bool,
+    },
     /// Record it as ended, with this phase and error.
     End(RunPhase, String),
 }
@@ -317,13 +322,11 @@ impl Context {
         let namespace = run.namespace().unwrap_or_default();
         // Its workflow admits it; its account's bound has the last word. A run refused
         // there waits without cancelling anything: admission is asked again when it is
-        // woken.
+        // woken. A run that started (resumed, or woken from parking) waits too, keeping
+        // its status.
         let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| {
             let order = admission::order_of(run);
-            match ctx
-                .account_bound
-                .take(&namespace, &order, has_started(run), Instant::now())
-            {
+            match ctx.account_bound.take(&namespace, &order, Instant::now()) {
                 Take::Taken => {
                     let (registration, cancel, approvals) = ctx.register(executing, run, uid);
                     Admitted::Start {
@@ -335,6 +338,7 @@ impl Context {
                 }
                 Take::Wait => Admitted::Queue {
                     cancel_others: Vec::new(),
+                    mark: run.status.is_none(),
                 },
             }
         };
@@ -344,7 +348,10 @@ impl Context {
             ctx.account_bound
                 .forget(&namespace, &admission::order_of(run));
             ctx.wake_account(&namespace);
-            Admitted::Queue { cancel_others }
+            Admitted::Queue {
+                cancel_others,
+                mark: run.phase() != RunPhase::Queued,
+            }
         };
         let mut executing = self.lock();
         match self.admission_with(run, &executing) {
@@ -700,11 +707,14 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                     }
                 });
             }
-            Admitted::Queue { cancel_others } => {
+            Admitted::Queue {
+                cancel_others,
+                mark,
+            } => {
                 for name in cancel_others {
                     request_cancel(&ctx.client, &namespace, &name).await?;
                 }
-                if run.phase() != RunPhase::Queued {
+                if mark {
                     mark_queued(&ctx, &run).await;
                 }
             }

@@ -369,6 +369,64 @@ async fn an_account_executes_at_most_its_bound_and_its_other_runs_wait_queued() 
     assert_started_in_creation_order(&done, 2);
 }
 
+/// Parking frees a run's place under its account's bound, and waking takes one again:
+/// a parked run woken while its account is full waits, still `running` (never
+/// `queued`: it has started), and goes on when a place frees. So parking cannot run
+/// more of an account's runs at once than its bound.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_run_woken_from_parking_waits_for_a_place_of_its_account_still_running() {
+    let api = TestApi::start("fc-account-park").await;
+    let (stop, _telemetry) = spawn_run_controller_tuned(
+        &api.ns,
+        crate::support::guarded_client(),
+        Default::default(),
+        |ctx| ctx.account_bound().set_limit(1),
+    );
+    let _stop = stop.drop_guard();
+    let napping = workflow(
+        &api,
+        "Napping",
+        json!({"steps": [
+            {"id": "nap", "action": "wait", "with": {"ms": 1000}},
+            {"id": "work", "action": "transform", "with": {"value": 1}}]}),
+    )
+    .await;
+    let busy = workflow(&api, "Busy", json!({"steps": delay(4000)})).await;
+    let key = api.admin_key.clone();
+    let parked = api.start_run(&key, &napping, None).await;
+    eventually("the first run to park", MINUTE, || async {
+        let run: Run = api.ns.api::<Run>().get(&parked).await.ok()?;
+        run.status.as_ref()?.parked.then_some(())
+    })
+    .await;
+    // Its place is free while it is parked: the other run starts at once.
+    let holder = api.start_run(&key, &busy, None).await;
+    let phases = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let parked_run = eventually("the parked run to finish", MINUTE, || async {
+        let run: Run = api.ns.api::<Run>().get(&parked).await.ok()?;
+        phases.lock().unwrap().insert(run.phase().as_str());
+        run.phase().is_finished().then_some(run)
+    })
+    .await;
+    let phases = phases.into_inner().unwrap();
+    let holder_run = finished_run(&api.ns, &holder, MINUTE).await;
+    assert_eq!(parked_run.phase(), RunPhase::Succeeded);
+    assert!(
+        !phases.contains("queued"),
+        "a started run is never queued: {phases:?}"
+    );
+    let holder_end = holder_run.status.as_ref().unwrap().finished_at.unwrap();
+    let holder_start = holder_run.status.as_ref().unwrap().started_at.unwrap();
+    let work = &parked_run.status.as_ref().unwrap().steps[1];
+    let work_start = work.started_at.expect("the step after the nap ran");
+    assert!(
+        holder_start < work_start && work_start >= holder_end,
+        "woken at 1 s while the other run held the only place, it went on only when \
+         that run ended ({holder_start} to {holder_end}); its step started at {work_start}"
+    );
+}
+
 /// Queued runs survive an operator restart: none is lost, they start in creation
 /// order, and the limit holds across the hand-over.
 #[tokio::test]
