@@ -166,7 +166,7 @@ where
 fn whole<K>(_: &mut K) {}
 
 /// An index by namespace alone.
-fn by_namespace<K: Resource + Clone>() -> SharedNameIndex<K> {
+fn namespace_index<K: Resource + Clone>() -> SharedNameIndex<K> {
     SharedNameIndex::new(name_index::by_namespace)
 }
 
@@ -273,24 +273,24 @@ impl Caches {
             webhooks: spawn_scoped(
                 per_namespace(&client, &each, &plain),
                 whole,
-                by_namespace,
+                namespace_index,
                 &shutdown,
             ),
             api_keys: spawn_scoped(
                 per_namespace(&client, &each, &keys_config),
                 whole,
-                by_namespace,
+                namespace_index,
                 &shutdown,
             ),
             hook_secrets: spawn_scoped(
                 per_namespace(&client, &each, &hook_config),
                 whole,
-                by_namespace,
+                namespace_index,
                 &shutdown,
             ),
             // Metadata only: the rate limiter needs just the plan annotations. Cluster-
             // scoped, so its index files nothing.
-            namespaces: spawn_scoped(namespace_watches, whole, by_namespace, &shutdown),
+            namespaces: spawn_scoped(namespace_watches, whole, namespace_index, &shutdown),
             synced: Arc::new(AtomicBool::new(false)),
         };
         let waiting = caches.clone();

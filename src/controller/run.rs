@@ -105,7 +105,7 @@ pub fn decide(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Decisi
     ))
 }
 
-/// Whether any step of `run` has started: a run that has is resumed, never held back.
+/// Whether any step of `run` has started.
 fn has_started(run: &Run) -> bool {
     run.status
         .as_ref()
@@ -324,29 +324,29 @@ impl Context {
         // there waits without cancelling anything: admission is asked again when it is
         // woken. A run that started (resumed, or woken from parking) waits too, keeping
         // its status.
-        let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| {
-            let order = admission::order_of(run);
-            match ctx.account_bound.take(&namespace, &order, Instant::now()) {
-                Take::Taken => {
-                    let (registration, cancel, approvals) = ctx.register(executing, run, uid);
-                    Admitted::Start {
-                        registration,
-                        cancel,
-                        approvals,
-                        cancel_others,
-                    }
+        let order = admission::order_of(run);
+        let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| match ctx
+            .account_bound
+            .take(&namespace, &order, Instant::now())
+        {
+            Take::Taken => {
+                let (registration, cancel, approvals) = ctx.register(executing, run, uid);
+                Admitted::Start {
+                    registration,
+                    cancel,
+                    approvals,
+                    cancel_others,
                 }
-                Take::Wait => Admitted::Queue {
-                    cancel_others: Vec::new(),
-                    mark: run.status.is_none(),
-                },
             }
+            Take::Wait => Admitted::Queue {
+                cancel_others: Vec::new(),
+                mark: run.status.is_none(),
+            },
         };
         // Refused by its workflow: a place of its account it may have been woken for
         // goes to the account's next waiting run.
         let queue = |ctx: &Arc<Self>, cancel_others| {
-            ctx.account_bound
-                .forget(&namespace, &admission::order_of(run));
+            ctx.account_bound.forget(&namespace, &order);
             ctx.wake_account(&namespace);
             Admitted::Queue {
                 cancel_others,

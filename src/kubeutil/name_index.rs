@@ -46,7 +46,7 @@ pub fn by_namespace<K>(_: &K) -> &'static str {
 type ByGroup = HashMap<Arc<str>, HashSet<Arc<str>>>;
 
 /// Names by namespace, then by group.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Names {
     namespaces: HashMap<Arc<str>, ByGroup>,
     /// The namespaces each name is found in, for a kind looked up by name across

@@ -35,6 +35,19 @@ async fn with_controller(
     (api, wf, stop.drop_guard(), telemetry)
 }
 
+/// An API server and a run controller in this process whose accounts may each execute
+/// `limit` runs at once; the controller stops when the guard is dropped.
+async fn with_account_bound(prefix: &str, limit: u32) -> (TestApi, tokio_util::sync::DropGuard) {
+    let api = TestApi::start(prefix).await;
+    let (stop, _telemetry) = spawn_run_controller_tuned(
+        &api.ns,
+        crate::support::guarded_client(),
+        Default::default(),
+        |ctx| ctx.account_bound().set_limit(limit),
+    );
+    (api, stop.drop_guard())
+}
+
 /// A workflow created through the API with `settings` patched in.
 async fn workflow(api: &TestApi, name: &str, settings: Value) -> String {
     let wf = api.create_workflow(name).await;
@@ -330,14 +343,7 @@ async fn queued_runs_start_in_creation_order_within_the_limit() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn an_account_executes_at_most_its_bound_and_its_other_runs_wait_queued() {
-    let api = TestApi::start("fc-account").await;
-    let (stop, _telemetry) = spawn_run_controller_tuned(
-        &api.ns,
-        crate::support::guarded_client(),
-        Default::default(),
-        |ctx| ctx.account_bound().set_limit(2),
-    );
-    let _stop = stop.drop_guard();
+    let (api, _stop) = with_account_bound("fc-account", 2).await;
     let steps = json!({"steps": [
         {"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]});
     let first = workflow(&api, "First", steps.clone()).await;
@@ -376,14 +382,7 @@ async fn an_account_executes_at_most_its_bound_and_its_other_runs_wait_queued() 
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn a_run_woken_from_parking_waits_for_a_place_of_its_account_still_running() {
-    let api = TestApi::start("fc-account-park").await;
-    let (stop, _telemetry) = spawn_run_controller_tuned(
-        &api.ns,
-        crate::support::guarded_client(),
-        Default::default(),
-        |ctx| ctx.account_bound().set_limit(1),
-    );
-    let _stop = stop.drop_guard();
+    let (api, _stop) = with_account_bound("fc-account-park", 1).await;
     let napping = workflow(
         &api,
         "Napping",
