@@ -35,11 +35,11 @@ build: ## Build the flowline binary
 .PHONY: lint
 lint: ## cargo fmt --check and clippy with warnings denied
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 .PHONY: unit-test
 unit-test: ## Tests that need no cluster
-	$(CARGO) test
+	$(CARGO) test --workspace
 
 .PHONY: cluster-test
 cluster-test: cluster install-crds python-deps ## Tests against the control plane (fails, never skips, without one)

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flowline::crd::{Webhook, Workflow};
-use flowline::delivery::sender::{Outgoing, Sender, SenderConfig};
-use flowline::delivery::worker::{self, Settings};
-use flowline::egress::DestinationPolicy;
-use flowline::telemetry::delivery_metrics::DeliveryMetrics;
-use flowline::telemetry::metrics::Metrics;
+use flowline_core::crd::{Webhook, Workflow};
+use flowline_delivery::sender::{Outgoing, Sender, SenderConfig};
+use flowline_delivery::worker::{self, Settings};
+use flowline_egress::DestinationPolicy;
+use flowline_telemetry::delivery_metrics::DeliveryMetrics;
+use flowline_telemetry::metrics::Metrics;
 use http_body_util::Full;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -104,7 +104,7 @@ fn reference_request(
     body: &Bytes,
     shape: Shape,
 ) -> http::Request<Full<Bytes>> {
-    use flowline::delivery::signing;
+    use flowline_core::delivery::signing;
     let request = http::Request::post(url.clone()).header("content-type", "application/json");
     let request = match shape {
         Shape::Bare => request,
@@ -183,7 +183,7 @@ async fn sender_alone(receiver: &Receiver, bodies: &[Bytes], secret: &'static st
                     url: &url,
                     webhook_allows_http: false,
                     event_id: &id,
-                    kind: flowline::crd::EventKind::RunStarted,
+                    kind: flowline_core::crd::EventKind::RunStarted,
                     attempt: 1,
                     body,
                     secrets: &secrets,
@@ -275,7 +275,7 @@ async fn main() {
         "  raw hyper client (before): {raw_rate:.0} req/s, p99 <= {raw_p99} s, {} of {EVENTS} over HTTP/2",
         receiver.http2_count()
     );
-    let secret: &'static str = flowline::delivery::signing::generate_secret().leak();
+    let secret: &'static str = flowline_core::delivery::signing::generate_secret().leak();
     let (signed_rate, signed_p99) = raw_hyper(&receiver, &bodies, Shape::Signed(secret)).await;
     println!("  raw hyper client, signed (before): {signed_rate:.0} req/s, p99 <= {signed_p99} s");
     let (sender_rate, sender_p99) = sender_alone(&receiver, &bodies, secret).await;
@@ -334,7 +334,7 @@ async fn main() {
     let h2_before = receiver.http2_count();
     let started = Instant::now();
     println!("  (the worker starts now)");
-    let runs = flowline::controller::run_cache::RunCache::start(&client, Some(&ns), stop.clone());
+    let runs = flowline_controller::run_cache::RunCache::start(&client, Some(&ns), stop.clone());
     tokio::spawn(worker::run(
         client.clone(),
         sender,

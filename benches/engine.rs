@@ -19,8 +19,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowline::crd::{Run, Workflow};
-use flowline::telemetry::engine_metrics::EngineTelemetry;
+use flowline_core::crd::{Run, Workflow};
+use flowline_telemetry::engine_metrics::EngineTelemetry;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
@@ -63,23 +63,23 @@ async fn namespace(client: &Client, name: &str) {
 fn controller(
     client: &Client,
     ns: &str,
-    jobs: flowline::engine::job::JobSettings,
+    jobs: flowline_engine::job::JobSettings,
 ) -> CancellationToken {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let ctx = flowline::controller::run::Context::new(
+    let ctx = flowline_controller::run::Context::new(
         client.clone(),
-        flowline::egress::GuardedClient::new(Default::default()).unwrap(),
-        flowline::crd::Executor::Inline,
+        flowline_egress::GuardedClient::new(Default::default()).unwrap(),
+        flowline_core::crd::Executor::Inline,
         Some(ns.to_string()),
         EngineTelemetry::new(
-            &flowline::telemetry::metrics::Metrics::default(),
+            &flowline_telemetry::metrics::Metrics::default(),
             Some(client.clone()),
         ),
         jobs,
     );
     let stop = CancellationToken::new();
-    let runs = flowline::controller::run_cache::RunCache::start(client, Some(ns), stop.clone());
-    tokio::spawn(flowline::controller::run::run(
+    let runs = flowline_controller::run_cache::RunCache::start(client, Some(ns), stop.clone());
+    tokio::spawn(flowline_controller::run::run(
         ctx,
         runs.clone(),
         stop.clone(),
@@ -130,10 +130,12 @@ async fn until_all(
     runs: &Api<Run>,
     workflow: &str,
     n: usize,
-    reached: impl Fn(flowline::crd::RunPhase) -> bool,
+    reached: impl Fn(flowline_core::crd::RunPhase) -> bool,
 ) {
-    let config = kube::runtime::watcher::Config::default()
-        .labels(&format!("{}={workflow}", flowline::crd::labels::WORKFLOW));
+    let config = kube::runtime::watcher::Config::default().labels(&format!(
+        "{}={workflow}",
+        flowline_core::crd::labels::WORKFLOW
+    ));
     let mut there = std::collections::HashSet::new();
     let mut objects = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(
         kube::runtime::watcher(runs.clone(), config)
@@ -174,7 +176,7 @@ async fn main() {
     let ns = format!("bench-engine-{}", std::process::id());
     namespace(&client, &ns).await;
     let runs: Api<Run> = Api::namespaced(client.clone(), &ns);
-    let kwok = flowline::engine::job::JobSettings {
+    let kwok = flowline_engine::job::JobSettings {
         step_image: "flowline:bench".into(),
         pod_annotations: [(
             "flowline.io/fake-termination-message".to_string(),
@@ -220,7 +222,7 @@ async fn abc(
     client: &Client,
     ns: &str,
     runs: &Api<Run>,
-    kwok: flowline::engine::job::JobSettings,
+    kwok: flowline_engine::job::JobSettings,
     parts: &str,
 ) {
     let (client, ns) = (client.clone(), ns.to_string());
@@ -410,7 +412,7 @@ async fn part_g(client: &Client, ns: &str) {
         })
         .await;
         until_all(&runs, "gate", queued, |phase| {
-            phase == flowline::crd::RunPhase::Queued
+            phase == flowline_core::crd::RunPhase::Queued
         })
         .await;
         arriving.push(process_cpu_seconds() - arrival);
@@ -523,7 +525,7 @@ async fn part_c(client: &Client, ns: &str, runs: &Api<Run>) {
     let stop = controller(
         &client,
         &ns,
-        flowline::engine::job::JobSettings {
+        flowline_engine::job::JobSettings {
             step_image: "flowline:bench".into(),
             pod_annotations: [(
                 "flowline.io/fake-termination-message".to_string(),

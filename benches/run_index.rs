@@ -12,12 +12,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowline::api::pagination::{self, ListQuery, SortKey};
-use flowline::api::views::RunListItem;
-use flowline::crd::Run;
-use flowline::crd::timestamps::created_at;
-use flowline::kubeutil::lenient::Lenient;
-use flowline::kubeutil::name_index::{NameIndex, by_workflow};
+use flowline_api::pagination::{self, ListQuery, SortKey};
+use flowline_api::views::RunListItem;
+use flowline_core::crd::Run;
+use flowline_core::crd::timestamps::created_at;
+use flowline_kube::lenient::Lenient;
+use flowline_kube::name_index::{NameIndex, by_workflow};
 use kube::Resource;
 use kube::ResourceExt;
 use kube::runtime::reflector::{self, ObjectRef};

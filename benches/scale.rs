@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use flowline::crd::{Run, Workflow};
+use flowline_core::crd::{Run, Workflow};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -236,7 +236,7 @@ async fn main() {
                     jiff::Timestamp::now(),
                 );
                 run.labels_mut()
-                    .insert(flowline::crd::labels::PHASE.into(), "succeeded".into());
+                    .insert(flowline_core::crd::labels::PHASE.into(), "succeeded".into());
                 run_api.create(&PostParams::default(), &run).await.unwrap();
                 let status = finished_status(&name, i, i % big_every == 0);
                 run_api
@@ -291,11 +291,11 @@ async fn main() {
     let cached = api_rss.saturating_sub(empty_rss);
 
     // Reads: /v1 against the API server.
-    let key = flowline::api::keys::create_key(
+    let key = flowline_api::keys::create_key(
         client.clone(),
         &ns,
         "bench",
-        &[flowline::api::auth::Scope::Read],
+        &[flowline_api::auth::Scope::Read],
     )
     .await
     .unwrap()
@@ -334,7 +334,7 @@ async fn main() {
         let (run_api, wf) = (run_api.clone(), wf_name(i));
         async move {
             let lp = ListParams::default()
-                .labels(&format!("{}={wf}", flowline::crd::labels::WORKFLOW))
+                .labels(&format!("{}={wf}", flowline_core::crd::labels::WORKFLOW))
                 .limit(20);
             run_api.list(&lp).await.unwrap();
         }

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowline::crd::{Run, Workflow};
+use flowline_core::crd::{Run, Workflow};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, PostParams};

@@ -5,11 +5,11 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
-use crate::api::auth::{KeyRecord, Scope, hash_key};
-use crate::api::keys::{create_key, list_keys};
-use crate::api::views::ApiKeyView;
 use crate::cli::{ApiKeyCommand, OutputFormat};
-use crate::kubeutil::Connection;
+use flowline_api::auth::{KeyRecord, Scope, hash_key};
+use flowline_api::keys::{create_key, list_keys};
+use flowline_api::views::ApiKeyView;
+use flowline_kube::Connection;
 
 pub async fn run(command: ApiKeyCommand, connection: &Connection) -> anyhow::Result<()> {
     let config = connection.config().await?;
@@ -101,7 +101,7 @@ fn table(keys: &[KeyRecord]) -> String {
             key.name.clone(),
             scopes.join(","),
             key.created_at
-                .map(crate::clock::format_ts)
+                .map(flowline_core::clock::format_ts)
                 .unwrap_or_else(|| "-".into()),
         ]);
     }

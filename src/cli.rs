@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::engine::job;
-use crate::telemetry::logging::LogFormat;
+use flowline_engine::job;
+use flowline_telemetry::logging::LogFormat;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,8 +31,8 @@ pub struct Cli {
 
 impl Cli {
     /// The cluster the command talks to.
-    pub fn connection(&self) -> crate::kubeutil::Connection {
-        crate::kubeutil::Connection {
+    pub fn connection(&self) -> flowline_kube::Connection {
+        flowline_kube::Connection {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
         }
@@ -133,7 +133,7 @@ pub struct ApiArgs {
         default_value = "free",
         env = "FLOWLINE_DEFAULT_PLAN"
     )]
-    pub default_plan: crate::api::ratelimit::Plan,
+    pub default_plan: flowline_api::ratelimit::Plan,
     /// Requests per minute of the enterprise plan when the namespace does not say.
     #[arg(long, default_value = "6000")]
     pub enterprise_requests_per_minute: u32,
@@ -153,7 +153,7 @@ pub struct ApiArgs {
         long = "trusted-proxy",
         value_name = "CIDR",
         value_delimiter = ',',
-        value_parser = crate::egress::parse_cidr
+        value_parser = flowline_egress::parse_cidr
     )]
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Development only: accept and deliver to `http://` webhook URLs.
@@ -176,7 +176,7 @@ pub struct ApiArgs {
     #[arg(long, env = "FLOWLINE_NO_CONSOLE")]
     pub no_console: bool,
     #[command(flatten)]
-    pub traces: crate::telemetry::traces::TraceArgs,
+    pub traces: flowline_telemetry::traces::TraceArgs,
 }
 
 /// Flags only the controllers, the engine, the delivery worker and leader election
@@ -198,18 +198,18 @@ pub struct ControllerArgs {
     /// Seconds the leader may go without a successful renewal before it exits (and
     /// another replica may take over once the lease expires); default 2/3 of the
     /// lease. Must end at least 0.5 s before the lease does.
-    #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = flowline_controller::leader::parse_seconds)]
     pub leader_renew_deadline_seconds: Option<std::time::Duration>,
     /// Seconds between two attempts to renew or take the lease; default 2/15 of the
     /// lease. Fractions allowed.
-    #[arg(long, value_name = "SECONDS", value_parser = crate::controller::leader::parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = flowline_controller::leader::parse_seconds)]
     pub leader_retry_period_seconds: Option<std::time::Duration>,
     /// Split the runs into this many shards, each executed by the replica holding
     /// its Lease (`<lease>-shard-<i>`; shard 0 uses the leader-election Lease and
     /// also runs schedules and deliveries). Replicas share the shards evenly; a
     /// stopped replica's shards move on within a lease duration. 1 = one leader
     /// executes everything. Every replica of an installation needs the same value.
-    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::controller::shard::MAX_SHARDS)))]
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=i64::from(flowline_controller::shard::MAX_SHARDS)))]
     pub shards: u32,
     /// How many runs one account (namespace) may execute at once on this replica;
     /// its further runs wait `queued`, oldest first, and start as places free. Keeps
@@ -250,8 +250,8 @@ pub struct ControllerArgs {
         long = "allow-cidr",
         value_name = "CIDR",
         value_delimiter = ',',
-        value_parser = crate::egress::parse_cidr,
-        env = crate::egress::ALLOW_CIDRS_ENV
+        value_parser = flowline_egress::parse_cidr,
+        env = flowline_egress::ALLOW_CIDRS_ENV
     )]
     pub allow_cidrs: Vec<ipnet::IpNet>,
     /// Webhook delivery attempts in flight per webhook.
@@ -281,40 +281,40 @@ pub enum ExecutorArg {
     Job,
 }
 
-impl From<ExecutorArg> for crate::crd::Executor {
+impl From<ExecutorArg> for flowline_core::crd::Executor {
     fn from(e: ExecutorArg) -> Self {
         match e {
-            ExecutorArg::Inline => crate::crd::Executor::Inline,
-            ExecutorArg::Job => crate::crd::Executor::Job,
+            ExecutorArg::Inline => flowline_core::crd::Executor::Inline,
+            ExecutorArg::Job => flowline_core::crd::Executor::Job,
         }
     }
 }
 
 impl ApiArgs {
-    pub fn api_config(&self) -> crate::api::state::ApiConfig {
-        crate::api::state::ApiConfig {
+    pub fn api_config(&self) -> flowline_api::state::ApiConfig {
+        flowline_api::state::ApiConfig {
             allow_http_webhooks: self.allow_http,
-            plans: crate::api::ratelimit::PlanDefaults {
+            plans: flowline_api::ratelimit::PlanDefaults {
                 plan: self.default_plan,
                 enterprise_requests: self.enterprise_requests_per_minute,
             },
             rate_limit_window_secs: self.rate_limit_window_seconds,
             unauthenticated_requests: self.unauthenticated_requests_per_minute,
-            trusted_proxies: crate::api::client_ip::TrustedProxies::new(
+            trusted_proxies: flowline_api::client_ip::TrustedProxies::new(
                 self.trusted_proxies.clone(),
             ),
             ..Default::default()
         }
     }
 
-    pub fn scope(&self) -> crate::kubeutil::WatchScope {
-        crate::kubeutil::WatchScope::from_list(&self.watch_namespaces)
+    pub fn scope(&self) -> flowline_kube::WatchScope {
+        flowline_kube::WatchScope::from_list(&self.watch_namespaces)
     }
 }
 
 impl OperatorArgs {
-    pub fn sender_config(&self) -> crate::delivery::sender::SenderConfig {
-        crate::delivery::sender::SenderConfig {
+    pub fn sender_config(&self) -> flowline_delivery::sender::SenderConfig {
+        flowline_delivery::sender::SenderConfig {
             ca_bundle: self.controller.ca_bundle.clone(),
             policy: self.controller.destination_policy(),
             allow_http: self.api.allow_http,
@@ -324,15 +324,15 @@ impl OperatorArgs {
 
 impl ControllerArgs {
     /// The destination guard of deliveries and steps alike.
-    pub fn destination_policy(&self) -> crate::egress::DestinationPolicy {
-        crate::egress::DestinationPolicy::allowing(self.allow_cidrs.clone())
+    pub fn destination_policy(&self) -> flowline_egress::DestinationPolicy {
+        flowline_egress::DestinationPolicy::allowing(self.allow_cidrs.clone())
     }
 
     /// The leader-election durations, checked against each other.
     pub fn leader_timing(
         &self,
-    ) -> Result<crate::controller::leader::Timing, crate::controller::leader::TimingError> {
-        crate::controller::leader::Timing::new(
+    ) -> Result<flowline_controller::leader::Timing, flowline_controller::leader::TimingError> {
+        flowline_controller::leader::Timing::new(
             std::time::Duration::from_secs(self.leader_lease_seconds),
             self.leader_renew_deadline_seconds,
             self.leader_retry_period_seconds,
@@ -343,10 +343,12 @@ impl ControllerArgs {
     pub fn delivery_settings(
         &self,
         namespace: Option<String>,
-    ) -> crate::delivery::worker::Settings {
-        crate::delivery::worker::Settings {
+    ) -> flowline_delivery::worker::Settings {
+        flowline_delivery::worker::Settings {
             namespace,
-            schedule: crate::delivery::schedule::RetrySchedule::scaled(self.delivery_time_scale),
+            schedule: flowline_core::delivery::schedule::RetrySchedule::scaled(
+                self.delivery_time_scale,
+            ),
             concurrency: self.delivery_concurrency.into(),
         }
     }
@@ -567,7 +569,7 @@ mod tests {
         assert!(api.allow_http && api.no_console);
         let config = api.api_config();
         assert!(config.allow_http_webhooks);
-        assert_eq!(config.plans.plan, crate::api::ratelimit::Plan::Pro);
+        assert_eq!(config.plans.plan, flowline_api::ratelimit::Plan::Pro);
         assert_eq!(config.plans.enterprise_requests, 9000);
         assert_eq!(config.rate_limit_window_secs, 2);
         assert_eq!(config.unauthenticated_requests, 7);

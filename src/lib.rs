@@ -8,19 +8,8 @@
 //! up: nothing below `api` imports it (`tests/layers.rs` checks).
 #![forbid(unsafe_code)]
 
-pub mod api;
 pub mod api_key_command;
 pub mod cli;
-pub mod clock;
 pub mod console;
-pub mod controller;
-pub mod crd;
-pub mod delivery;
-pub mod egress;
-pub mod engine;
-pub mod ids;
-pub mod kubeutil;
-pub mod limits;
 pub mod operator;
 pub mod step_command;
-pub mod telemetry;

@@ -41,7 +41,7 @@ fn main() -> ExitCode {
     // process exits right after the release anyway.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     // Log lines are written by a thread of their own: out before the error below.
-    flowline::telemetry::log_writer::flush_process();
+    flowline_telemetry::log_writer::flush_process();
     let code = match result {
         Ok(Ended::Exit(code)) => code,
         Ok(Ended::Operator(stopped)) => {
@@ -57,35 +57,35 @@ fn main() -> ExitCode {
     if let Some(traces) = traces {
         traces.shutdown();
     }
-    flowline::telemetry::log_writer::flush_process();
+    flowline_telemetry::log_writer::flush_process();
     code
 }
 
 /// Logging, and traces for `operator` and `api` when `--otlp-endpoint` is set.
 fn start_traces(
     cli: &Cli,
-) -> Result<Option<flowline::telemetry::traces::Traces>, flowline::telemetry::traces::TraceSetupError>
+) -> Result<Option<flowline_telemetry::traces::Traces>, flowline_telemetry::traces::TraceSetupError>
 {
     let (args, role) = match &cli.command {
         Command::Operator(args) => (&args.api.traces, "operator"),
         Command::Api(args) => (&args.traces, "api"),
         _ => {
-            flowline::telemetry::logging::init(cli.log_format);
+            flowline_telemetry::logging::init(cli.log_format);
             return Ok(None);
         }
     };
-    match flowline::telemetry::traces::start(args, role) {
+    match flowline_telemetry::traces::start(args, role) {
         Ok(Some((traces, tracer))) => {
-            flowline::telemetry::logging::init_with_traces(cli.log_format, tracer);
+            flowline_telemetry::logging::init_with_traces(cli.log_format, tracer);
             tracing::info!(url = %traces.url(), "exporting traces");
             Ok(Some(traces))
         }
         Ok(None) => {
-            flowline::telemetry::logging::init(cli.log_format);
+            flowline_telemetry::logging::init(cli.log_format);
             Ok(None)
         }
         Err(err) => {
-            flowline::telemetry::logging::init(cli.log_format);
+            flowline_telemetry::logging::init(cli.log_format);
             Err(err)
         }
     }
@@ -93,11 +93,11 @@ fn start_traces(
 
 async fn dispatch(
     command: Command,
-    connection: flowline::kubeutil::Connection,
+    connection: flowline_kube::Connection,
 ) -> anyhow::Result<Ended> {
     Ok(match command {
         Command::Crdgen => {
-            print!("{}", flowline::crd::render_yaml());
+            print!("{}", flowline_core::crd::render_yaml());
             Ended::Exit(ExitCode::SUCCESS)
         }
         Command::Operator(args) => {

@@ -12,16 +12,16 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::cache::Caches;
-use crate::api::state::ApiState;
 use crate::cli::{ApiArgs, OperatorArgs};
-use crate::controller::leader;
-use crate::controller::run_cache::RunCache;
-use crate::controller::shard::Shards;
-use crate::telemetry::engine_metrics::EngineTelemetry;
-use crate::telemetry::http_metrics::HttpMetrics;
-use crate::telemetry::leader_metrics::LeaderGauge;
-use crate::telemetry::{access_log, health, metrics::Metrics};
+use flowline_api::cache::Caches;
+use flowline_api::state::ApiState;
+use flowline_controller::leader;
+use flowline_controller::run_cache::RunCache;
+use flowline_controller::shard::Shards;
+use flowline_telemetry::engine_metrics::EngineTelemetry;
+use flowline_telemetry::http_metrics::HttpMetrics;
+use flowline_telemetry::leader_metrics::LeaderGauge;
+use flowline_telemetry::{access_log, health, metrics::Metrics};
 pub use leading::{EXIT_LOST_LEADERSHIP, Leadership};
 
 /// Which parts of Flowline this process runs, with the flags of that command.
@@ -74,7 +74,7 @@ impl Stopped {
     }
 }
 
-pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow::Result<Stopped> {
+pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::Result<Stopped> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
@@ -82,7 +82,7 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
     let readiness = health::Readiness::default();
     let crds_gate = readiness.gate("crds");
     let metrics = Metrics::default();
-    crate::telemetry::build_info::register(&metrics, role.name());
+    flowline_telemetry::build_info::register(&metrics, role.name());
     let http_metrics = HttpMetrics::new(&metrics);
     // Checked before connecting: a timing that could let two leaders overlap is a
     // configuration error, not something to find out under load. The gauge is there
@@ -116,7 +116,7 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
         });
         let state = ApiState::new(client.clone(), caches, api.api_config())
             .with_metrics(http_metrics.clone());
-        app = app.merge(crate::api::router(state));
+        app = app.merge(flowline_api::router(state));
         if !api.no_console {
             app = app.merge(crate::console::router());
         }
@@ -144,7 +144,7 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
         .into_future(),
     );
     if let Err(err) =
-        crate::kubeutil::wait_for_crds(&client, Duration::from_secs(api.crd_wait_seconds)).await
+        flowline_kube::wait_for_crds(&client, Duration::from_secs(api.crd_wait_seconds)).await
     {
         shutdown.cancel();
         let _ = server.await;
@@ -157,25 +157,25 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
     if let Some((args, timing, gauge)) = candidate {
         let controller = &args.controller;
         let telemetry = EngineTelemetry::new(&metrics, Some(client.clone()));
-        let http = crate::egress::GuardedClient::new(crate::egress::ClientSettings {
+        let http = flowline_egress::GuardedClient::new(flowline_egress::ClientSettings {
             policy: controller.destination_policy(),
             ..Default::default()
         })
         .context("building the HTTP client of the engine")?;
         // A bad CA bundle is a start-up error, not a stream of failed deliveries.
-        let sender = crate::delivery::sender::Sender::new(&args.sender_config())
+        let sender = flowline_delivery::sender::Sender::new(&args.sender_config())
             .context("configuring webhook deliveries")?;
-        let delivery_metrics = crate::telemetry::delivery_metrics::DeliveryMetrics::new(&metrics);
-        let ctx = crate::controller::run::Context::new(
+        let delivery_metrics = flowline_telemetry::delivery_metrics::DeliveryMetrics::new(&metrics);
+        let ctx = flowline_controller::run::Context::new(
             client.clone(),
             http,
             api.default_executor.into(),
             None,
             telemetry.clone(),
-            crate::engine::job::JobSettings {
+            flowline_engine::job::JobSettings {
                 step_image: controller.step_image.clone(),
                 pod_annotations: controller.job_pod_annotations.iter().cloned().collect(),
-                resources: crate::engine::job::StepResources {
+                resources: flowline_engine::job::StepResources {
                     cpu_request: controller.step_cpu_request.clone(),
                     memory_request: controller.step_memory_request.clone(),
                     cpu_limit: controller.step_cpu_limit.clone(),
@@ -190,7 +190,7 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
             leader::LeaseConfig {
                 namespace: controller.leader_election_namespace.clone(),
                 name: controller.leader_election_lease.clone(),
-                identity: format!("{}-{}", hostname(), crate::ids::new_id("op")),
+                identity: format!("{}-{}", hostname(), flowline_core::ids::new_id("op")),
                 timing,
                 election: controller.leader_election_lease.clone(),
                 shards: controller.shards,
@@ -224,7 +224,7 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
                 // The run controllers start with the first shard held and execute the
                 // runs of every shard held since.
                 if first {
-                    tokio::spawn(crate::controller::run::run(
+                    tokio::spawn(flowline_controller::run::run(
                         ctx.in_shards(namespace.clone(), shards.clone()),
                         runs.clone(),
                         controllers.clone(),
@@ -232,14 +232,14 @@ pub async fn run(role: Role, connection: &crate::kubeutil::Connection) -> anyhow
                 }
                 // Schedules and deliveries: one process at a time, shard 0's holder.
                 if shard == 0 {
-                    tokio::spawn(crate::controller::workflow::run(
+                    tokio::spawn(flowline_controller::workflow::run(
                         workers.clone(),
                         namespace,
                         runs.clone(),
                         telemetry.clone(),
                         controllers.clone(),
                     ));
-                    tokio::spawn(crate::delivery::worker::run(
+                    tokio::spawn(flowline_delivery::worker::run(
                         workers.clone(),
                         sender.clone(),
                         settings.clone(),

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::egress::{ALLOW_CIDRS_ENV, ClientSettings, DestinationPolicy, GuardedClient};
-use crate::engine::job::{STEP_ENV, StepEnvelope};
-use crate::engine::redact::Redactor;
-use crate::engine::{actions, secrets};
+use flowline_core::engine::redact::Redactor;
+use flowline_egress::{ALLOW_CIDRS_ENV, ClientSettings, DestinationPolicy, GuardedClient};
+use flowline_engine::job::{STEP_ENV, StepEnvelope};
+use flowline_engine::{actions, secrets};
 
 /// Kubernetes keeps at most 4096 bytes of a termination message.
 const MAX_MESSAGE: usize = 4096;
@@ -66,7 +66,7 @@ pub async fn run() -> i32 {
             // The pod's activeDeadlineSeconds bounds the step's own timeout.
             Ok(http) => match actions::execute(step.action, &step.with, &http, None).await {
                 Ok(output) => (fit(redactor.value(output).to_string()), 0),
-                Err(e) => (crate::limits::cap_error(redactor.text(&e.0)), 1),
+                Err(e) => (flowline_core::limits::cap_error(redactor.text(&e.0)), 1),
             },
         },
     };

@@ -76,12 +76,12 @@ fn a_huge_failure_message_is_capped_to_what_kubernetes_keeps() {
     let (code, message) = run_step(&step.to_string());
     assert_eq!(code, 1);
     assert!(
-        message.len() <= flowline::limits::MAX_ERROR_BYTES,
+        message.len() <= flowline_core::limits::MAX_ERROR_BYTES,
         "{}",
         message.len()
     );
     assert!(message.starts_with("éé"));
-    assert!(message.ends_with(flowline::limits::TRUNCATED_MARKER));
+    assert!(message.ends_with(flowline_core::limits::TRUNCATED_MARKER));
 }
 
 #[test]

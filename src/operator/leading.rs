@@ -30,9 +30,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::leader::members::{self, Membership};
-use crate::controller::leader::{self, LeaseConfig, Lost, Observation, Watchdog};
-use crate::telemetry::leader_metrics::LeaderGauge;
+use flowline_controller::leader::members::{self, Membership};
+use flowline_controller::leader::{self, LeaseConfig, Lost, Observation, Watchdog};
+use flowline_telemetry::leader_metrics::LeaderGauge;
 
 /// Exit status of a process that stopped leading (not a crash: it is restarted and
 /// follows).
@@ -333,6 +333,6 @@ fn abdicate(gauge: &LeaderGauge, reason: &Lost) -> ! {
     );
     // The line above is written by the log writer's thread: let it out, within a
     // small part of the stop budget (`leader::timing`).
-    crate::telemetry::log_writer::flush_process_within(std::time::Duration::from_millis(100));
+    flowline_telemetry::log_writer::flush_process_within(std::time::Duration::from_millis(100));
     std::process::exit(EXIT_LOST_LEADERSHIP);
 }

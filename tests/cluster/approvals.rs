@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use flowline::crd::{Run, StepPhase};
+use flowline_core::crd::{Run, StepPhase};
 use serde_json::{Value, json};
 
 use crate::support::{Process, TestApi, assert_error, eventually, ready};
@@ -370,7 +370,7 @@ async fn decisions_are_refused_where_nothing_waits_for_one() {
     )
     .await;
     // A key without the execute scope.
-    let reader = crate::support::new_key(&api.ns, &[flowline::api::auth::Scope::Read]).await;
+    let reader = crate::support::new_key(&api.ns, &[flowline_api::auth::Scope::Read]).await;
     api.await_key(&reader).await;
     let res = api
         .send("POST", &reader, &decision_path(&run, "ok", "approve"), None)
@@ -406,7 +406,7 @@ async fn a_waiting_run_is_not_written_while_it_waits() {
     let runs = api.ns.api::<Run>();
     let config = watcher::Config::default().fields(&format!("metadata.name={run}"));
     let mut changes = Box::pin(watcher(runs, config));
-    let quiet = flowline::controller::run::RESYNC_UNFINISHED + Duration::from_secs(2);
+    let quiet = flowline_controller::run::RESYNC_UNFINISHED + Duration::from_secs(2);
     let watched = tokio::time::timeout(quiet, async {
         let mut versions = Vec::new();
         while let Some(event) = changes.next().await {
@@ -470,7 +470,7 @@ async fn other_branches_run_on_while_a_step_waits() {
 #[ignore = "needs cluster"]
 async fn for_each_over_an_approval_is_refused_when_written() {
     use crate::spec_errors::{manifest, ready_condition};
-    use flowline::crd::ConditionStatus;
+    use flowline_core::crd::ConditionStatus;
     let api = TestApi::start("appr-spec").await;
     let key = api.admin_key.clone();
     let wf = api.create_workflow("Fan-out gate").await;
@@ -548,7 +548,7 @@ async fn a_parked_run_keeps_its_concurrency_slot() {
         Duration::from_secs(30),
         || async {
             let r = runs.get(&second).await.ok()?;
-            (r.phase() == flowline::crd::RunPhase::Queued).then_some(())
+            (r.phase() == flowline_core::crd::RunPhase::Queued).then_some(())
         },
     )
     .await;

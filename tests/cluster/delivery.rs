@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::support::{Process, TestApi, assert_error, eventually, http_client, new_key, ready};
-use flowline::api::auth::Scope;
+use flowline_api::auth::Scope;
 
 #[path = "../support/receiver.rs"]
 pub(crate) mod receiver;
@@ -101,7 +101,7 @@ async fn workflow(api: &TestApi, name: &str, steps: Value) -> String {
     let id = api.create_workflow(name).await;
     // Activate once the controller has seen the draft, so workflow.activated says
     // where it came from (a workflow first seen active has no previous state).
-    let workflows = api.ns.api::<flowline::crd::Workflow>();
+    let workflows = api.ns.api::<flowline_core::crd::Workflow>();
     eventually(
         "the controller to observe the draft",
         Duration::from_secs(30),
@@ -559,7 +559,7 @@ async fn failures_are_retried_with_one_event_id_and_listed_as_deliveries() {
 
     // Once the run is deleted its events are gone: a redelivery is refused.
     api.ns
-        .api::<flowline::crd::Run>()
+        .api::<flowline_core::crd::Run>()
         .delete(&run, &Default::default())
         .await
         .unwrap();
@@ -664,7 +664,7 @@ async fn a_410_disables_the_webhook() {
         },
     )
     .await;
-    let hooks = api.ns.api::<flowline::crd::Webhook>();
+    let hooks = api.ns.api::<flowline_core::crd::Webhook>();
     let status = hooks.get(&hook).await.unwrap().status.unwrap();
     assert_eq!(status.last_status_code, Some(410));
     assert!(status.disabled_reason.unwrap().contains("410"));
@@ -728,8 +728,8 @@ async fn the_destination_guard_refuses_loopback_metadata_and_plain_http() {
     .await;
     // http:// cannot even be created through the API without the flag; kubectl can.
     let plain = format!("http://127.0.0.1:{}/", receiver.addr.port());
-    let hooks = api.ns.api::<flowline::crd::Webhook>();
-    let manifest: flowline::crd::Webhook = serde_json::from_value(json!({
+    let hooks = api.ns.api::<flowline_core::crd::Webhook>();
+    let manifest: flowline_core::crd::Webhook = serde_json::from_value(json!({
         "apiVersion": "flowline.io/v1", "kind": "Webhook",
         "metadata": {"name": "plain-http"},
         "spec": {"url": plain, "allowInsecureHttp": true, "events": ["workflow.activated"]}
@@ -835,7 +835,7 @@ async fn a_rotated_secret_signs_alongside_the_old_one_for_a_day() {
 }
 
 /// The events `runs` hold, once each has finished.
-async fn events_of(api: &TestApi, runs: &[String]) -> Vec<flowline::crd::PendingEvent> {
+async fn events_of(api: &TestApi, runs: &[String]) -> Vec<flowline_core::crd::PendingEvent> {
     let mut events = Vec::new();
     for run in runs {
         let finished = crate::support::finished_run(&api.ns, run, Duration::from_secs(60)).await;
@@ -846,9 +846,13 @@ async fn events_of(api: &TestApi, runs: &[String]) -> Vec<flowline::crd::Pending
 
 /// Waits until the webhook's status records every one of `events` as settled, the way
 /// a restarted worker reads it.
-async fn await_acknowledged(api: &TestApi, hook: &str, events: &[flowline::crd::PendingEvent]) {
-    use flowline::delivery::settled::{Acknowledgements, Recorded, created};
-    let hooks = api.ns.api::<flowline::crd::Webhook>();
+async fn await_acknowledged(
+    api: &TestApi,
+    hook: &str,
+    events: &[flowline_core::crd::PendingEvent],
+) {
+    use flowline_core::delivery::settled::{Acknowledgements, Recorded, created};
+    let hooks = api.ns.api::<flowline_core::crd::Webhook>();
     eventually(
         "the webhook status to acknowledge every event",
         Duration::from_secs(30),
@@ -865,7 +869,11 @@ async fn await_acknowledged(api: &TestApi, hook: &str, events: &[flowline::crd::
 }
 
 /// Waits until the receiver has had each of `events` at least once.
-async fn await_delivered(receiver: &Receiver, what: &str, events: &[flowline::crd::PendingEvent]) {
+async fn await_delivered(
+    receiver: &Receiver,
+    what: &str,
+    events: &[flowline_core::crd::PendingEvent],
+) {
     eventually(what, Duration::from_secs(60), || async {
         let counts = deliveries_per_event(receiver);
         events
@@ -947,7 +955,7 @@ async fn retention_keeps_a_run_until_its_events_are_delivered() {
     let wf = workflow(api, "Retain", transform()).await;
     // Keep no succeeded run at all.
     api.ns
-        .api::<flowline::crd::Workflow>()
+        .api::<flowline_core::crd::Workflow>()
         .patch(
             &wf,
             &kube::api::PatchParams::default(),
@@ -970,7 +978,7 @@ async fn retention_keeps_a_run_until_its_events_are_delivered() {
         (failed >= 2).then_some(())
     })
     .await;
-    let runs = api.ns.api::<flowline::crd::Run>();
+    let runs = api.ns.api::<flowline_core::crd::Run>();
     assert!(
         runs.get_opt(&run).await.unwrap().is_some(),
         "retention deleted a run whose run.succeeded was not delivered"

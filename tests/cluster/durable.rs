@@ -78,7 +78,7 @@ async fn a_run_executes_the_workflow_version_it_was_created_with() {
 async fn ns_workflow_generation(api: &TestApi, wf: &str) -> i64 {
     let wf = api
         .ns
-        .api::<flowline::crd::Workflow>()
+        .api::<flowline_core::crd::Workflow>()
         .get(wf)
         .await
         .unwrap();
@@ -119,7 +119,7 @@ async fn deleting_a_workflow_stops_its_runs() {
         || async { (telemetry.runs_in_progress.get() == 0).then_some(()) },
     )
     .await;
-    let runs = api.ns.api::<flowline::crd::Run>();
+    let runs = api.ns.api::<flowline_core::crd::Run>();
     eventually(
         "the run to be deleted with its workflow",
         Duration::from_secs(60),
@@ -178,24 +178,24 @@ async fn a_restarted_operator_reattaches_to_the_running_step_job() {
     ];
     let (mut first, port) = Process::operator(&ns, &flags);
     ready(port).await;
-    let wf: flowline::crd::Workflow = serde_json::from_value(json!({
+    let wf: flowline_core::crd::Workflow = serde_json::from_value(json!({
         "metadata": {"name": "boxed"},
         "spec": {"name": "Boxed", "executor": "job", "steps": [
             {"id": "only", "action": "transform", "with": {"value": 1}}]}}))
     .unwrap();
     let wf = ns
-        .api::<flowline::crd::Workflow>()
+        .api::<flowline_core::crd::Workflow>()
         .create(&PostParams::default(), &wf)
         .await
         .unwrap();
-    let run = flowline::crd::Run::of_workflow(
+    let run = flowline_core::crd::Run::of_workflow(
         &wf,
         "boxed-1",
         Default::default(),
         None,
         jiff::Timestamp::now(),
     );
-    ns.api::<flowline::crd::Run>()
+    ns.api::<flowline_core::crd::Run>()
         .create(&PostParams::default(), &run)
         .await
         .unwrap();
@@ -230,7 +230,7 @@ async fn a_restarted_operator_reattaches_to_the_running_step_job() {
     let status = done.status.unwrap();
     assert_eq!(
         status.phase,
-        flowline::crd::RunPhase::Succeeded,
+        flowline_core::crd::RunPhase::Succeeded,
         "{:?}",
         status.error
     );

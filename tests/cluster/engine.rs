@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
-use flowline::crd::{EventKind, Run, RunPhase, StepPhase, Workflow};
+use flowline_core::crd::{EventKind, Run, RunPhase, StepPhase, Workflow};
 use kube::api::PostParams;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -16,7 +16,7 @@ use crate::support::{TestNamespace, loopback_client};
 struct Engine {
     ns: TestNamespace,
     stop: CancellationToken,
-    telemetry: flowline::telemetry::engine_metrics::EngineTelemetry,
+    telemetry: flowline_telemetry::engine_metrics::EngineTelemetry,
 }
 
 impl Drop for Engine {
@@ -29,7 +29,7 @@ async fn engine(prefix: &str) -> Engine {
     engine_with(prefix, Default::default()).await
 }
 
-async fn engine_with(prefix: &str, jobs: flowline::engine::job::JobSettings) -> Engine {
+async fn engine_with(prefix: &str, jobs: flowline_engine::job::JobSettings) -> Engine {
     let ns = TestNamespace::new(prefix).await;
     let (stop, telemetry) = crate::support::spawn_run_controller(&ns, loopback_client(), jobs);
     Engine {
@@ -130,7 +130,7 @@ async fn receiver() -> (String, Arc<AtomicU32>) {
     (base, flaky)
 }
 
-fn step<'a>(run: &'a Run, id: &str) -> &'a flowline::crd::StepRecord {
+fn step<'a>(run: &'a Run, id: &str) -> &'a flowline_core::crd::StepRecord {
     run.status
         .as_ref()
         .unwrap()
@@ -193,11 +193,12 @@ async fn http_steps_pass_outputs_and_secrets_along() {
         "recorded for delivery"
     );
     assert_eq!(status.pending_events[1].data["workflow_name"], "Chain");
-    let succeeded = e.telemetry.runs_finished.get_or_create(
-        &flowline::telemetry::engine_metrics::StatusLabel {
-            status: "succeeded",
-        },
-    );
+    let succeeded =
+        e.telemetry
+            .runs_finished
+            .get_or_create(&flowline_telemetry::engine_metrics::StatusLabel {
+                status: "succeeded",
+            });
     assert_eq!(succeeded.get(), 1, "runs_finished{{status=succeeded}}");
     // A succeeded run records no Kubernetes Event (runner::kubernetes_event); a failed
     // one's `RunFailed` is checked in hostile::status and hostile::secrets.
@@ -351,8 +352,8 @@ async fn a_run_created_with_kubectl_on_a_paused_workflow_fails_at_once() {
 }
 
 /// Job settings whose pods kwok completes with `exit_code` and `message`.
-fn kwok_jobs(exit_code: &str, message: &str) -> flowline::engine::job::JobSettings {
-    flowline::engine::job::JobSettings {
+fn kwok_jobs(exit_code: &str, message: &str) -> flowline_engine::job::JobSettings {
+    flowline_engine::job::JobSettings {
         step_image: "flowline:test".into(),
         pod_annotations: [
             (

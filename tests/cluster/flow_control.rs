@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use flowline::crd::{Run, RunPhase, StepPhase};
+use flowline_core::crd::{Run, RunPhase, StepPhase};
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -23,7 +23,7 @@ async fn with_controller(
     TestApi,
     String,
     tokio_util::sync::DropGuard,
-    flowline::telemetry::engine_metrics::EngineTelemetry,
+    flowline_telemetry::engine_metrics::EngineTelemetry,
 ) {
     let api = TestApi::start(prefix).await;
     let (stop, telemetry) = spawn_run_controller(
@@ -224,7 +224,7 @@ async fn a_run_longer_than_its_timeout_fails_and_cancels_its_steps() {
     let failed = status
         .pending_events
         .iter()
-        .find(|e| e.kind == flowline::crd::EventKind::RunFailed)
+        .find(|e| e.kind == flowline_core::crd::EventKind::RunFailed)
         .expect("run.failed recorded");
     assert_eq!(failed.data["error"], "run timed out after 1500 ms");
     // The API shows it the same way.
@@ -504,7 +504,7 @@ async fn a_run_leaving_the_queue_is_not_relabelled_queued_on_its_way_out() {
                 .metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(flowline::crd::labels::PHASE).cloned());
+                .and_then(|l| l.get(flowline_core::crd::labels::PHASE).cloned());
             let phase = run.status.as_ref().map(|s| s.phase);
             seen.push((phase, label.clone()));
             if label.as_deref() == Some("succeeded") {

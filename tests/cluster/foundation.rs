@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use flowline::crd::{Run, Workflow};
+use flowline_core::crd::{Run, Workflow};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, PostParams};
@@ -358,9 +358,9 @@ async fn caches_over_a_namespace_list_see_only_those_namespaces() {
             .await
             .unwrap();
     }
-    let scope = flowline::kubeutil::WatchScope::from_list(&[a.name.clone(), b.name.clone()]);
+    let scope = flowline_kube::WatchScope::from_list(&[a.name.clone(), b.name.clone()]);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let caches = flowline::api::cache::Caches::start(a.client.clone(), &scope, shutdown.clone());
+    let caches = flowline_api::cache::Caches::start(a.client.clone(), &scope, shutdown.clone());
     eventually("the caches to sync", Duration::from_secs(30), || async {
         caches.is_synced().then_some(())
     })
@@ -375,8 +375,8 @@ async fn caches_over_a_namespace_list_see_only_those_namespaces() {
     let mut want = vec![a.name.clone(), b.name.clone()];
     want.sort();
     assert_eq!(seen, want);
-    assert!(flowline::api::cache::get(&caches.workflows, &b.name, "wf").is_some());
-    assert!(flowline::api::cache::get(&caches.workflows, &other.name, "wf").is_none());
+    assert!(flowline_api::cache::get(&caches.workflows, &b.name, "wf").is_some());
+    assert!(flowline_api::cache::get(&caches.workflows, &other.name, "wf").is_none());
     let mut namespaces: Vec<String> = caches
         .namespaces
         .state()

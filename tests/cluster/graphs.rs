@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flowline::crd::{ConditionStatus, Run, RunPhase, StepPhase, StepRecord, Workflow};
+use flowline_core::crd::{ConditionStatus, Run, RunPhase, StepPhase, StepRecord, Workflow};
 use jiff::Timestamp;
 use kube::api::PostParams;
 use serde_json::{Value, json};

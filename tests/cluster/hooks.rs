@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use flowline::crd::{Run, RunPhase, RunTrigger};
+use flowline_core::crd::{Run, RunPhase, RunTrigger};
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -241,7 +241,7 @@ async fn retention_keeps_a_hook_run_so_its_webhook_id_still_answers() {
     let (wf, secret) = webhook_workflow(&api).await;
     // Keep no finished run at all.
     api.ns
-        .api::<flowline::crd::Workflow>()
+        .api::<flowline_core::crd::Workflow>()
         .patch(
             &wf,
             &kube::api::PatchParams::default(),

@@ -43,10 +43,10 @@ async fn keyed_id(api: &TestApi, workflow: &str, key: &str) -> (u16, String) {
     (status, body["id"].as_str().unwrap_or_default().to_string())
 }
 
-async fn runs_of(api: &TestApi, workflow: &str) -> Vec<flowline::crd::Run> {
+async fn runs_of(api: &TestApi, workflow: &str) -> Vec<flowline_core::crd::Run> {
     let selector = format!("flowline.io/workflow={workflow}");
     api.ns
-        .api::<flowline::crd::Run>()
+        .api::<flowline_core::crd::Run>()
         .list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
@@ -93,7 +93,12 @@ async fn the_same_key_returns_the_first_run_with_200() {
     assert_eq!(again["id"], id.as_str());
     assert_eq!(runs_of(&api, &wf).await.len(), 1);
     // The key is recorded on the Run for kubectl users.
-    let run = api.ns.api::<flowline::crd::Run>().get(&id).await.unwrap();
+    let run = api
+        .ns
+        .api::<flowline_core::crd::Run>()
+        .get(&id)
+        .await
+        .unwrap();
     assert_eq!(run.spec.idempotency_key.as_deref(), Some("order-42"));
 
     // Without a key every request starts a run.
@@ -227,16 +232,17 @@ async fn the_same_key_on_two_workflows_starts_two_runs() {
 async fn expired_deleted_and_kubectl_holders() {
     let api = TestApi::start("idem-expire").await;
     let wf_id = api.create_workflow("Expiring").await;
-    let runs = api.ns.api::<flowline::crd::Run>();
+    let runs = api.ns.api::<flowline_core::crd::Run>();
     let wf = api
         .ns
-        .api::<flowline::crd::Workflow>()
+        .api::<flowline_core::crd::Workflow>()
         .get(&wf_id)
         .await
         .unwrap();
-    let head = flowline::api::idempotency::head_name(&wf_id, "old");
+    let head = flowline_api::idempotency::head_name(&wf_id, "old");
     let day_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(25);
-    let mut old = flowline::crd::Run::of_workflow(&wf, &head, Default::default(), None, day_ago);
+    let mut old =
+        flowline_core::crd::Run::of_workflow(&wf, &head, Default::default(), None, day_ago);
     old.spec.idempotency_key = Some("old".into());
     let old = runs.create(&PostParams::default(), &old).await.unwrap();
     let (status, fresh) = start_keyed(&api, &wf_id, "old", None).await;
@@ -244,7 +250,7 @@ async fn expired_deleted_and_kubectl_holders() {
     let fresh_id = fresh["id"].as_str().unwrap().to_string();
     assert_eq!(
         fresh_id,
-        flowline::api::idempotency::next_name(&wf_id, "old", old.metadata.uid.as_deref().unwrap())
+        flowline_api::idempotency::next_name(&wf_id, "old", old.metadata.uid.as_deref().unwrap())
     );
     assert_eq!(keyed_id(&api, &wf_id, "old").await, (200, fresh_id.clone()));
     // Retention deletes the expired head: the live run still answers.

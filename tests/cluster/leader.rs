@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowline::crd::RunPhase;
+use flowline_core::crd::RunPhase;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::config::Kubeconfig;
 use serde_json::json;

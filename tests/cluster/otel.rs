@@ -173,7 +173,7 @@ async fn requests_runs_steps_and_deliveries_are_traced_and_propagated() {
     assert_eq!(view["status"], "succeeded", "{view}");
     let uid = api
         .ns
-        .api::<flowline::crd::Run>()
+        .api::<flowline_core::crd::Run>()
         .get(&run)
         .await
         .unwrap()

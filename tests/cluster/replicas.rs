@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use flowline::crd::{Run, RunPhase, Workflow};
+use flowline_core::crd::{Run, RunPhase, Workflow};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use serde_json::json;

@@ -144,7 +144,7 @@ async fn a_retry_keeps_the_steps_before_the_failure_and_runs_the_original_versio
     assert_eq!(gated.load(Ordering::SeqCst), 2);
     let run = api
         .ns
-        .api::<flowline::crd::Run>()
+        .api::<flowline_core::crd::Run>()
         .get(&second)
         .await
         .unwrap();
@@ -213,7 +213,7 @@ async fn retries_that_cannot_start_are_refused() {
     )
     .await;
     assert_eq!(body["error"]["details"][0]["field"], "from");
-    let reader = crate::support::new_key(&api.ns, &[flowline::api::auth::Scope::Read]).await;
+    let reader = crate::support::new_key(&api.ns, &[flowline_api::auth::Scope::Read]).await;
     api.await_key(&reader).await;
     assert_error(
         retry(&api, &reader, &running, None).await,
@@ -222,7 +222,7 @@ async fn retries_that_cannot_start_are_refused() {
     )
     .await;
     // Finished, but its workflow is paused now: no retry starts.
-    let runs = api.ns.api::<flowline::crd::Run>();
+    let runs = api.ns.api::<flowline_core::crd::Run>();
     runs.patch_status(
         &running,
         &kube::api::PatchParams::default(),
@@ -260,13 +260,13 @@ async fn a_retry_too_large_to_keep_its_outputs_is_refused_clearly() {
     .await;
     let wf = api
         .ns
-        .api::<flowline::crd::Workflow>()
+        .api::<flowline_core::crd::Workflow>()
         .get(&wf_id)
         .await
         .unwrap();
     // A run whose spec is 1000 bytes short of the limit (written as the API would).
     let sized = |n: usize| {
-        flowline::crd::Run::of_workflow(
+        flowline_core::crd::Run::of_workflow(
             &wf,
             "nearly-full",
             Default::default(),
@@ -275,8 +275,8 @@ async fn a_retry_too_large_to_keep_its_outputs_is_refused_clearly() {
         )
     };
     let base = serde_json::to_vec(&sized(0).spec).unwrap().len();
-    let run = sized(flowline::limits::MAX_RUN_SPEC_BYTES - 1000 - base);
-    let runs = api.ns.api::<flowline::crd::Run>();
+    let run = sized(flowline_core::limits::MAX_RUN_SPEC_BYTES - 1000 - base);
+    let runs = api.ns.api::<flowline_core::crd::Run>();
     runs.create(&PostParams::default(), &run).await.unwrap();
     runs.patch_status(
         "nearly-full",

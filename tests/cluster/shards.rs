@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowline::controller::shard;
-use flowline::crd::Run;
+use flowline_controller::shard;
+use flowline_core::crd::Run;
 use serde_json::json;
 
 use crate::support::{Process, TestNamespace, eventually, gauge, metrics_text, ready};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use flowline::crd::{ConditionStatus, Workflow};
+use flowline_core::crd::{ConditionStatus, Workflow};
 use serde_json::{Value, json};
 
 use crate::support::{

@@ -195,7 +195,7 @@ impl TestApi {
     pub async fn start_tuned(
         prefix: &str,
         options: ApiOptions,
-        tune: impl FnOnce(&mut flowline::api::state::ApiConfig),
+        tune: impl FnOnce(&mut flowline_api::state::ApiConfig),
     ) -> TestApi {
         Self::start_full(prefix, options, &[], tune).await
     }
@@ -210,17 +210,17 @@ impl TestApi {
         prefix: &str,
         options: ApiOptions,
         also: &[String],
-        tune: impl FnOnce(&mut flowline::api::state::ApiConfig),
+        tune: impl FnOnce(&mut flowline_api::state::ApiConfig),
     ) -> TestApi {
-        use flowline::api::ratelimit::{Plan, PlanDefaults};
-        use flowline::api::state::{ApiConfig, ApiState};
+        use flowline_api::ratelimit::{Plan, PlanDefaults};
+        use flowline_api::state::{ApiConfig, ApiState};
         let ns = TestNamespace::new(prefix).await;
         annotate_namespace(&ns, &options.plan_annotations).await;
         let shutdown = tokio_util::sync::CancellationToken::new();
         let watched = [std::slice::from_ref(&ns.name), also].concat();
-        let scope = flowline::kubeutil::WatchScope::from_list(&watched);
+        let scope = flowline_kube::WatchScope::from_list(&watched);
         let caches =
-            flowline::api::cache::Caches::start(ns.client.clone(), &scope, shutdown.clone());
+            flowline_api::cache::Caches::start(ns.client.clone(), &scope, shutdown.clone());
         let mut config = ApiConfig {
             allow_http_webhooks: options.allow_http,
             plans: PlanDefaults {
@@ -231,7 +231,7 @@ impl TestApi {
             ..ApiConfig::default()
         };
         tune(&mut config);
-        let app = flowline::api::router(ApiState::new(ns.client.clone(), caches.clone(), config));
+        let app = flowline_api::router(ApiState::new(ns.client.clone(), caches.clone(), config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let stop = shutdown.clone();
@@ -248,11 +248,11 @@ impl TestApi {
             caches.is_synced().then_some(())
         })
         .await;
-        let created = flowline::api::keys::create_key(
+        let created = flowline_api::keys::create_key(
             ns.client.clone(),
             &ns.name,
             "test",
-            &[flowline::api::auth::Scope::Admin],
+            &[flowline_api::auth::Scope::Admin],
         )
         .await
         .unwrap();
@@ -263,7 +263,7 @@ impl TestApi {
         eventually(
             "the API's cache to hold the admin key",
             Duration::from_secs(10),
-            || async { flowline::api::cache::get(&caches.api_keys, &ns.name, &secret).map(|_| ()) },
+            || async { flowline_api::cache::get(&caches.api_keys, &ns.name, &secret).map(|_| ()) },
         )
         .await;
         let api = TestApi {
@@ -300,7 +300,7 @@ impl TestApi {
     pub async fn attach(ns: TestNamespace, port: u16) -> TestApi {
         annotate_namespace(&ns, &ApiOptions::default().plan_annotations).await;
         ready(port).await;
-        let admin_key = new_key(&ns, &[flowline::api::auth::Scope::Admin]).await;
+        let admin_key = new_key(&ns, &[flowline_api::auth::Scope::Admin]).await;
         let api = TestApi {
             base: format!("http://127.0.0.1:{port}"),
             ns,
@@ -432,8 +432,8 @@ pub async fn created_id(res: reqwest::Response) -> String {
 }
 
 /// A new key for the namespace (not yet necessarily visible to a server).
-pub async fn new_key(ns: &TestNamespace, scopes: &[flowline::api::auth::Scope]) -> String {
-    flowline::api::keys::create_key(ns.client.clone(), &ns.name, "test", scopes)
+pub async fn new_key(ns: &TestNamespace, scopes: &[flowline_api::auth::Scope]) -> String {
+    flowline_api::keys::create_key(ns.client.clone(), &ns.name, "test", scopes)
         .await
         .unwrap()
         .value
@@ -480,8 +480,12 @@ pub async fn assert_error(res: reqwest::Response, status: u16, code: &str) -> se
 }
 
 /// Waits until the Run has a final status, and returns it.
-pub async fn finished_run(ns: &TestNamespace, name: &str, within: Duration) -> flowline::crd::Run {
-    let runs = ns.api::<flowline::crd::Run>();
+pub async fn finished_run(
+    ns: &TestNamespace,
+    name: &str,
+    within: Duration,
+) -> flowline_core::crd::Run {
+    let runs = ns.api::<flowline_core::crd::Run>();
     eventually(&format!("run {name} to finish"), within, || async {
         let run = runs.get(name).await.ok()?;
         run.status
@@ -498,7 +502,7 @@ pub async fn all_succeeded(ns: &TestNamespace, names: &[String], within: Duratio
         let status = finished_run(ns, name, within).await.status.unwrap();
         assert_eq!(
             status.phase,
-            flowline::crd::RunPhase::Succeeded,
+            flowline_core::crd::RunPhase::Succeeded,
             "{name}: {:?}",
             status.error
         );
@@ -531,7 +535,7 @@ pub async fn gauge(port: u16, name: &str) -> Option<u64> {
 /// Asks the Run `name` to stop, as `POST /v1/runs/{id}/cancel` and kubectl users do
 /// (`spec.cancel`).
 pub async fn request_cancel(ns: &TestNamespace, name: &str) {
-    ns.api::<flowline::crd::Run>()
+    ns.api::<flowline_core::crd::Run>()
         .patch(
             name,
             &kube::api::PatchParams::default(),
@@ -561,7 +565,7 @@ pub async fn no_jobs_left(ns: &TestNamespace) {
 
 /// Waits until step `step` of the Run is running.
 pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
-    let runs = ns.api::<flowline::crd::Run>();
+    let runs = ns.api::<flowline_core::crd::Run>();
     eventually(
         &format!("step {step} of {name} to be running"),
         Duration::from_secs(30),
@@ -573,7 +577,7 @@ pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
                 .steps
                 .iter()
                 .find(|s| s.step_id == step)?;
-            (record.status == flowline::crd::StepPhase::Running).then_some(())
+            (record.status == flowline_core::crd::StepPhase::Running).then_some(())
         },
     )
     .await
@@ -672,11 +676,11 @@ pub async fn ready(port: u16) {
 /// `http` is the steps' client (the destination guard's), `jobs` how step Jobs are built.
 pub fn spawn_run_controller(
     ns: &TestNamespace,
-    http: flowline::egress::GuardedClient,
-    jobs: flowline::engine::job::JobSettings,
+    http: flowline_egress::GuardedClient,
+    jobs: flowline_engine::job::JobSettings,
 ) -> (
     tokio_util::sync::CancellationToken,
-    flowline::telemetry::engine_metrics::EngineTelemetry,
+    flowline_telemetry::engine_metrics::EngineTelemetry,
 ) {
     spawn_run_controller_tuned(ns, http, jobs, |_| {})
 }
@@ -685,22 +689,22 @@ pub fn spawn_run_controller(
 /// account bound, for instance).
 pub fn spawn_run_controller_tuned(
     ns: &TestNamespace,
-    http: flowline::egress::GuardedClient,
-    jobs: flowline::engine::job::JobSettings,
-    tune: impl FnOnce(&flowline::controller::run::Context),
+    http: flowline_egress::GuardedClient,
+    jobs: flowline_engine::job::JobSettings,
+    tune: impl FnOnce(&flowline_controller::run::Context),
 ) -> (
     tokio_util::sync::CancellationToken,
-    flowline::telemetry::engine_metrics::EngineTelemetry,
+    flowline_telemetry::engine_metrics::EngineTelemetry,
 ) {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
-        &flowline::telemetry::metrics::Metrics::default(),
+    let telemetry = flowline_telemetry::engine_metrics::EngineTelemetry::new(
+        &flowline_telemetry::metrics::Metrics::default(),
         Some(ns.client.clone()),
     );
-    let ctx = flowline::controller::run::Context::new(
+    let ctx = flowline_controller::run::Context::new(
         ns.client.clone(),
         http,
-        flowline::crd::Executor::Inline,
+        flowline_core::crd::Executor::Inline,
         Some(ns.name.clone()),
         telemetry.clone(),
         jobs,
@@ -708,8 +712,8 @@ pub fn spawn_run_controller_tuned(
     tune(&ctx);
     let stop = tokio_util::sync::CancellationToken::new();
     let runs =
-        flowline::controller::run_cache::RunCache::start(&ns.client, Some(&ns.name), stop.clone());
-    tokio::spawn(flowline::controller::run::run(
+        flowline_controller::run_cache::RunCache::start(&ns.client, Some(&ns.name), stop.clone());
+    tokio::spawn(flowline_controller::run::run(
         ctx,
         runs.clone(),
         stop.clone(),
@@ -719,8 +723,8 @@ pub fn spawn_run_controller_tuned(
 }
 
 /// The steps' client with the destination guard's defaults (public addresses only).
-pub fn guarded_client() -> flowline::egress::GuardedClient {
-    flowline::egress::GuardedClient::new(Default::default()).unwrap()
+pub fn guarded_client() -> flowline_egress::GuardedClient {
+    flowline_egress::GuardedClient::new(Default::default()).unwrap()
 }
 
 /// Runs a Python script of the repository with the test venv (which holds the
@@ -763,9 +767,9 @@ pub fn python_lines(script: &str, input: &serde_json::Value) -> Vec<String> {
 
 /// The steps' client, allowed to reach the test servers on 127.0.0.1 (the guard
 /// refuses loopback by default).
-pub fn loopback_client() -> flowline::egress::GuardedClient {
-    flowline::egress::GuardedClient::new(flowline::egress::ClientSettings {
-        policy: flowline::egress::DestinationPolicy::from_list("127.0.0.1/32").unwrap(),
+pub fn loopback_client() -> flowline_egress::GuardedClient {
+    flowline_egress::GuardedClient::new(flowline_egress::ClientSettings {
+        policy: flowline_egress::DestinationPolicy::from_list("127.0.0.1/32").unwrap(),
         ..Default::default()
     })
     .unwrap()

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use flowline::crd::{EventKind, Run, RunStatus, Workflow};
+use flowline_core::crd::{EventKind, Run, RunStatus, Workflow};
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -21,13 +21,13 @@ impl Drop for Controller {
 
 pub(crate) fn controller(ns: &TestNamespace) -> Controller {
     let stop = CancellationToken::new();
-    let telemetry = flowline::telemetry::engine_metrics::EngineTelemetry::new(
-        &flowline::telemetry::metrics::Metrics::default(),
+    let telemetry = flowline_telemetry::engine_metrics::EngineTelemetry::new(
+        &flowline_telemetry::metrics::Metrics::default(),
         Some(ns.client.clone()),
     );
     let runs =
-        flowline::controller::run_cache::RunCache::start(&ns.client, Some(&ns.name), stop.clone());
-    tokio::spawn(flowline::controller::workflow::run(
+        flowline_controller::run_cache::RunCache::start(&ns.client, Some(&ns.name), stop.clone());
+    tokio::spawn(flowline_controller::workflow::run(
         ns.client.clone(),
         Some(ns.name.clone()),
         runs.clone(),
@@ -223,7 +223,7 @@ async fn a_schedule_fires_on_time_without_duplicates_across_a_restart() {
     let unique: HashSet<i64> = ticks.iter().copied().collect();
     assert_eq!(unique.len(), ticks.len(), "one run per tick: {ticks:?}");
     for run in &items {
-        assert_eq!(run.spec.trigger, flowline::crd::RunTrigger::Schedule);
+        assert_eq!(run.spec.trigger, flowline_core::crd::RunTrigger::Schedule);
         let created = run
             .metadata
             .creation_timestamp
@@ -242,6 +242,6 @@ async fn a_schedule_fires_on_time_without_duplicates_across_a_restart() {
 /// The cron tick a scheduled run is for, in Unix seconds (its annotation).
 fn tick_of(run: &Run) -> i64 {
     let tick = &run.metadata.annotations.as_ref().unwrap()
-        [flowline::crd::timestamps::SCHEDULED_FOR_ANNOTATION];
+        [flowline_core::crd::timestamps::SCHEDULED_FOR_ANNOTATION];
     tick.parse::<jiff::Timestamp>().unwrap().as_second()
 }

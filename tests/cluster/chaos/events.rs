@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use flowline::crd::Run;
+use flowline_core::crd::Run;
 
 use crate::delivery::receiver::Received;
 

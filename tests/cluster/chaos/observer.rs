@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowline::crd::{Run, StepPhase};
+use flowline_core::crd::{Run, StepPhase};
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use flowline::crd::{Run, RunPhase};
+use flowline_core::crd::{Run, RunPhase};
 
 use super::events::{self, Events};
 use super::kills::Restart;

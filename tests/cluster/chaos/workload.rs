@@ -120,7 +120,7 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
 async fn keep_every_run(api: &TestApi, id: &str) {
     let history = json!({"spec": {"history": {"succeeded": 10000, "failed": 10000}}});
     api.ns
-        .api::<flowline::crd::Workflow>()
+        .api::<flowline_core::crd::Workflow>()
         .patch(id, &PatchParams::default(), &Patch::Merge(&history))
         .await
         .unwrap();

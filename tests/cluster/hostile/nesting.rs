@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use flowline::crd::{Run, RunPhase, Workflow};
+use flowline_core::crd::{Run, RunPhase, Workflow};
 use k8s_openapi::api::events::v1::Event;
 use serde_json::{Value, json};
 
@@ -15,7 +15,7 @@ use crate::support::{
     ApiOptions, Process, TestApi, TestNamespace, assert_error, eventually, finished_run, kubectl,
     new_key, ready, text,
 };
-use flowline::api::auth::Scope;
+use flowline_api::auth::Scope;
 
 use crate::delivery::receiver;
 

@@ -14,7 +14,7 @@ const WINDOW_SECS: u64 = 3_600;
 async fn api(prefix: &str, trusted_proxies: &[&str]) -> TestApi {
     let proxies = trusted_proxies
         .iter()
-        .map(|c| flowline::egress::parse_cidr(c).unwrap())
+        .map(|c| flowline_egress::parse_cidr(c).unwrap())
         .collect();
     let api = TestApi::start_tuned(
         prefix,
@@ -24,7 +24,7 @@ async fn api(prefix: &str, trusted_proxies: &[&str]) -> TestApi {
         },
         |config| {
             config.unauthenticated_requests = BUDGET;
-            config.trusted_proxies = flowline::api::client_ip::TrustedProxies::new(proxies);
+            config.trusted_proxies = flowline_api::client_ip::TrustedProxies::new(proxies);
         },
     )
     .await;

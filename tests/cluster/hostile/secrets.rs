@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flowline::api::auth::Scope;
-use flowline::crd::{EventKind, Run, RunPhase, StepPhase};
+use flowline_api::auth::Scope;
+use flowline_core::crd::{EventKind, Run, RunPhase, StepPhase};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -35,7 +35,7 @@ impl Drop for Tenant {
     }
 }
 
-async fn tenant(prefix: &str, jobs: flowline::engine::job::JobSettings) -> Tenant {
+async fn tenant(prefix: &str, jobs: flowline_engine::job::JobSettings) -> Tenant {
     let api = TestApi::start(prefix).await;
     let (stop, _) =
         crate::support::spawn_run_controller(&api.ns, crate::support::guarded_client(), jobs);
@@ -171,14 +171,10 @@ async fn secrets_that_did_not_opt_in_are_refused_like_missing_ones() {
 async fn flowline_own_secrets_are_refused_even_when_labelled() {
     let t = tenant("hs-own", Default::default()).await;
     // An API key of the namespace (an admin one), opted in by someone with kubectl.
-    let key = flowline::api::keys::create_key(
-        t.ns().client.clone(),
-        &t.ns().name,
-        "ops",
-        &[Scope::Admin],
-    )
-    .await
-    .unwrap();
+    let key =
+        flowline_api::keys::create_key(t.ns().client.clone(), &t.ns().name, "ops", &[Scope::Admin])
+            .await
+            .unwrap();
     let key_secret = key.secret.metadata.name.clone().unwrap();
     t.opt_in(&key_secret).await;
     t.assert_refused("steal-key", &key_secret, "sha256").await;
@@ -285,8 +281,8 @@ async fn an_opted_in_secret_works_and_is_redacted_everywhere() {
 }
 
 /// Job settings whose pods kwok completes with `message` as their termination message.
-fn kwok_jobs(message: &str) -> flowline::engine::job::JobSettings {
-    flowline::engine::job::JobSettings {
+fn kwok_jobs(message: &str) -> flowline_engine::job::JobSettings {
+    flowline_engine::job::JobSettings {
         step_image: "flowline:test".into(),
         pod_annotations: BTreeMap::from([
             ("flowline.io/fake-exit-code".to_string(), "0".to_string()),

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use flowline::crd::{Run, RunPhase};
-use flowline::limits::{MAX_ERROR_BYTES, TRUNCATED_MARKER};
+use flowline_core::crd::{Run, RunPhase};
+use flowline_core::limits::{MAX_ERROR_BYTES, TRUNCATED_MARKER};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -108,7 +108,7 @@ async fn a_600_kb_failure_message_ends_the_run_failed_with_a_capped_error() {
     let failed = status
         .pending_events
         .iter()
-        .find(|e| e.kind == flowline::crd::EventKind::RunFailed)
+        .find(|e| e.kind == flowline_core::crd::EventKind::RunFailed)
         .expect("run.failed recorded with the final status");
     assert_capped(failed.data["error"].as_str().unwrap());
 
@@ -127,7 +127,7 @@ async fn a_600_kb_failure_message_ends_the_run_failed_with_a_capped_error() {
         note.starts_with("step explode (fail) failed: boom"),
         "{note:.60}"
     );
-    let max_note = flowline::limits::MAX_EVENT_NOTE_BYTES;
+    let max_note = flowline_core::limits::MAX_EVENT_NOTE_BYTES;
     assert!(
         note.len() <= max_note && note.ends_with(TRUNCATED_MARKER),
         "{}",
@@ -193,7 +193,7 @@ async fn huge_values_next_to_huge_errors_and_big_payloads_stay_bounded() {
     assert_eq!(outputs[0]["output_truncated"], true, "the oldest was cut");
     let (_, size) = tenant.stored(&run).await;
     assert!(
-        size <= flowline::engine::output::RUN_OBJECT_BUDGET,
+        size <= flowline_core::engine::output::RUN_OBJECT_BUDGET,
         "Run object is {size} bytes"
     );
 

@@ -1,0 +1,249 @@
+//! API keys and scopes. A key belongs to one namespace (the account)
+//! and is stored only as its SHA-256, in a Secret of type `flowline.io/api-key`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use rand::Rng;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// `type` of the Secrets that hold API keys.
+pub const SECRET_TYPE: &str = "flowline.io/api-key";
+const KEY_PREFIX: &str = "flk_";
+const KEY_RANDOM_CHARS: usize = 40;
+const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// Permission scopes. `write` and `execute` include `read`; `admin` includes all.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Read,
+    Write,
+    Execute,
+    Admin,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 4] = [Scope::Read, Scope::Write, Scope::Execute, Scope::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Execute => "execute",
+            Scope::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|scope| scope.as_str() == s)
+    }
+
+    /// Whether holding `self` grants `needed`.
+    pub fn grants(self, needed: Scope) -> bool {
+        self == needed
+            || self == Scope::Admin
+            || (needed == Scope::Read && matches!(self, Scope::Write | Scope::Execute))
+    }
+}
+
+/// The authenticated caller of a request. One shared allocation: the key index hands
+/// it out, the handler's `Extension` and the access log clone it, for every request.
+#[derive(Debug, Clone)]
+pub struct Principal(Arc<Caller>);
+
+/// What a [`Principal`] is.
+#[derive(Debug)]
+pub struct Caller {
+    pub namespace: String,
+    pub key_id: String,
+    pub scopes: BTreeSet<Scope>,
+}
+
+impl std::ops::Deref for Principal {
+    type Target = Caller;
+
+    fn deref(&self) -> &Caller {
+        &self.0
+    }
+}
+
+impl flowline_telemetry::access_log::AccountName for Caller {
+    fn account_name(&self) -> &str {
+        &self.namespace
+    }
+}
+
+impl Principal {
+    pub fn new(namespace: String, key_id: String, scopes: BTreeSet<Scope>) -> Self {
+        Principal(Arc::new(Caller {
+            namespace,
+            key_id,
+            scopes,
+        }))
+    }
+
+    /// For the access log: the account's name, shared.
+    pub fn account(&self) -> flowline_telemetry::access_log::Account {
+        flowline_telemetry::access_log::Account(self.0.clone())
+    }
+
+    pub fn require(&self, needed: Scope) -> Result<(), super::error::ApiError> {
+        if self.scopes.iter().any(|s| s.grants(needed)) {
+            Ok(())
+        } else {
+            Err(super::error::ApiError::InsufficientScope(needed.as_str()))
+        }
+    }
+}
+
+/// A fresh key value: `flk_` and 40 random base62 characters (~238 bits).
+pub fn generate_key() -> String {
+    let mut rng = rand::rng();
+    let random: String = (0..KEY_RANDOM_CHARS)
+        .map(|_| BASE62[rng.random_range(0..BASE62.len())] as char)
+        .collect();
+    format!("{KEY_PREFIX}{random}")
+}
+
+/// Lowercase hex SHA-256 of a key value: the only form in which keys are stored.
+pub fn hash_key(key: &str) -> String {
+    hash_key_hex(key).as_str().to_owned()
+}
+
+/// [`hash_key`] without a string of its own (the request path looks it up only).
+pub fn hash_key_hex(key: &str) -> KeyHash {
+    let mut hex = [0; 64];
+    hex::encode_to_slice(Sha256::digest(key.as_bytes()), &mut hex)
+        .expect("32 bytes are 64 hex digits");
+    KeyHash(hex)
+}
+
+/// A key's SHA-256 in lowercase hex.
+pub struct KeyHash([u8; 64]);
+
+impl KeyHash {
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
+/// The parts of an API-key Secret the API needs.
+#[derive(Debug, Clone)]
+pub struct KeyRecord {
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub scopes: BTreeSet<Scope>,
+    pub hash: String,
+    pub created_at: Option<jiff::Timestamp>,
+}
+
+impl KeyRecord {
+    /// Reads a key Secret; None for Secrets that are not well-formed keys.
+    pub fn from_secret(secret: &Secret) -> Option<KeyRecord> {
+        if secret.type_.as_deref() != Some(SECRET_TYPE) {
+            return None;
+        }
+        let field = |k: &str| -> Option<String> {
+            if let Some(v) = secret.string_data.as_ref().and_then(|d| d.get(k)) {
+                return Some(v.clone());
+            }
+            let bytes = secret.data.as_ref()?.get(k)?;
+            String::from_utf8(bytes.0.clone()).ok()
+        };
+        let scopes = field("scopes")?
+            .split(',')
+            .filter_map(|s| Scope::parse(s.trim()))
+            .collect();
+        Some(KeyRecord {
+            id: secret.name_any(),
+            namespace: secret.namespace()?,
+            name: field("name").unwrap_or_default(),
+            scopes,
+            hash: field("sha256")?,
+            created_at: field("created-at").and_then(|t| t.parse().ok()),
+        })
+    }
+
+    /// Constant-time comparison against the hash of a presented key.
+    pub fn matches(&self, presented_hash: &str) -> bool {
+        self.hash.as_bytes().ct_eq(presented_hash.as_bytes()).into()
+    }
+}
+
+/// The bearer token of an `Authorization` header value, if it has that form.
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_include_each_other_as_the_contract_says() {
+        use Scope::*;
+        assert!(Write.grants(Read) && Execute.grants(Read));
+        assert!(!Read.grants(Write) && !Read.grants(Execute));
+        assert!(!Write.grants(Execute) && !Execute.grants(Write));
+        assert!(Scope::ALL.iter().all(|s| Admin.grants(*s)));
+        assert!(!Write.grants(Admin) && !Execute.grants(Admin));
+    }
+
+    #[test]
+    fn keys_have_the_contract_shape_and_are_unique() {
+        let a = generate_key();
+        let b = generate_key();
+        assert!(a.starts_with("flk_") && a.len() >= 4 + 32);
+        assert!(a[4..].bytes().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, b);
+        assert_eq!(hash_key(&a).len(), 64);
+        assert_eq!(hash_key_hex(&a).as_str(), hex::encode(Sha256::digest(&a)));
+        assert_ne!(hash_key(&a), hash_key(&b));
+    }
+
+    #[test]
+    fn bearer_tokens_are_parsed_strictly() {
+        assert_eq!(bearer_token("Bearer flk_x"), Some("flk_x"));
+        assert_eq!(bearer_token("bearer  flk_x "), Some("flk_x"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("flk_x"), None);
+    }
+
+    #[test]
+    fn key_records_come_only_from_well_formed_secrets() {
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "key-abc", "namespace": "team-a"},
+            "type": SECRET_TYPE,
+            "stringData": {"name": "ci", "scopes": "read,execute", "sha256": hash_key("flk_x")}
+        }))
+        .unwrap();
+        let record = KeyRecord::from_secret(&secret).unwrap();
+        assert_eq!(record.namespace, "team-a");
+        assert_eq!(record.scopes, BTreeSet::from([Scope::Read, Scope::Execute]));
+        assert!(record.matches(&hash_key("flk_x")));
+        assert!(!record.matches(&hash_key("flk_y")));
+        let mut opaque = secret.clone();
+        opaque.type_ = Some("Opaque".into());
+        assert!(KeyRecord::from_secret(&opaque).is_none());
+    }
+}

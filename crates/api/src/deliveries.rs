@@ -1,0 +1,211 @@
+//! `/v1/webhooks/{id}/deliveries` (the attempts the worker recorded in the Webhook's
+//! status), redelivery requests, and secret rotation.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Patch;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::{Principal, Scope};
+use super::error::{ApiError, ApiResult, Missing, not_found_as};
+use super::pagination::{self, Page, SortKey};
+use super::state::ApiState;
+use super::views::{ApiTime, DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView};
+use super::webhooks::find;
+use flowline_core::clock::{format_ts, now_ms};
+use flowline_core::crd::Webhook;
+use flowline_core::delivery::outbox;
+use flowline_core::delivery::signing::generate_secret;
+use flowline_core::ids::new_token_id;
+use flowline_delivery::secrets::{self, ROTATED_ANNOTATION, SECRET_KEY};
+use flowline_delivery::worker::{REDELIVER_ANNOTATION, REDELIVERY_REQUESTS, redelivery_requests};
+
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(retry))
+        .routes(routes!(rotate_secret))
+}
+
+#[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", operation_id = "webhooks.deliveries.list", tag = "webhooks",
+    description = "Scope: `read`. The most recent delivery attempts (the last 50), newest first.",
+    params(("id" = String, Path, description = "Webhook id"), crate::openapi::PageQuery),
+    responses((status = 200, description = "A page of delivery attempts", body = crate::pagination::Page<DeliveryView>),
+              (status = 400, description = "Bad limit or cursor"),
+              (status = 404, description = "No such webhook")))]
+async fn list(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Page<DeliveryView>>> {
+    who.require(Scope::Read)?;
+    let q = pagination::parse_query(query.as_deref(), None)?;
+    let hook = find(&state, &who.namespace, &id)?;
+    let items = hook
+        .status
+        .iter()
+        .flat_map(|s| s.recent_attempts.iter())
+        .map(|a| (SortKey::new(a.at, &a.id), DeliveryView::from(a)))
+        .collect();
+    Ok(Json(pagination::paginate(items, &q)))
+}
+
+#[utoipa::path(post, path = "/v1/webhooks/{id}/deliveries/{delivery_id}/retry", operation_id = "webhooks.deliveries.retry", tag = "webhooks",
+    description = "Scope: `write`. Sends the event of this delivery once more (a new attempt with the same event id).",
+    params(("id" = String, Path, description = "Webhook id"),
+           ("delivery_id" = String, Path, description = "Delivery attempt id")),
+    responses((status = 202, description = "Queued", body = RedeliveryAccepted),
+              (status = 404, description = "No such webhook or delivery"),
+              (status = 409, description = "The event is no longer stored")))]
+async fn retry(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path((id, delivery_id)): Path<(String, String)>,
+) -> ApiResult<(StatusCode, Json<RedeliveryAccepted>)> {
+    who.require(Scope::Write)?;
+    let hook = find(&state, &who.namespace, &id)?;
+    let attempt = hook
+        .status
+        .iter()
+        .flat_map(|s| s.recent_attempts.iter())
+        .find(|a| a.id == delivery_id)
+        .cloned()
+        .ok_or(ApiError::NotFound(Missing::Delivery))?;
+    if !event_stored(&state, &who.namespace, &attempt.event_id) {
+        return Err(ApiError::EventExpired);
+    }
+    let request_id = new_token_id("rdl");
+    let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
+    // Appended under optimistic concurrency: two requests at once must both survive.
+    for _ in 0..5 {
+        let current = hooks
+            .get(&id)
+            .await
+            .map_err(|e| not_found_as(e, Missing::Webhook))?;
+        let mut requests: Vec<serde_json::Value> = redelivery_requests(&current)
+            .into_iter()
+            .map(|r| json!({"id": r.id, "delivery": r.delivery}))
+            .collect();
+        requests.push(json!({"id": request_id, "delivery": delivery_id}));
+        let excess = requests.len().saturating_sub(REDELIVERY_REQUESTS);
+        requests.drain(..excess);
+        let patch = json!({"metadata": {
+            "resourceVersion": current.resource_version(),
+            "annotations": {REDELIVER_ANNOTATION: serde_json::Value::Array(requests).to_string()},
+        }});
+        match hooks
+            .patch(&id, &ApiState::patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                return Ok((
+                    StatusCode::ACCEPTED,
+                    Json(RedeliveryAccepted {
+                        id: request_id,
+                        delivery_id,
+                        event_id: attempt.event_id,
+                        event: attempt.event,
+                        status: "queued",
+                    }),
+                ));
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(not_found_as(e, Missing::Webhook)),
+        }
+    }
+    Err(ApiError::Unavailable)
+}
+
+/// Whether a Run or Workflow of the namespace still holds the event.
+fn event_stored(state: &ApiState, namespace: &str, event_id: &str) -> bool {
+    let runs = state.caches.runs.in_namespace(namespace);
+    let workflows = state.caches.workflows.in_namespace(namespace);
+    outbox::find(
+        runs.iter().map(|r| &**r),
+        workflows.iter().map(|w| &**w),
+        event_id,
+    )
+    .is_some()
+}
+
+#[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", operation_id = "webhooks.rotateSecret", tag = "webhooks",
+    description = "Scope: `write`. Replaces the signing secret. For 24 hours deliveries carry signatures with both secrets (two `v1,` entries in `webhook-signature`); `X-Service-Signature` uses the new one.",
+    params(("id" = String, Path, description = "Webhook id")),
+    responses((status = 200, description = "The new secret (shown only here)", body = SecretRotated),
+              (status = 404, description = "No such webhook")))]
+async fn rotate_secret(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SecretRotated>> {
+    who.require(Scope::Write)?;
+    let hook = find(&state, &who.namespace, &id)?;
+    let name = secrets::secret_name(&hook);
+    let api: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
+    let new = generate_secret();
+    let now = now_ms();
+    let mut rotated = false;
+    for _ in 0..5 {
+        let current = api.get_opt(&name).await?;
+        let result = match &current {
+            // Never used yet (a webhook applied with kubectl): simply create it.
+            None => api
+                .create(
+                    &ApiState::post_params(),
+                    &secrets::owned_secret(&hook, &new),
+                )
+                .await
+                .map(|_| ()),
+            Some(secret) => {
+                secrets::check_signing_secret(secret)
+                    .map_err(|e| ApiError::field("secretRef", e.to_string()))?;
+                let old = secrets::signing_keys(secret, now)
+                    .map(|keys| keys[0].clone())
+                    .unwrap_or_default();
+                let data = if old.is_empty() {
+                    [(SECRET_KEY.to_string(), new.clone())].into()
+                } else {
+                    secrets::rotation(&old, &new, now)
+                };
+                let patch = json!({
+                    "metadata": {"resourceVersion": secret.resource_version()},
+                    "stringData": data,
+                });
+                api.patch(&name, &ApiState::patch_params(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        match result {
+            Ok(()) => {
+                rotated = true;
+                break;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !rotated {
+        return Err(ApiError::Unavailable);
+    }
+    // Tells the worker to drop the keys it cached.
+    let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
+    let signal = json!({"metadata": {"annotations": {ROTATED_ANNOTATION: format_ts(now)}}});
+    let updated = hooks
+        .patch(&id, &ApiState::patch_params(), &Patch::Merge(&signal))
+        .await
+        .map_err(|e| not_found_as(e, Missing::Webhook))?;
+    Ok(Json(SecretRotated {
+        webhook: WebhookView::from(&updated),
+        secret: new,
+        previous_secret_expires_at: ApiTime(now + secrets::ROTATION_GRACE),
+    }))
+}

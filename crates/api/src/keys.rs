@@ -1,0 +1,173 @@
+//! `/v1/api-keys` (admin scope), and key creation shared with the CLI.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::{Extension, Json};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::pagination::Page;
+use super::views::{ApiKeyCreated, ApiKeyView};
+
+use super::auth::{KeyRecord, Principal, SECRET_TYPE, Scope, generate_key, hash_key};
+use super::cache;
+use super::error::{ApiError, ApiResult, Missing, not_found_as};
+use super::input;
+use super::json::ApiJson;
+use super::pagination::{self, SortKey};
+use super::state::{ApiState, FIELD_MANAGER};
+use super::workflows::location;
+use flowline_core::clock::{format_ts, now_ms};
+use flowline_core::ids::new_id;
+
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(remove))
+}
+
+/// A key just created: its Secret, its record, and its value (shown once).
+pub struct CreatedKey {
+    pub secret: Secret,
+    pub record: KeyRecord,
+    pub value: String,
+}
+
+/// Creates a key in `namespace`.
+pub async fn create_key(
+    client: Client,
+    namespace: &str,
+    name: &str,
+    scopes: &[Scope],
+) -> Result<CreatedKey, kube::Error> {
+    let value = generate_key();
+    let created_at = format_ts(now_ms());
+    let scopes: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(new_id("key")),
+            labels: Some(BTreeMap::from([(
+                "flowline.io/api-key".to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        },
+        type_: Some(SECRET_TYPE.into()),
+        string_data: Some(BTreeMap::from([
+            ("name".to_string(), name.to_string()),
+            ("scopes".to_string(), scopes.join(",")),
+            ("sha256".to_string(), hash_key(&value)),
+            ("created-at".to_string(), created_at),
+        ])),
+        ..Default::default()
+    };
+    let api: Api<Secret> = Api::namespaced(client, namespace);
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(FIELD_MANAGER.into()),
+    };
+    let created = api.create(&params, &secret).await?;
+    let record = KeyRecord::from_secret(&created).ok_or_else(|| {
+        kube::Error::Service("the API server returned a malformed key Secret".into())
+    })?;
+    Ok(CreatedKey {
+        secret: created,
+        record,
+        value,
+    })
+}
+
+/// Keys of a namespace straight from the API server (for the CLI).
+pub async fn list_keys(client: Client, namespace: &str) -> Result<Vec<KeyRecord>, kube::Error> {
+    let api: Api<Secret> = Api::namespaced(client, namespace);
+    let list = api
+        .list(&kube::api::ListParams::default().fields(&format!("type={SECRET_TYPE}")))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(KeyRecord::from_secret)
+        .collect())
+}
+
+fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<KeyRecord> {
+    cache::get(&state.caches.api_keys, namespace, id)
+        .and_then(|s| KeyRecord::from_secret(&s))
+        .ok_or(ApiError::NotFound(Missing::ApiKey))
+}
+
+#[utoipa::path(get, path = "/v1/api-keys", operation_id = "apiKeys.list", tag = "api-keys", description = "Scope: `admin`. Never shows key values.",
+    params(crate::openapi::PageQuery),
+    responses((status = 200, description = "A page of keys", body = crate::pagination::Page<ApiKeyView>),
+              (status = 400, description = "Bad limit or cursor")))]
+async fn list(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Page<ApiKeyView>>> {
+    who.require(Scope::Admin)?;
+    let q = pagination::parse_query(query.as_deref(), None)?;
+    let items = state
+        .caches
+        .api_keys
+        .in_namespace(&who.namespace)
+        .into_iter()
+        .filter_map(|s| KeyRecord::from_secret(&s))
+        .map(|k| {
+            let at = k.created_at.unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+            (SortKey::new(at, &k.id), ApiKeyView::from(&k))
+        })
+        .collect();
+    Ok(Json(pagination::paginate(items, &q)))
+}
+
+#[utoipa::path(post, path = "/v1/api-keys", operation_id = "apiKeys.create", tag = "api-keys", description = "Scope: `admin`.",
+    request_body = crate::input::ApiKeyCreate,
+    responses((status = 201, description = "Created; the value is shown only here", body = ApiKeyCreated,
+               headers(("Location" = String, description = "Path of the new key")))))]
+async fn create(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<impl IntoResponse> {
+    who.require(Scope::Admin)?;
+    let req = input::create_api_key(body)?;
+    let key = create_key(state.client.clone(), &who.namespace, &req.name, &req.scopes).await?;
+    cache::await_write(&state.caches.api_keys, &key.secret).await;
+    let location = location(format!("/v1/api-keys/{}", key.record.id));
+    Ok((
+        StatusCode::CREATED,
+        location,
+        Json(ApiKeyCreated {
+            api_key: ApiKeyView::from(&key.record),
+            key: key.value.clone(),
+        }),
+    ))
+}
+
+#[utoipa::path(delete, path = "/v1/api-keys/{id}", operation_id = "apiKeys.delete", tag = "api-keys", description = "Scope: `admin`. Revokes the key.",
+    params(("id" = String, Path, description = "Key id")),
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such key")))]
+async fn remove(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    who.require(Scope::Admin)?;
+    find(&state, &who.namespace, &id)?;
+    let api: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
+    api.delete(&id, &DeleteParams::background())
+        .await
+        .map_err(|e| not_found_as(e, Missing::ApiKey))?;
+    cache::await_delete(&state.caches.api_keys, &who.namespace, &id).await;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,124 @@
+//! The `/v1` REST facade: reads from watch caches, writes to the API server.
+//! One router per resource, merged here behind authentication and rate limits.
+
+pub mod approvals;
+pub mod auth;
+pub mod cache;
+pub mod client_ip;
+pub(crate) mod deliveries;
+pub mod error;
+pub(crate) mod hook_secret;
+pub mod hook_verify;
+pub(crate) mod hooks;
+pub mod idempotency;
+pub mod input;
+pub mod json;
+pub mod key_index;
+mod keyed_start;
+pub mod keys;
+mod middleware;
+pub mod openapi;
+pub mod pagination;
+pub mod ratelimit;
+pub mod rendered;
+pub(crate) mod retry;
+pub(crate) mod runs;
+pub mod state;
+pub mod views;
+pub(crate) mod webhooks;
+pub(crate) mod workflows;
+
+use axum::Router;
+use axum::middleware::from_fn_with_state;
+use axum::response::IntoResponse;
+use utoipa_axum::router::OpenApiRouter;
+
+use self::error::ApiError;
+use self::state::ApiState;
+
+/// The `/v1` routes as their handlers declare them: those that take an API key, and
+/// the inbound hooks (a signature instead). The router and the OpenAPI document are
+/// both made from these, so neither keeps a list of its own.
+pub(crate) fn declared() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
+    let keyed = OpenApiRouter::new()
+        .merge(workflows::router())
+        .merge(runs::router())
+        .merge(retry::router())
+        .merge(approvals::router())
+        .merge(webhooks::router())
+        .merge(deliveries::router())
+        .merge(keys::router())
+        .merge(hook_secret::router());
+    (keyed, hooks::router())
+}
+
+/// The `/v1` routes, authenticated and rate limited (unknown routes included).
+pub fn router(state: ApiState) -> Router {
+    let (keyed, hooks) = declared();
+    let (keyed, keyed_doc) = keyed.split_for_parts();
+    let (hooks, hooks_doc) = hooks.split_for_parts();
+    let document = std::sync::Arc::new(openapi::assemble(keyed_doc, hooks_doc));
+    keyed
+        .fallback(|| async { ApiError::RouteNotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(from_fn_with_state(state.clone(), middleware::authenticate))
+        // Added after the layer: hooks carry a signature instead of an API key, and
+        // spend the per-address budget of unauthenticated requests.
+        .merge(
+            hooks
+                // Merged after the main router's own, which covers only its routes.
+                .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+                .layer(from_fn_with_state(
+                    state.clone(),
+                    middleware::limit_by_address,
+                )),
+        )
+        // Added after the layer: the description is public.
+        .route(
+            "/v1/openapi.json",
+            axum::routing::get(move || {
+                let document = document.clone();
+                async move { axum::Json(&*document).into_response() }
+            }),
+        )
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    /// Before the watch caches have listed everything, the API refuses to answer
+    /// from an empty cache: 503 `unavailable`, with the rate-limit headers.
+    #[tokio::test]
+    async fn answers_503_until_the_caches_are_synced() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let caches = cache::Caches::start(
+            client.clone(),
+            &flowline_kube::WatchScope::Cluster,
+            shutdown.clone(),
+        );
+        let api_config = state::ApiConfig::default();
+        let app = router(ApiState::new(client, caches, api_config));
+        let req = Request::get("/v1/workflows")
+            .header("authorization", "Bearer flk_x")
+            .body(Body::empty())
+            .unwrap();
+        let res = app.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), 503);
+        assert!(res.headers().contains_key("retry-after"));
+        assert!(res.headers().contains_key("x-ratelimit-remaining"));
+        let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "unavailable");
+        shutdown.cancel();
+    }
+}

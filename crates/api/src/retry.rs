@@ -1,0 +1,185 @@
+//! `POST /v1/runs/{id}/retry`: a new run of a finished run — the same payload, the
+//! same workflow version — that keeps the results of the steps that succeeded before
+//! the first failure, or starts over.
+
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use jiff::Timestamp;
+use kube::ResourceExt;
+use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::{Principal, Scope};
+use super::error::{ApiError, ApiResult, write_error};
+use super::input::{self, RetryFrom};
+use super::json::OptionalJson;
+use super::runs::{answer, check_spec_size, create};
+use super::state::ApiState;
+use super::workflows::find as find_workflow;
+use flowline_core::clock::now_ms;
+use flowline_core::crd::{Run, RunPhase, Workflow, WorkflowState};
+use flowline_core::ids::new_id;
+
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new().routes(routes!(retry))
+}
+
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", operation_id = "runs.retry", tag = "runs",
+    description = "Scope: `execute`. Starts a new run of a finished run (`succeeded`, `failed` or \
+        `cancelled`) with its payload and the workflow version it executed, linked by `retry_of`. \
+        `from: failed` (the default) keeps the results of the steps that succeeded before the first \
+        step that did not (shown with `reused: true`) and starts there; `from: start` runs every step again.",
+    params(("id" = String, Path, description = "Run id")),
+    request_body(content = Option<crate::input::RetryCreate>, content_type = "application/json"),
+    responses((status = 201, description = "The new run", body = crate::views::RunView,
+               headers(("Location" = String, description = "Path of the new run"))),
+              (status = 404, description = "No such run"),
+              (status = 409, description = "The run has not finished (`run_not_finished`), or its workflow \
+               is paused (`workflow_paused`)")))]
+async fn retry(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+    OptionalJson(body): OptionalJson<Value>,
+) -> ApiResult<Response> {
+    who.require(Scope::Execute)?;
+    let from = input::retry_request(body)?;
+    // Judged on the run as the API server has it, as `GET /v1/runs/{id}` shows it: a
+    // run just seen finished there may still be `running` in the watch cache. The cache
+    // keeps only a summary anyway; the version the retry executes and the outputs it
+    // keeps come whole from here.
+    let original = super::runs::read_whole(&state, &who.namespace, &id).await?;
+    let phase = original.phase();
+    // Listed, not `is_finished()`: a phase added later is not retryable unless it says so.
+    if !matches!(
+        phase,
+        RunPhase::Succeeded | RunPhase::Failed | RunPhase::Cancelled
+    ) {
+        return Err(ApiError::RunNotFinished(phase.as_str()));
+    }
+    let wf = find_workflow(&state, &who.namespace, &original.spec.workflow_ref)?;
+    if wf.spec.state == WorkflowState::Paused {
+        return Err(ApiError::WorkflowPaused);
+    }
+    let run = retry_of(&original, &wf, from, &new_id("run"), now_ms());
+    let advice = if run.spec.reused_steps.is_empty() {
+        "the run it retries is too large to retry"
+    } else {
+        "retry with \"from\": \"start\" to keep no step outputs"
+    };
+    check_spec_size(
+        &run,
+        "from",
+        "the payload, the workflow's steps and the step outputs kept together",
+        advice,
+    )?;
+    let created = create(&state, &who.namespace, &run)
+        .await
+        .map_err(write_error)?;
+    Ok(answer(&state, StatusCode::CREATED, &created))
+}
+
+/// The retry of `original` (a run of `wf`) named `name`: its trigger and payload, the
+/// workflow version it executed, and with [`RetryFrom::Failed`] the results it keeps. A
+/// run that never recorded a version (it never executed a step) is retried with the
+/// workflow's current version and keeps nothing. Pure.
+pub fn retry_of(original: &Run, wf: &Workflow, from: RetryFrom, name: &str, now: Timestamp) -> Run {
+    let mut run = Run::of_workflow(
+        wf,
+        name,
+        original.spec.trigger,
+        original.spec.payload.clone(),
+        now,
+    );
+    run.spec.retry_of = Some(original.name_any());
+    if let Some(version) = &original.spec.workflow {
+        run.spec.workflow = Some(version.clone());
+        if from == RetryFrom::Failed {
+            run.spec.reused_steps =
+                flowline_core::engine::reuse::reusable(original.status.as_ref(), &version.steps);
+        }
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workflow(generation: i64, steps: Value) -> Workflow {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "wf", "namespace": "n", "uid": "wf-uid", "generation": generation},
+            "spec": {"name": "W", "steps": steps},
+        }))
+        .unwrap()
+    }
+
+    fn original(wf: &Workflow) -> Run {
+        let mut run = Run::of_workflow(
+            wf,
+            "run-1",
+            flowline_core::crd::RunTrigger::Schedule,
+            Some(json!({"n": 1})),
+            now_ms(),
+        );
+        run.status = Some(
+            serde_json::from_value(json!({"phase": "failed", "steps": [
+                {"stepId": "a", "name": "a", "status": "succeeded", "output": {"v": 1}},
+                {"stepId": "b", "name": "b", "status": "failed", "error": "boom"}]}))
+            .unwrap(),
+        );
+        run
+    }
+
+    #[test]
+    fn a_retry_runs_the_original_version_with_its_payload_and_kept_results() {
+        let v1 = workflow(
+            1,
+            json!([{"id": "a", "action": "transform"}, {"id": "b", "action": "fail"}]),
+        );
+        let first = original(&v1);
+        let edited = workflow(2, json!([{"id": "other", "action": "delay"}]));
+        let retry = retry_of(&first, &edited, RetryFrom::Failed, "run-2", now_ms());
+        assert_eq!(retry.name_any(), "run-2");
+        assert_eq!(retry.spec.retry_of.as_deref(), Some("run-1"));
+        assert_eq!(
+            retry.spec.workflow, first.spec.workflow,
+            "the original's version"
+        );
+        assert_eq!(retry.workflow_generation(), Some(1));
+        assert_eq!(retry.spec.payload, Some(json!({"n": 1})));
+        assert_eq!(retry.spec.trigger, flowline_core::crd::RunTrigger::Schedule);
+        assert!(retry.status.is_none());
+        let kept: Vec<_> = retry
+            .spec
+            .reused_steps
+            .iter()
+            .map(|r| r.step_id.as_str())
+            .collect();
+        assert_eq!(kept, ["a"]);
+        assert_eq!(retry.spec.reused_steps[0].output, Some(json!({"v": 1})));
+        assert_eq!(retry.spec.idempotency_key, None, "a retry is a new request");
+
+        let over = retry_of(&first, &edited, RetryFrom::Start, "run-3", now_ms());
+        assert!(over.spec.reused_steps.is_empty());
+        assert_eq!(over.spec.workflow, first.spec.workflow);
+    }
+
+    #[test]
+    fn an_unpinned_run_is_retried_with_the_current_version_and_keeps_nothing() {
+        let v1 = workflow(1, json!([{"id": "a", "action": "transform"}]));
+        let mut first = original(&v1);
+        first.spec.workflow = None;
+        let now = workflow(3, json!([{"id": "a", "action": "transform"}]));
+        let retry = retry_of(&first, &now, RetryFrom::Failed, "run-2", now_ms());
+        assert_eq!(retry.workflow_generation(), Some(3));
+        assert!(retry.spec.reused_steps.is_empty());
+    }
+}

@@ -1,0 +1,282 @@
+//! `/v1/workflows`.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use kube::api::{DeleteParams, Patch};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::pagination::Page;
+use super::views::{WorkflowListItem, WorkflowView};
+
+use super::auth::{Principal, Scope};
+use super::cache;
+use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
+use super::hook_secret::{self, WorkflowWithSecret};
+use super::input;
+use super::json::ApiJson;
+use super::pagination::{self, SortKey};
+use super::state::ApiState;
+use flowline_core::clock::{format_ts, now_ms};
+use flowline_core::crd::timestamps::{UPDATED_AT_ANNOTATION, created_at, creation_annotations};
+use flowline_core::crd::{TriggerType, Workflow, WorkflowSpec, WorkflowState};
+use flowline_core::ids::new_id;
+
+/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
+/// serves the router and the OpenAPI document).
+pub fn router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(show, update, remove))
+}
+
+/// The workflow from the cache, or `workflow_not_found` (also for other accounts).
+pub fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Workflow>> {
+    cache::get(&state.caches.workflows, namespace, id).ok_or(ApiError::NotFound(Missing::Workflow))
+}
+
+pub fn location(path: String) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&path) {
+        headers.insert(header::LOCATION, v);
+    }
+    headers
+}
+
+#[utoipa::path(get, path = "/v1/workflows", operation_id = "workflows.list", tag = "workflows", description = "Scope: `read`. Newest first.",
+    params(crate::openapi::WorkflowListQuery),
+    responses((status = 200, description = "A page of workflows", body = crate::pagination::Page<WorkflowListItem>),
+              (status = 400, description = "Bad limit, cursor or state filter")))]
+async fn list(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Page<WorkflowListItem>>> {
+    who.require(Scope::Read)?;
+    let q = pagination::parse_query(
+        query.as_deref(),
+        Some(("state", &["draft", "active", "paused"])),
+    )?;
+    let items = state
+        .caches
+        .workflows
+        .in_namespace(&who.namespace)
+        .into_iter()
+        .filter(|wf| {
+            q.filter
+                .as_deref()
+                .is_none_or(|s| wf.spec.state.as_str() == s)
+        })
+        .map(|wf| {
+            (
+                SortKey::new(created_at(&wf.metadata), &wf.name_any()),
+                WorkflowListItem::from(&*wf),
+            )
+        })
+        .collect();
+    Ok(Json(pagination::paginate(items, &q)))
+}
+
+#[utoipa::path(get, path = "/v1/workflows/{id}", operation_id = "workflows.get", tag = "workflows", description = "Scope: `read`.",
+    params(("id" = String, Path, description = "Workflow id")),
+    responses((status = 200, description = "The full workflow", body = WorkflowView),
+              (status = 404, description = "No such workflow")))]
+async fn show(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    who.require(Scope::Read)?;
+    let wf = find(&state, &who.namespace, &id)?;
+    // The bytes `Json(WorkflowView::from(..))` would send, rendered once per cached copy.
+    let json = state
+        .rendered_workflows
+        .get_or_render(&who.namespace, &id, &wf, |wf| {
+            serde_json::to_vec(&WorkflowView::from(wf))
+        })
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response())
+}
+
+#[utoipa::path(post, path = "/v1/workflows", operation_id = "workflows.create", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",
+    request_body = crate::input::WorkflowCreate,
+    responses((status = 201, description = "Created; `hook_secret` when the trigger is `webhook`", body = WorkflowWithSecret,
+               headers(("Location" = String, description = "Path of the new workflow")))))]
+async fn create(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<impl IntoResponse> {
+    who.require(Scope::Write)?;
+    let req = input::create_workflow(body)?;
+    let mut wf = Workflow::new(
+        &new_id("wf"),
+        WorkflowSpec {
+            name: req.name,
+            description: req.description,
+            state: WorkflowState::Draft,
+            trigger: req.trigger.unwrap_or_default(),
+            executor: None,
+            steps: Vec::new(),
+            history: Default::default(),
+            timeout_ms: None,
+            concurrency: None,
+            parallelism: None,
+        },
+    );
+    wf.metadata.annotations = Some(creation_annotations(now_ms()));
+    let api: Api<Workflow> = Api::namespaced(state.client.clone(), &who.namespace);
+    let created = api
+        .create(&ApiState::post_params(), &wf)
+        .await
+        .map_err(write_error)?;
+    cache::await_write(&state.caches.workflows, &created).await;
+    let hook_secret = with_hook_secret(&state, None, &created).await?;
+    let id = created.name_any();
+    Ok((
+        StatusCode::CREATED,
+        location(format!("/v1/workflows/{id}")),
+        hook_secret,
+    ))
+}
+
+#[utoipa::path(patch, path = "/v1/workflows/{id}", operation_id = "workflows.update", tag = "workflows", description = "Scope: `write`.",
+    params(("id" = String, Path, description = "Workflow id")),
+    request_body = crate::input::WorkflowPatchBody,
+    responses((status = 200, description = "The updated workflow; `hook_secret` when the trigger became `webhook`", body = WorkflowWithSecret),
+              (status = 404, description = "No such workflow")))]
+async fn update(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Json<WorkflowWithSecret>> {
+    who.require(Scope::Write)?;
+    let before = find(&state, &who.namespace, &id)?.spec.trigger.type_;
+    let patch = input::workflow_patch(body)?;
+    let mut spec = serde_json::Map::new();
+    if let Some(name) = patch.name {
+        spec.insert("name".into(), json!(name));
+    }
+    if let Some(description) = patch.description {
+        spec.insert("description".into(), json!(description));
+    }
+    if let Some(s) = patch.state {
+        spec.insert("state".into(), json!(s));
+    }
+    if let Some(t) = patch.trigger {
+        // Explicit nulls: a merge patch would otherwise keep a stale cron.
+        spec.insert(
+            "trigger".into(),
+            json!({"type": t.type_, "cron": t.cron, "timezone": t.timezone}),
+        );
+    }
+    if let Some(e) = patch.executor {
+        spec.insert("executor".into(), json!(e));
+    }
+    if let Some(steps) = patch.steps {
+        spec.insert("steps".into(), json!(steps));
+    }
+    if let Some(t) = patch.timeout_ms {
+        spec.insert("timeoutMs".into(), json!(t));
+    }
+    if let Some(c) = patch.concurrency {
+        // Sent whole: a merge patch would otherwise keep a stale key.
+        spec.insert(
+            "concurrency".into(),
+            json!(c.map(|c| json!({"limit": c.limit, "key": c.key, "policy": c.policy}))),
+        );
+    }
+    if let Some(n) = patch.parallelism {
+        spec.insert("parallelism".into(), json!(n));
+    }
+    let body = json!({
+        "metadata": {"annotations": {UPDATED_AT_ANNOTATION: format_ts(now_ms())}},
+        "spec": spec,
+    });
+    let api: Api<Workflow> = Api::namespaced(state.client.clone(), &who.namespace);
+    let updated = api
+        .patch(&id, &ApiState::patch_params(), &Patch::Merge(&body))
+        .await
+        .map_err(|e| not_found_as(e, Missing::Workflow))?;
+    cache::await_write(&state.caches.workflows, &updated).await;
+    with_hook_secret(&state, Some(before), &updated).await
+}
+
+/// The response of a write that leaves `wf` in place: the workflow, and a new inbound
+/// secret when its trigger became `webhook` (or it has none). The workflow is written
+/// first because the Secret is owned by it; if storing the secret fails, the error is
+/// returned and the rotate endpoint makes one.
+async fn with_hook_secret(
+    state: &ApiState,
+    before: Option<TriggerType>,
+    wf: &Workflow,
+) -> ApiResult<Json<WorkflowWithSecret>> {
+    let namespace = wf.namespace().unwrap_or_default();
+    let has_secret = hook_secret::current(state, &namespace, &wf.name_any()).is_some();
+    let hook_secret = if hook_secret::needs_secret(before, wf, has_secret) {
+        Some(hook_secret::install(state, wf).await?)
+    } else {
+        None
+    };
+    Ok(Json(WorkflowWithSecret {
+        workflow: WorkflowView::from(wf),
+        hook_secret,
+    }))
+}
+
+#[utoipa::path(delete, path = "/v1/workflows/{id}", operation_id = "workflows.delete", tag = "workflows", description = "Scope: `write`. Deletes the workflow and its run history.",
+    params(("id" = String, Path, description = "Workflow id")),
+    responses((status = 204, description = "Deleted"), (status = 404, description = "No such workflow"),
+              (status = 409, description = "The workflow is active; pause it first")))]
+async fn remove(
+    State(state): State<ApiState>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    who.require(Scope::Write)?;
+    let wf = find(&state, &who.namespace, &id)?;
+    if wf.spec.state == WorkflowState::Active {
+        return Err(ApiError::WorkflowActive);
+    }
+    let api: Api<Workflow> = Api::namespaced(state.client.clone(), &who.namespace);
+    // Delete with a precondition on the version we checked, so a concurrent
+    // activation cannot slip through; on a conflict, look again.
+    let mut version = wf.resource_version();
+    for _ in 0..3 {
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: version.clone(),
+                uid: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&id, &params).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let fresh = api
+                    .get(&id)
+                    .await
+                    .map_err(|e| not_found_as(e, Missing::Workflow))?;
+                if fresh.spec.state == WorkflowState::Active {
+                    return Err(ApiError::WorkflowActive);
+                }
+                version = fresh.resource_version();
+            }
+            Err(e) => return Err(not_found_as(e, Missing::Workflow)),
+        }
+    }
+    cache::await_delete(&state.caches.workflows, &who.namespace, &id).await;
+    Ok(StatusCode::NO_CONTENT)
+}

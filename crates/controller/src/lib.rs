@@ -1,0 +1,10 @@
+//! Reconcilers (kube-runtime controllers). Each is split into pure decisions
+//! (unit-tested with fixtures) and a thin layer that applies them.
+
+pub mod leader;
+pub mod queue;
+pub mod run;
+pub mod run_cache;
+pub mod run_labels;
+pub mod shard;
+pub mod workflow;

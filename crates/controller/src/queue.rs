@@ -1,0 +1,257 @@
+//! What the run controller needs for concurrency control besides the pure
+//! [`admission`] rules: the group of a run as its watch cache shows it (walked, or
+//! summarized for the looks at queued runs: `group_summaries`), the hand-over of a
+//! freed slot to the queued runs of its group, and the `flowline_runs_queued` gauge.
+//! The state itself is in the Runs' statuses, so it holds across restarts.
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use flowline_core::admission::group_summaries::{Membership, Summaries};
+use flowline_core::admission::{self, Local, Member};
+use flowline_core::crd::{Run, RunPhase};
+use flowline_kube::lenient::Lenient;
+use flowline_kube::name_index::SharedNameIndex;
+
+/// How often the queued-runs gauge is recomputed from the cache.
+const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
+
+pub type RunRef = ObjectRef<Lenient<Run>>;
+
+pub struct Queue {
+    /// The run controller's watch cache and its index by workflow, set when the
+    /// controller starts.
+    runs: OnceLock<(Store<Lenient<Run>>, SharedNameIndex<Run>)>,
+    wake_tx: mpsc::UnboundedSender<RunRef>,
+    wake_rx: Mutex<Option<mpsc::UnboundedReceiver<RunRef>>>,
+    /// The groups' summaries, for the looks at queued runs.
+    summaries: Summaries,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+        Queue {
+            runs: OnceLock::new(),
+            wake_tx,
+            wake_rx: Mutex::new(Some(wake_rx)),
+            summaries: Summaries::default(),
+        }
+    }
+}
+
+impl Queue {
+    /// Connects the controller's cache and its index by workflow; returns the stream of
+    /// runs to reconcile because a slot of their group freed (once: a second call gets
+    /// an empty stream).
+    pub fn attach(
+        &self,
+        store: Store<Lenient<Run>>,
+        by_workflow: SharedNameIndex<Run>,
+    ) -> impl futures::Stream<Item = RunRef> + Send + 'static {
+        let _ = self.runs.set((store, by_workflow));
+        let rx = self
+            .wake_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        futures::stream::unfold(rx, |rx| async move {
+            let mut rx = rx?;
+            let next = rx.recv().await?;
+            Some((next, Some(rx)))
+        })
+    }
+
+    /// Asks the controller to reconcile `run` again (a run that just parked: a decision
+    /// that arrived while it executed is seen at once).
+    pub fn wake(&self, run: &Run) {
+        let _ = self
+            .wake_tx
+            .send(ObjectRef::new(&run.name_any()).within(&run.namespace().unwrap_or_default()));
+    }
+
+    /// The unfinished runs of `workflow` in `namespace`, from the cache, through its
+    /// index by workflow: a namespace's history is not scanned for each admission.
+    fn unfinished_of(&self, namespace: &str, workflow: &str) -> Vec<std::sync::Arc<Run>> {
+        let Some((_, by_workflow)) = self.runs.get() else {
+            return Vec::new();
+        };
+        by_workflow
+            .filed_under(namespace, workflow, |name| self.cached(namespace, name))
+            .into_iter()
+            .filter(|r| !r.phase().is_finished())
+            .collect()
+    }
+
+    /// The run `name` of `namespace` as the cache holds it, if it can be decoded.
+    pub fn cached(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Run>> {
+        let (store, _) = self.runs.get()?;
+        store
+            .get(&ObjectRef::new(name).within(namespace))?
+            .decoded()
+            .cloned()
+    }
+
+    /// Which group `r` belongs to and how it counts there, if it counts at all.
+    fn membership(r: &Run, local: &impl Fn(&str) -> Local) -> Option<Membership> {
+        let state = admission::classify(r, local(&r.uid().unwrap_or_default()))?;
+        let group = admission::group_of(r).ok()?;
+        let order = admission::order_of(r);
+        Some((group, Member { order, state }))
+    }
+
+    /// How `r` counts in the group `group`, if it is a member.
+    fn member(r: &Run, group: &str, local: &impl Fn(&str) -> Local) -> Option<Member> {
+        Self::membership(r, local)
+            .filter(|(g, _)| g == group)
+            .map(|(_, member)| member)
+    }
+
+    /// The other unfinished runs of `run`'s concurrency group `group`, as admission
+    /// counts them; `local(uid)` says what this process knows of a run beyond the cache.
+    pub fn members(&self, run: &Run, group: &str, local: impl Fn(&str) -> Local) -> Vec<Member> {
+        self.members_with_refs(run, group, local)
+            .into_iter()
+            .map(|(member, _)| member)
+            .collect()
+    }
+
+    fn members_with_refs(
+        &self,
+        run: &Run,
+        group: &str,
+        local: impl Fn(&str) -> Local,
+    ) -> Vec<(Member, RunRef)> {
+        let uid = run.uid();
+        self.unfinished_of(&run.namespace().unwrap_or_default(), &run.spec.workflow_ref)
+            .iter()
+            .filter(|r| r.uid() != uid)
+            .filter_map(|r| {
+                let member = Self::member(r, group, &local)?;
+                Some((
+                    member,
+                    ObjectRef::new(&r.name_any()).within(&r.namespace()?),
+                ))
+            })
+            .collect()
+    }
+
+    /// Whether `run`, waiting in `group` (not executing here), must go on waiting under
+    /// `policy: queue` and `limit`: answered from the group's summary, built by one
+    /// walk over the workflow's runs and then kept up to date run by run
+    /// ([`Queue::touch`]).
+    pub fn must_wait(
+        &self,
+        run: &Run,
+        limit: u32,
+        group: &str,
+        local: impl Fn(&str) -> Local,
+    ) -> bool {
+        let namespace = run.namespace().unwrap_or_default();
+        let workflow = run.spec.workflow_ref.as_str();
+        let walk = || {
+            self.unfinished_of(&namespace, workflow)
+                .iter()
+                .filter_map(|r| Some((r.name_any(), Self::membership(r, &local)?)))
+                .collect()
+        };
+        let membership = |name: &str| {
+            let r = self.cached(&namespace, name)?;
+            if r.spec.workflow_ref != workflow || r.phase().is_finished() {
+                return None;
+            }
+            Self::membership(&r, &local)
+        };
+        self.summaries.must_wait(
+            (&namespace, workflow, group),
+            limit,
+            &admission::order_of(run),
+            walk,
+            membership,
+        )
+    }
+
+    /// Says that the run `name` of `workflow` in `namespace` changed, in the cache or
+    /// in what this process executes: it is counted again at the next look.
+    pub fn touch(&self, namespace: &str, workflow: &str, name: &str) {
+        self.summaries.touch(namespace, workflow, name);
+    }
+
+    /// Says that a run of `namespace` changed in a way that does not name its workflow
+    /// (it can no longer be decoded): the summaries of that namespace are built again.
+    pub fn touch_namespace(&self, namespace: &str) {
+        self.summaries.touch_namespace(namespace);
+    }
+
+    /// Says that the cache was listed again: every summary is built again.
+    pub fn touch_all(&self) {
+        self.summaries.touch_all();
+    }
+
+    /// Hands the slot `freed` held on: reconciles the runs of its group that may start
+    /// now ([`admission::hand_over`]). `local` corrects the cache with what this process
+    /// knows, so a run finished or admitted a moment ago counts as what it is, not as
+    /// what the cache still shows.
+    pub fn wake_group(&self, freed: &Run, local: impl Fn(&str) -> Local) {
+        let Some(concurrency) = freed
+            .spec
+            .workflow
+            .as_ref()
+            .and_then(|w| w.concurrency.as_ref())
+        else {
+            return;
+        };
+        let Ok(group) = admission::group_of(freed) else {
+            return;
+        };
+        let (mut members, refs): (Vec<Member>, Vec<RunRef>) = self
+            .members_with_refs(freed, &group, local)
+            .into_iter()
+            .unzip();
+        let by_order: std::collections::HashMap<_, _> =
+            members.iter().map(|m| m.order.clone()).zip(refs).collect();
+        for order in admission::hand_over(concurrency, &mut members) {
+            if let Some(object) = by_order.get(&order) {
+                // The receiver lives as long as the controller; after it, nothing to wake.
+                let _ = self.wake_tx.send(object.clone());
+            }
+        }
+    }
+
+    /// Adds to `gauge` the number of queued runs in the cache that `counts` (this
+    /// process's shards: summed over the replicas, every queued run counts once; each
+    /// watched namespace has a controller of its own and adds its share).
+    pub async fn count_queued(
+        &self,
+        gauge: Gauge,
+        counts: impl Fn(&Run) -> bool,
+        shutdown: CancellationToken,
+    ) {
+        let mut counted = 0i64;
+        loop {
+            let now = self.runs.get().map_or(0, |(store, _)| {
+                store
+                    .state()
+                    .iter()
+                    .filter(|o| {
+                        o.decoded()
+                            .is_some_and(|r| r.phase() == RunPhase::Queued && counts(r))
+                    })
+                    .count() as i64
+            });
+            gauge.inc_by(now - counted);
+            counted = now;
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(GAUGE_INTERVAL) => {}
+            }
+        }
+        gauge.dec_by(counted);
+    }
+}

@@ -1,0 +1,1241 @@
+//! The Run controller: decides what a Run needs (pin it to its workflow version,
+//! start, cancel, fail at once) and hands execution to the engine. Execution state
+//! lives in the Run's status, so a restarted operator picks up where the last one
+//! stopped; a periodic resync of unfinished runs is the backstop when no watch event
+//! arrives. A Run or Workflow deleted while a run executes stops that execution.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use super::queue::Queue;
+use super::run_cache::RunCache;
+use super::shard::Shards;
+use flowline_core::admission::account_bound::{AccountBound, Take};
+use flowline_core::admission::{self, Admission};
+use flowline_core::crd::{
+    ApprovalDecision, ConcurrencyPolicy, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow,
+    WorkflowSnapshot, WorkflowState,
+};
+use flowline_core::engine::waiting;
+use flowline_engine::runner::{self, Engine};
+use flowline_engine::status_writer::StatusWriter;
+use flowline_kube::lenient::Lenient;
+use flowline_kube::name_index::SharedNameIndex;
+use flowline_telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
+
+/// How often an unfinished run is reconciled without a watch event: the backstop that
+/// picks up a run no process is executing (say, one whose only watch event was lost).
+pub const RESYNC_UNFINISHED: Duration = Duration::from_secs(10);
+
+/// How long a run finished here counts as finished without the cache confirming it.
+const ENDED_MEMORY: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// What a Run needs now. Decided from the Run, its Workflow and whether this
+/// process is already executing it; pure.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Finished, or in hand: nothing to do.
+    Nothing,
+    /// Stop the execution in progress.
+    StopExecution,
+    /// Record the cancellation: nothing is executing.
+    MarkCancelled,
+    /// It cannot run; fail it with this error.
+    Fail(String),
+    /// Record the workflow version it will execute: a Run created (with kubectl, say)
+    /// without `spec.workflow`.
+    Pin,
+    /// Start (or resume) executing it.
+    Execute,
+}
+
+pub fn decide(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Decision {
+    let phase = run.status.as_ref().map(|s| s.phase).unwrap_or_default();
+    if phase.is_finished() {
+        return Decision::Nothing;
+    }
+    if run.spec.cancel {
+        return if executing {
+            Decision::StopExecution
+        } else {
+            Decision::MarkCancelled
+        };
+    }
+    if executing {
+        return Decision::Nothing;
+    }
+    let Some(wf) = workflow else {
+        return Decision::Fail(format!("workflow {} does not exist", run.spec.workflow_ref));
+    };
+    let never_started = !has_started(run);
+    if wf.spec.state == WorkflowState::Paused && never_started {
+        return Decision::Fail(format!(
+            "workflow {} is paused; runs cannot start",
+            wf.name_any()
+        ));
+    }
+    if run.spec.workflow.is_some() {
+        return Decision::Execute;
+    }
+    // Unpinned: a Run created without its workflow version, or one that started
+    // before runs were pinned (it recorded the generation it started with).
+    let started_with = run.status.as_ref().and_then(|s| s.workflow_generation);
+    if never_started || started_with == wf.metadata.generation {
+        return Decision::Pin;
+    }
+    Decision::Fail(format!(
+        "workflow {} changed (generation {} to {}) while this run was in flight; it \
+         started before runs recorded their workflow version and cannot resume safely",
+        wf.name_any(),
+        started_with.unwrap_or_default(),
+        wf.metadata.generation.unwrap_or_default()
+    ))
+}
+
+/// Whether any step of `run` has started.
+fn has_started(run: &Run) -> bool {
+    run.status
+        .as_ref()
+        .is_some_and(|s| s.steps.iter().any(|r| r.status != StepPhase::Pending))
+}
+
+/// Reconciles in flight at once. Unbounded, a start-up over 10,000 runs spawned one
+/// task per run at once (about 9 KB each: 89 MB at the peak, which the allocator
+/// keeps); a reconcile only decides and spawns the execution, so a bound costs no
+/// throughput.
+const RECONCILE_CONCURRENCY: u16 = 64;
+
+pub struct Context {
+    pub client: Client,
+    pub engine: Engine,
+    /// Watch only this namespace (tests, namespaced installs); None = all.
+    pub namespace: Option<String>,
+    /// Runs this process is executing, by uid.
+    executing: Mutex<HashMap<String, Execution>>,
+    /// Runs whose final status this process wrote, by uid, until its cache shows them
+    /// finished: their slots are free although the cache may still show them running.
+    ended: Mutex<HashMap<String, Instant>>,
+    /// Concurrency control: the group of a run, waking queued runs.
+    queue: Queue,
+    /// The shards this process executes (all runs without sharding).
+    shards: Arc<Shards>,
+    /// How many runs an account may execute here at once (shared by the contexts of
+    /// every namespace of this process).
+    account_bound: Arc<AccountBound>,
+}
+
+/// What admission gave a run that is ready to execute.
+enum Admitted {
+    /// Execute it (it is registered); first cancel these runs of its group.
+    Start {
+        registration: Registration,
+        cancel: CancellationToken,
+        approvals: Approvals,
+        cancel_others: Vec<String>,
+    },
+    /// Wait for a slot; first cancel these runs of its group; record it `queued` if
+    /// `mark` (a run that waits for its account's bound keeps a status it has: a run
+    /// that started never goes back to `queued`).
+    Queue {
+        cancel_others: Vec<String>,
+        mark: bool,
+    },
+    /// Record it as ended, with this phase and error.
+    End(RunPhase, String),
+}
+
+/// One run this process is executing.
+struct Execution {
+    namespace: String,
+    workflow: String,
+    name: String,
+    cancel: CancellationToken,
+    /// Passes the run's `spec.approvals` on to the execution as the watch sees them.
+    approvals: tokio::sync::watch::Sender<Vec<ApprovalDecision>>,
+}
+
+impl Execution {
+    /// Tells the queue that its run started or ended here, so concurrency counts it
+    /// again.
+    fn changed(&self, queue: &Queue) {
+        queue.touch(&self.namespace, &self.workflow, &self.name);
+    }
+}
+
+/// What an execution sees of its run's `spec.approvals`.
+type Approvals = tokio::sync::watch::Receiver<Vec<ApprovalDecision>>;
+
+/// Keeps a run registered as executing while its task lives: dropped when the task
+/// ends, however it ends, so a run is never "executing" in a process that is not.
+struct Registration {
+    ctx: Arc<Context>,
+    uid: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut executing = self.ctx.lock();
+        if let Some(execution) = executing.remove(&self.uid) {
+            execution.changed(&self.ctx.queue);
+            self.ctx.engine.telemetry.runs_in_progress.dec();
+            self.ctx.account_bound.release(&execution.namespace);
+            self.ctx.wake_account(&execution.namespace);
+        }
+    }
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        http: flowline_egress::GuardedClient,
+        default_executor: Executor,
+        namespace: Option<String>,
+        telemetry: EngineTelemetry,
+        jobs: flowline_engine::job::JobSettings,
+    ) -> Arc<Self> {
+        Arc::new(Context {
+            engine: Engine {
+                client: client.clone(),
+                http,
+                telemetry,
+                default_executor,
+                jobs,
+            },
+            client,
+            namespace,
+            executing: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
+            queue: Queue::default(),
+            shards: Arc::new(Shards::all()),
+            account_bound: Arc::default(),
+        })
+    }
+
+    /// How many runs one account may execute here at once (unbounded unless set).
+    pub fn account_bound(&self) -> &AccountBound {
+        &self.account_bound
+    }
+
+    /// Wakes the oldest run of `namespace` waiting for a place under the account
+    /// bound, if a place is free: the first that still waits (one deleted or finished
+    /// meanwhile is passed over).
+    fn wake_account(&self, namespace: &str) {
+        while let Some(name) = self.account_bound.next_waiting(namespace, Instant::now()) {
+            if let Some(run) = self.queue.cached(namespace, &name)
+                && !run.phase().is_finished()
+            {
+                self.queue.wake(&run);
+                return;
+            }
+        }
+    }
+
+    /// The same engine and settings, watching `namespace` (None = all). Each
+    /// namespace of a list gets its own controller and so its own context.
+    pub fn in_namespace(&self, namespace: Option<String>) -> Arc<Self> {
+        self.in_shards(namespace, self.shards.clone())
+    }
+
+    /// [`Context::in_namespace`], executing only the runs of the shards `shards`
+    /// holds (shared by the contexts of every namespace of this process).
+    pub fn in_shards(&self, namespace: Option<String>, shards: Arc<Shards>) -> Arc<Self> {
+        Arc::new(Context {
+            client: self.client.clone(),
+            engine: self.engine.clone(),
+            namespace,
+            executing: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
+            queue: Queue::default(),
+            shards,
+            account_bound: self.account_bound.clone(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Execution>> {
+        self.executing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn token(&self, uid: &str) -> Option<CancellationToken> {
+        self.lock().get(uid).map(|e| e.cancel.clone())
+    }
+
+    /// Passes `run`'s decisions on to its execution here, if any and if they changed:
+    /// an approval decided while other branches of the run still execute is settled at
+    /// once instead of when the run parks.
+    fn offer_approvals(&self, uid: &str, run: &Run) {
+        if let Some(execution) = self.lock().get(uid) {
+            execution.approvals.send_if_modified(|seen| {
+                let changed = *seen != run.spec.approvals;
+                if changed {
+                    seen.clone_from(&run.spec.approvals);
+                }
+                changed
+            });
+        }
+    }
+
+    /// Registers `run` as executing here, in the locked registry `executing`.
+    fn register(
+        self: &Arc<Self>,
+        executing: &mut HashMap<String, Execution>,
+        run: &Run,
+        uid: &str,
+    ) -> (Registration, CancellationToken, Approvals) {
+        let cancel = CancellationToken::new();
+        let (approvals, seen) = tokio::sync::watch::channel(run.spec.approvals.clone());
+        let execution = Execution {
+            namespace: run.namespace().unwrap_or_default(),
+            workflow: run.spec.workflow_ref.clone(),
+            name: run.name_any(),
+            cancel: cancel.clone(),
+            approvals,
+        };
+        execution.changed(&self.queue);
+        if executing.insert(uid.to_string(), execution).is_none() {
+            self.engine.telemetry.runs_in_progress.inc();
+        }
+        let registration = Registration {
+            ctx: self.clone(),
+            uid: uid.to_string(),
+        };
+        (registration, cancel, seen)
+    }
+
+    /// Admits `run` (ready to execute) under its workflow version's concurrency control,
+    /// registering it when it may start. Deciding and registering happen under the
+    /// registry's lock, so two runs can never take the same slot, and a run admitted
+    /// here holds its slot from this moment, before its `running` status is written.
+    fn admit(self: &Arc<Self>, run: &Run, uid: &str) -> Admitted {
+        let namespace = run.namespace().unwrap_or_default();
+        // Its workflow admits it; its account's bound has the last word. A run refused
+        // there waits without cancelling anything: admission is asked again when it is
+        // woken. A run that started (resumed, or woken from parking) waits too, keeping
+        // its status.
+        let order = admission::order_of(run);
+        let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| match ctx
+            .account_bound
+            .take(&namespace, &order, Instant::now())
+        {
+            Take::Taken => {
+                let (registration, cancel, approvals) = ctx.register(executing, run, uid);
+                Admitted::Start {
+                    registration,
+                    cancel,
+                    approvals,
+                    cancel_others,
+                }
+            }
+            Take::Wait => Admitted::Queue {
+                cancel_others: Vec::new(),
+                mark: run.status.is_none(),
+            },
+        };
+        // Refused by its workflow: a place of its account it may have been woken for
+        // goes to the account's next waiting run.
+        let queue = |ctx: &Arc<Self>, cancel_others| {
+            ctx.account_bound.forget(&namespace, &order);
+            ctx.wake_account(&namespace);
+            Admitted::Queue {
+                cancel_others,
+                mark: run.phase() != RunPhase::Queued,
+            }
+        };
+        let mut executing = self.lock();
+        match self.admission_with(run, &executing) {
+            None | Some(Ok(Admission::Start)) => start(self, &mut executing, Vec::new()),
+            Some(Ok(Admission::CancelOthers { names, start: true })) => {
+                start(self, &mut executing, names)
+            }
+            Some(Ok(Admission::CancelOthers {
+                names,
+                start: false,
+            })) => queue(self, names),
+            Some(Ok(Admission::Queue)) => queue(self, Vec::new()),
+            Some(Ok(Admission::CancelSelf(error))) => Admitted::End(RunPhase::Cancelled, error),
+            Some(Err(error)) => Admitted::End(RunPhase::Failed, error),
+        }
+    }
+
+    /// What concurrency control says of `run` now, from the cache and the registry
+    /// (`executing`, held by the caller): None for a run not under it, an error when its
+    /// group key cannot be rendered.
+    fn admission_with(
+        &self,
+        run: &Run,
+        executing: &HashMap<String, Execution>,
+    ) -> Option<Result<Admission, String>> {
+        let concurrency = admission::needs_admission(run)?;
+        let group = match admission::group_of(run) {
+            Ok(group) => group,
+            Err(error) => return Some(Err(error)),
+        };
+        let others = self
+            .queue
+            .members(run, &group, |uid| self.local(executing, uid));
+        Some(Ok(admission::admit(
+            concurrency,
+            &group,
+            &admission::order_of(run),
+            &others,
+        )))
+    }
+
+    /// What this process knows of the run `uid` that its cache may not show yet
+    /// (`executing`: the registry, held by the caller).
+    fn local(&self, executing: &HashMap<String, Execution>, uid: &str) -> admission::Local {
+        if executing.contains_key(uid) {
+            admission::Local::Executing
+        } else if self.ended_lock().contains_key(uid) {
+            admission::Local::Ended
+        } else {
+            admission::Local::Unknown
+        }
+    }
+
+    fn ended_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that the final status of the run `uid` landed; forgets entries the cache
+    /// never confirmed (a run deleted at once) after [`ENDED_MEMORY`].
+    fn note_ended(&self, uid: &str) {
+        let now = Instant::now();
+        let mut ended = self.ended_lock();
+        ended.retain(|_, at| now.duration_since(*at) < ENDED_MEMORY);
+        ended.insert(uid.to_string(), now);
+    }
+
+    /// Wakes the runs the slot of `freed` may start now.
+    fn hand_over(&self, freed: &Run) {
+        let executing = self.lock();
+        self.queue
+            .wake_group(freed, |uid| self.local(&executing, uid));
+    }
+
+    /// Whether a run (not executing here) would have to wait, judged from the cache
+    /// alone. Under `policy: queue`, the policy that lets queues grow long, from its
+    /// group's summary: the periodic look at n queued runs then costs one walk over
+    /// the group and n binary searches, not n walks.
+    fn still_queued(&self, run: &Run) -> bool {
+        let executing = self.lock();
+        let namespace = run.namespace().unwrap_or_default();
+        let group_full = if let Some(concurrency) = admission::needs_admission(run)
+            && concurrency.policy == ConcurrencyPolicy::Queue
+            && let Ok(group) = admission::group_of(run)
+        {
+            self.queue.must_wait(run, concurrency.limit, &group, |uid| {
+                self.local(&executing, uid)
+            })
+        } else {
+            matches!(
+                self.admission_with(run, &executing),
+                Some(Ok(Admission::Queue))
+            )
+        };
+        let order = admission::order_of(run);
+        if group_full {
+            // It waits for its group, not its account: had it been woken for a place
+            // of its account, the place goes to the account's next waiting run.
+            self.account_bound.forget(&namespace, &order);
+            self.wake_account(&namespace);
+            return true;
+        }
+        // Its account is at its bound, or older runs of it wait: it waits (recorded,
+        // to be woken in its turn).
+        self.account_bound
+            .must_wait(&namespace, &order, Instant::now())
+    }
+
+    /// Stops the executions [`stops_for`] picks for a deletion.
+    fn stop_for(&self, deleted: &Deleted) {
+        for execution in self
+            .lock()
+            .iter()
+            .filter_map(|(uid, e)| stops_for(deleted, uid, &e.namespace, &e.workflow).then_some(e))
+        {
+            execution.cancel.cancel();
+        }
+    }
+}
+
+/// An object whose deletion stops executions.
+#[derive(Debug)]
+pub enum Deleted {
+    Run { uid: String },
+    Workflow { namespace: String, name: String },
+}
+
+/// Whether the deletion of `deleted` stops the execution of the run `uid` (of
+/// `workflow` in `namespace`): its own Run, or its Workflow. Pure.
+pub fn stops_for(deleted: &Deleted, uid: &str, namespace: &str, workflow: &str) -> bool {
+    match deleted {
+        Deleted::Run { uid: gone } => gone == uid,
+        Deleted::Workflow {
+            namespace: ns,
+            name,
+        } => ns == namespace && name == workflow,
+    }
+}
+
+/// A run's workflow as read from the API server.
+#[derive(Debug)]
+pub enum WorkflowRead {
+    Missing,
+    Found(Arc<Workflow>),
+    /// It exists but cannot be decoded: the reason.
+    Undecodable(String),
+}
+
+/// [`decide`] for a workflow read: one that cannot be decoded counts as missing, with
+/// its reason (decoding is deterministic, so this version of it can never run). Pure.
+pub fn decide_read(run: &Run, workflow: &WorkflowRead, executing: bool) -> Decision {
+    match workflow {
+        WorkflowRead::Found(wf) => decide(run, Some(wf), executing),
+        WorkflowRead::Missing => decide(run, None, executing),
+        WorkflowRead::Undecodable(reason) => match decide(run, None, executing) {
+            Decision::Fail(_) => Decision::Fail(reason.clone()),
+            other => other,
+        },
+    }
+}
+
+/// The run `name` as the API server has it now: None when it is gone or cannot be
+/// decoded (the watchers report that).
+async fn read_run(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Arc<Run>>, ReconcileError> {
+    let runs: Api<Lenient<Run>> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(match runs.get_opt(name).await? {
+        Some(Lenient::Decoded(fresh)) => Some(fresh),
+        _ => None,
+    })
+}
+
+async fn read_workflow(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<WorkflowRead, ReconcileError> {
+    let workflows: Api<Lenient<Workflow>> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(match workflows.get_opt(name).await? {
+        None => WorkflowRead::Missing,
+        Some(Lenient::Decoded(wf)) => WorkflowRead::Found(wf),
+        Some(Lenient::Undecodable(failure)) => WorkflowRead::Undecodable(format!(
+            "workflow {name} cannot be decoded: {}",
+            failure.error
+        )),
+    })
+}
+
+/// When to look at a parked run again (`wake`: its earliest wake time), at the latest
+/// after [`RESYNC_UNFINISHED`]. Looking costs no request: [`waiting::still_parked`]
+/// decides from the cached Run.
+fn requeue_parked(wake: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Action {
+    let until = wake.map_or(RESYNC_UNFINISHED, |t| {
+        Duration::from_millis((t.as_millisecond() - now.as_millisecond()).max(0) as u64)
+    });
+    // A few milliseconds late rather than early: the wake time is then due.
+    Action::requeue(until.min(RESYNC_UNFINISHED) + Duration::from_millis(5))
+}
+
+/// When to look at a run again without a watch event.
+fn requeue_for(run: &Run) -> Action {
+    if run.phase().is_finished() {
+        Action::await_change()
+    } else {
+        Action::requeue(RESYNC_UNFINISHED)
+    }
+}
+
+async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    // An undecodable run is reported by the watchers and left alone until it changes.
+    let Some(run) = object.decoded() else {
+        return Ok(Action::await_change());
+    };
+    // Another replica's shard: left alone, and looked at again if this process ever
+    // gains that shard (every run is then reconciled).
+    if !ctx.shards.owns(run) {
+        return Ok(Action::await_change());
+    }
+    let next = requeue_for(run);
+    // A run waiting for a slot is relabelled `queued` only while it stays waiting (below):
+    // one about to start would pay that write on its way out of the queue, just before
+    // its label changes again.
+    let awaiting_slot = run.status.is_none() || run.phase() == RunPhase::Queued;
+    if !awaiting_slot {
+        super::run_labels::sync(&ctx.client, run).await?;
+    }
+    let namespace = run.namespace().unwrap_or_default();
+    let uid = run.uid().unwrap_or_default();
+    if run.phase().is_finished() {
+        // Its slot is free (the cache shows it finished): the next queued runs may start.
+        ctx.ended_lock().remove(&uid);
+        ctx.hand_over(run);
+    }
+    let token = ctx.token(&uid);
+    if token.is_some() {
+        ctx.offer_approvals(&uid, run);
+    }
+    // A run that has to wait, judged from the cache alone: a queued run whose group is
+    // still full costs no request (the periodic resync of every queued run); a new run
+    // of a full group is recorded `queued` without reading the workflow or the run again
+    // (1 request instead of 3, which matters when many runs arrive at once). That write
+    // is conditional on the cached version, so a stale cache costs a conflict and a
+    // fresh look, never a wrong status; the paused check comes when its turn does.
+    if token.is_none() && !run.spec.cancel && awaiting_slot && ctx.still_queued(run) {
+        if run.status.is_none() {
+            mark_queued(&ctx, run).await;
+        } else {
+            super::run_labels::sync(&ctx.client, run).await?;
+        }
+        return Ok(next);
+    }
+    // A parked run (its steps wait for a time or a decision) with nothing due: no
+    // request, no write; looked at again when its earliest step is due (a decision or a
+    // cancel comes as a watch event).
+    let now = flowline_core::clock::now_ms();
+    if token.is_none()
+        && let Some(wake) = waiting::still_parked(run, now)
+    {
+        return Ok(requeue_parked(wake, now));
+    }
+    // decide() needs the workflow only for a run that is neither finished nor
+    // executing here, and such a run always gets a decision that writes (execute, pin,
+    // mark cancelled, fail). The watch cache may still show a status this process has
+    // since replaced (a run that just finished here looks "running, not executing"), so
+    // that decision is taken on a fresh read of the run, made alongside the workflow's:
+    // one round trip before a run starts, not two.
+    let (run, workflow, decision) = if run.phase().is_finished() || token.is_some() {
+        let decision = decide(run, None, token.is_some());
+        (run.clone(), WorkflowRead::Missing, decision)
+    } else {
+        let name = run.name_any();
+        let (workflow, fresh) = tokio::try_join!(
+            read_workflow(&ctx, &namespace, &run.spec.workflow_ref),
+            read_run(&ctx, &namespace, &name),
+        )?;
+        let Some(fresh) = fresh else {
+            // Gone, or changed into something undecodable (reported by the watchers).
+            return Ok(Action::await_change());
+        };
+        let decision = decide_read(&fresh, &workflow, ctx.token(&uid).is_some());
+        if decision == Decision::Execute
+            && let Some(wake) = waiting::still_parked(&fresh, now)
+        {
+            return Ok(requeue_parked(wake, now));
+        }
+        (fresh, workflow, decision)
+    };
+    let workflow = match workflow {
+        WorkflowRead::Found(wf) => Some(wf),
+        _ => None,
+    };
+    match decision {
+        Decision::Nothing => {}
+        Decision::StopExecution => {
+            if let Some(t) = token {
+                t.cancel();
+            }
+        }
+        Decision::MarkCancelled => {
+            end_without_executing(&ctx, &run, workflow.as_deref(), RunPhase::Cancelled, None).await;
+        }
+        Decision::Fail(error) => {
+            tracing::info!(run = %run.name_any(), %error, "run cannot execute");
+            end_without_executing(
+                &ctx,
+                &run,
+                workflow.as_deref(),
+                RunPhase::Failed,
+                Some(error),
+            )
+            .await;
+        }
+        Decision::Pin => {
+            if let Some(wf) = workflow {
+                pin(&ctx.client, &run, &wf).await?;
+            }
+            // Its own watch event brings the pinned run back here to execute.
+        }
+        Decision::Execute => match ctx.admit(&run, &uid) {
+            Admitted::Start {
+                registration,
+                cancel,
+                approvals,
+                cancel_others,
+            } => {
+                for name in cancel_others {
+                    request_cancel(&ctx.client, &namespace, &name).await?;
+                }
+                let engine = ctx.engine.clone();
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    let landed =
+                        runner::execute(engine.clone(), (*run).clone(), cancel, approvals).await;
+                    if landed.as_ref().is_some_and(|s| !s.phase.is_finished()) {
+                        // Parked: it keeps its slot (it is `running`), holds no task, and
+                        // is looked at again at once (a decision may have arrived while it
+                        // executed), then when a step is due.
+                        drop(registration);
+                        ctx.queue.wake(&run);
+                        return;
+                    }
+                    if landed.is_some() {
+                        ctx.note_ended(&uid);
+                    }
+                    drop(registration);
+                    // Hand its slot on now, not when the cache shows it finished: the
+                    // next queued run starts one watch round trip sooner.
+                    ctx.hand_over(&run);
+                    if let Some(status) = landed {
+                        runner::report(&engine, &run, &status).await;
+                    }
+                });
+            }
+            Admitted::Queue {
+                cancel_others,
+                mark,
+            } => {
+                for name in cancel_others {
+                    request_cancel(&ctx.client, &namespace, &name).await?;
+                }
+                if mark {
+                    mark_queued(&ctx, &run).await;
+                }
+            }
+            Admitted::End(phase, error) => {
+                tracing::info!(run = %run.name_any(), %error, "run not admitted");
+                end_without_executing(&ctx, &run, workflow.as_deref(), phase, Some(error)).await;
+            }
+        },
+    }
+    Ok(next)
+}
+
+/// Records the workflow version a Run created without one executes. The write is
+/// conditional on the Run's resourceVersion: a run that changed meanwhile is decided
+/// again from its watch event.
+async fn pin(client: &Client, run: &Run, wf: &Workflow) -> Result<(), ReconcileError> {
+    let api: Api<Run> = Api::namespaced(client.clone(), &run.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": run.resource_version()},
+        "spec": {"workflow": WorkflowSnapshot::of(wf)},
+    });
+    let params = kube::api::PatchParams {
+        field_manager: Some(flowline_engine::status_writer::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api
+        .patch(&run.name_any(), &params, &kube::api::Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Asks the run `name` to stop (`spec.cancel`), as the API's cancel does: a run
+/// superseded under `cancel_in_progress`. A run already gone needs nothing.
+async fn request_cancel(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), ReconcileError> {
+    let api: Api<Run> = Api::namespaced(client.clone(), namespace);
+    let params = kube::api::PatchParams {
+        field_manager: Some(flowline_engine::status_writer::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let patch = serde_json::json!({"spec": {"cancel": true}});
+    match api
+        .patch(name, &params, &kube::api::Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records that `run` waits for a slot of its concurrency group: status `queued`, its
+/// steps pending, no start time yet (its run timeout counts from when it leaves the
+/// queue).
+async fn mark_queued(ctx: &Context, run: &Run) {
+    let Some(version) = run.spec.workflow.as_ref() else {
+        return;
+    };
+    let mut status = runner::initial_status(run, version);
+    status.phase = RunPhase::Queued;
+    status.started_at = None;
+    let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
+    write_once(api, run, status).await;
+}
+
+/// Records a final status for a run that is not (or no longer) executing here.
+async fn end_without_executing(
+    ctx: &Context,
+    run: &Run,
+    workflow: Option<&Workflow>,
+    phase: RunPhase,
+    error: Option<String>,
+) {
+    // The step records of the version it runs (or would have run).
+    let version = run
+        .spec
+        .workflow
+        .clone()
+        .or_else(|| workflow.map(WorkflowSnapshot::of));
+    let mut status = match &version {
+        Some(wf) => runner::initial_status(run, wf),
+        None => run.status.clone().unwrap_or_default(),
+    };
+    status.started_at.get_or_insert_with(|| run.started_at());
+    let unfinished = if phase == RunPhase::Cancelled {
+        StepPhase::Cancelled
+    } else {
+        StepPhase::Pending
+    };
+    runner::finish(&mut status, phase, error, unfinished);
+    if let Some(kind) = flowline_core::engine::events::final_kind(phase) {
+        let workflow_name = version
+            .as_ref()
+            .map(|wf| wf.name.as_str())
+            .unwrap_or(&run.spec.workflow_ref);
+        flowline_core::engine::events::record(&mut status, kind, run, workflow_name);
+    }
+    let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
+    write_once(api, run, status).await;
+}
+
+/// One status write by the controller itself (not an execution): conditional on the
+/// Run as read, under an execution id of its own like every writer of a run's status.
+async fn write_once(api: Api<Run>, run: &Run, mut status: RunStatus) {
+    status.execution_id = Some(flowline_core::ids::new_id("exec"));
+    let fence = CancellationToken::new();
+    StatusWriter::start(api, run, RunStatus::default(), &fence)
+        .finish(&status)
+        .await;
+}
+
+fn error_policy(_run: Arc<Lenient<Run>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.engine
+        .telemetry
+        .reconcile_errors
+        .get_or_create(&ControllerLabel { controller: "run" })
+        .inc();
+    tracing::warn!(error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The deletions of `K` objects in the controller's scope, as [`Deleted`], from a
+/// metadata-only watch.
+fn deletions<K>(
+    ctx: &Context,
+    describe: fn(kube::core::PartialObjectMeta<K>) -> Deleted,
+) -> futures::stream::BoxStream<'static, Deleted>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    let api: Api<kube::core::PartialObjectMeta<K>> =
+        flowline_kube::scoped_api(&ctx.client, ctx.namespace.as_deref());
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| async move {
+            match event {
+                Ok(watcher::Event::Delete(meta)) => Some(describe(meta)),
+                _ => None,
+            }
+        })
+        .boxed()
+}
+
+/// Stops executions whose Run (`runs`: from the shared watch) or Workflow is deleted
+/// (the controller's own watch does not reconcile deleted objects).
+async fn stop_deleted(
+    ctx: Arc<Context>,
+    runs: futures::stream::BoxStream<'static, Deleted>,
+    shutdown: CancellationToken,
+) {
+    let workflows = deletions::<Workflow>(&ctx, |meta| Deleted::Workflow {
+        namespace: meta.namespace().unwrap_or_default(),
+        name: meta.name_any(),
+    });
+    let mut deletions = futures::stream::select(runs, workflows);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            next = deletions.next() => match next {
+                Some(deleted) => {
+                    tracing::info!(?deleted, "deleted: stopping the executions it owns");
+                    ctx.stop_for(&deleted);
+                }
+                None => return,
+            },
+        }
+    }
+}
+
+/// The controller over `runs` (the operator's shared watch of the namespace's Runs,
+/// `run_cache`), until `shutdown`. Subscribes when called, so a watch not begun yet
+/// lists once for it and the other components.
+pub fn run(
+    ctx: Arc<Context>,
+    runs: RunCache,
+    shutdown: CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let RunCache {
+        watch: runs,
+        by_workflow,
+    } = runs;
+    // Every run the watch shows (listed or changed) is reconciled, after the store
+    // holds that version.
+    let trigger = runs.select(|event| match event {
+        Ok(watcher::Event::Apply(run) | watcher::Event::InitApply(run)) => Some(Ok(run.clone())),
+        _ => None,
+    });
+    // A run that changed in the cache (the store holds the change when observers see
+    // it) makes its groups' summaries stale.
+    let observer = ctx.clone();
+    runs.subscribe(move |event| {
+        let queue = &observer.queue;
+        match event {
+            Ok(
+                watcher::Event::Apply(run)
+                | watcher::Event::InitApply(run)
+                | watcher::Event::Delete(run),
+            ) => match run.decoded() {
+                Some(run) => queue.touch(
+                    &run.namespace().unwrap_or_default(),
+                    &run.spec.workflow_ref,
+                    &run.name_any(),
+                ),
+                None => queue.touch_namespace(&run.namespace().unwrap_or_default()),
+            },
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => queue.touch_all(),
+            Err(_) => {}
+        }
+    });
+    let deleted = runs
+        .select(|event| match event {
+            Ok(watcher::Event::Delete(run)) => Some(Deleted::Run {
+                uid: run.uid().unwrap_or_default(),
+            }),
+            _ => None,
+        })
+        .boxed();
+    control_loop(ctx, trigger, deleted, runs.store(), by_workflow, shutdown)
+}
+
+async fn control_loop(
+    ctx: Arc<Context>,
+    trigger: impl futures::Stream<Item = Result<Lenient<Run>, watcher::Error>> + Send + 'static,
+    deleted: futures::stream::BoxStream<'static, Deleted>,
+    store: kube::runtime::reflector::Store<Lenient<Run>>,
+    by_workflow: SharedNameIndex<Run>,
+    shutdown: CancellationToken,
+) {
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+        flowline_kube::scoped_api(&ctx.client, ctx.namespace.as_deref());
+    tokio::spawn(stop_deleted(ctx.clone(), deleted, shutdown.clone()));
+    let controller = Controller::for_stream(trigger, store).with_config(
+        kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
+    );
+    let wake = ctx.queue.attach(controller.store(), by_workflow);
+    {
+        let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let gauge = ctx.engine.telemetry.runs_queued.clone();
+            let shards = ctx.shards.clone();
+            ctx.queue
+                .count_queued(gauge, move |run| shards.owns(run), shutdown)
+                .await;
+        });
+    }
+    // Step Jobs are owned by their Run: a Job's progress wakes the Run at once (after a
+    // restart, that is what resumes a run whose step was running in a Job).
+    let step_jobs = watcher::Config::default().labels(flowline_core::crd::labels::RUN);
+    controller
+        .owns(jobs, step_jobs)
+        .reconcile_on(wake)
+        .reconcile_all_on(ctx.shards.gains())
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(
+            |run, ctx| {
+                ctx.engine
+                    .telemetry
+                    .reconcile_timer("run")
+                    .time(reconcile(run, ctx.clone()))
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|result| {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "run reconcile error");
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(status: serde_json::Value, cancel: bool) -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n", "uid": "u"},
+            "spec": {"workflowRef": "wf", "cancel": cancel},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// `r` pinned to `wf`'s version, as the API creates runs.
+    fn pinned(mut r: Run, wf: &Workflow) -> Run {
+        r.spec.workflow = Some(WorkflowSnapshot::of(wf));
+        r
+    }
+
+    fn workflow(state: &str, executor: Option<&str>) -> Workflow {
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "wf", "namespace": "n", "generation": 4},
+            "spec": {"name": "W", "state": state, "executor": executor, "steps": [{"id": "a", "action": "delay", "with": {"ms": 1}}]},
+        }))
+        .unwrap()
+    }
+
+    /// The pinning write is conditional on the Run as read and carries the version; a
+    /// conflict or a gone Run is left to the next watch event, any other failure
+    /// surfaces (the controller retries it).
+    #[tokio::test]
+    async fn pin_writes_the_version_conditionally_and_returns_other_failures() {
+        use flowline_kube::mock_api;
+        let wf = workflow("active", None);
+        let mut r = run(json!(null), false);
+        r.metadata.resource_version = Some("41".into());
+        for code in [200, 409, 404] {
+            let (client, log) = mock_api::client(move |_| {
+                let body = if code == 200 {
+                    json!({"apiVersion": "flowline.io/v1", "kind": "Run",
+                           "metadata": {"name": "r", "namespace": "n"}, "spec": {"workflowRef": "wf"}})
+                } else {
+                    mock_api::status(code)
+                };
+                (code, body)
+            });
+            pin(&client, &r, &wf)
+                .await
+                .unwrap_or_else(|e| panic!("{code}: {e}"));
+            let seen = mock_api::seen(&log);
+            assert_eq!(seen.len(), 1, "one write, no retry of a {code}");
+            assert_eq!(seen[0].method, "PATCH");
+            assert_eq!(seen[0].path, "/apis/flowline.io/v1/namespaces/n/runs/r");
+            assert_eq!(seen[0].body["metadata"]["resourceVersion"], "41");
+            assert_eq!(seen[0].body["spec"]["workflow"]["generation"], 4);
+        }
+        let (failing, _) = mock_api::client(|_| (500, mock_api::status(500)));
+        assert!(
+            pin(&failing, &r, &wf).await.is_err(),
+            "a 500 is not swallowed"
+        );
+    }
+
+    /// A superseded run is asked to stop through `spec.cancel`; one already gone needs
+    /// nothing; any other failure surfaces.
+    #[tokio::test]
+    async fn request_cancel_sets_spec_cancel_and_returns_other_failures() {
+        use flowline_kube::mock_api;
+        let (client, log) = mock_api::client(|_| {
+            (
+                200,
+                json!({"apiVersion": "flowline.io/v1", "kind": "Run",
+                         "metadata": {"name": "old", "namespace": "n"}, "spec": {"workflowRef": "wf"}}),
+            )
+        });
+        request_cancel(&client, "n", "old").await.unwrap();
+        let seen = mock_api::seen(&log);
+        assert_eq!(
+            (
+                seen[0].method.as_str(),
+                seen[0].path.as_str(),
+                &seen[0].body
+            ),
+            (
+                "PATCH",
+                "/apis/flowline.io/v1/namespaces/n/runs/old",
+                &json!({"spec": {"cancel": true}})
+            )
+        );
+        let (gone, _) = mock_api::client(|_| (404, mock_api::status(404)));
+        request_cancel(&gone, "n", "old").await.unwrap();
+        let (failing, _) = mock_api::client(|_| (503, mock_api::status(503)));
+        assert!(request_cancel(&failing, "n", "old").await.is_err());
+    }
+
+    #[test]
+    fn finished_runs_need_nothing() {
+        let r = run(json!({"phase": "succeeded"}), true);
+        assert_eq!(decide(&r, None, false), Decision::Nothing);
+    }
+
+    #[test]
+    fn cancel_stops_or_marks() {
+        let r = run(json!(null), true);
+        assert_eq!(
+            decide(&r, Some(&workflow("active", None)), true),
+            Decision::StopExecution
+        );
+        assert_eq!(
+            decide(&r, Some(&workflow("active", None)), false),
+            Decision::MarkCancelled
+        );
+    }
+
+    #[test]
+    fn runs_that_cannot_start_fail_with_a_clear_error() {
+        let r = run(json!(null), false);
+        assert_eq!(
+            decide(&r, None, false),
+            Decision::Fail("workflow wf does not exist".into())
+        );
+        assert_eq!(
+            decide(&r, Some(&workflow("paused", None)), false),
+            Decision::Fail("workflow wf is paused; runs cannot start".into())
+        );
+    }
+
+    #[test]
+    fn both_executors_execute() {
+        let job = workflow("active", Some("job"));
+        let r = pinned(run(json!(null), false), &job);
+        assert_eq!(decide(&r, Some(&job), false), Decision::Execute);
+        let inline = workflow("active", None);
+        let r = pinned(run(json!(null), false), &inline);
+        assert_eq!(decide(&r, Some(&inline), false), Decision::Execute);
+    }
+
+    #[test]
+    fn unpinned_runs_are_pinned_before_they_execute() {
+        let wf = workflow("active", None);
+        // Created with kubectl, nothing executed yet: pin to the current version.
+        assert_eq!(
+            decide(&run(json!(null), false), Some(&wf), false),
+            Decision::Pin
+        );
+        // Started before runs were pinned, under the version that is still current.
+        let started = json!({"phase": "running", "workflowGeneration": 4,
+            "steps": [{"stepId": "a", "name": "a", "status": "running", "attempts": 1}]});
+        assert_eq!(
+            decide(&run(started.clone(), false), Some(&wf), false),
+            Decision::Pin
+        );
+        // ... under a version since edited: its steps are gone, it cannot resume.
+        let mut edited = wf.clone();
+        edited.metadata.generation = Some(5);
+        match decide(&run(started, false), Some(&edited), false) {
+            Decision::Fail(e) => assert!(e.contains("generation 4 to 5"), "{e}"),
+            other => panic!("expected Fail, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pinned_run_executes_its_own_version_whatever_the_workflow_is_now() {
+        let wf = workflow("active", None);
+        let r = pinned(
+            run(
+                json!({"phase": "running", "workflowGeneration": 4,
+            "steps": [{"stepId": "a", "name": "a", "status": "running", "attempts": 1}]}),
+                false,
+            ),
+            &wf,
+        );
+        let mut edited = wf.clone();
+        edited.metadata.generation = Some(9);
+        edited.spec.steps.clear();
+        assert_eq!(decide(&r, Some(&edited), false), Decision::Execute);
+        // Pausing stops only runs that have not started.
+        let mut paused = edited.clone();
+        paused.spec.state = WorkflowState::Paused;
+        assert_eq!(decide(&r, Some(&paused), false), Decision::Execute);
+        let fresh = pinned(run(json!(null), false), &wf);
+        assert!(matches!(
+            decide(&fresh, Some(&paused), false),
+            Decision::Fail(_)
+        ));
+    }
+
+    #[test]
+    fn deletions_stop_the_runs_they_own() {
+        let run_gone = Deleted::Run { uid: "u1".into() };
+        assert!(stops_for(&run_gone, "u1", "n", "wf"));
+        assert!(!stops_for(&run_gone, "u2", "n", "wf"));
+        let wf_gone = Deleted::Workflow {
+            namespace: "n".into(),
+            name: "wf".into(),
+        };
+        assert!(stops_for(&wf_gone, "u1", "n", "wf"));
+        assert!(
+            !stops_for(&wf_gone, "u1", "other", "wf"),
+            "same name, other namespace"
+        );
+        assert!(!stops_for(&wf_gone, "u1", "n", "wf2"));
+    }
+
+    #[test]
+    fn an_undecodable_workflow_fails_its_runs_with_the_reason() {
+        let why = WorkflowRead::Undecodable("workflow wf cannot be decoded: too deep".into());
+        assert_eq!(
+            decide_read(&run(json!(null), false), &why, false),
+            Decision::Fail("workflow wf cannot be decoded: too deep".into())
+        );
+        // Cancelling and finished runs are decided as before.
+        assert_eq!(
+            decide_read(&run(json!(null), true), &why, false),
+            Decision::MarkCancelled
+        );
+        assert_eq!(
+            decide_read(&run(json!({"phase": "failed"}), false), &why, false),
+            Decision::Nothing
+        );
+        let wf = workflow("active", None);
+        let found = WorkflowRead::Found(Arc::new(wf.clone()));
+        assert_eq!(
+            decide_read(&pinned(run(json!(null), false), &wf), &found, false),
+            Decision::Execute
+        );
+    }
+
+    #[test]
+    fn runnable_runs_execute_once() {
+        let draft = workflow("draft", None);
+        let r = pinned(run(json!(null), false), &draft);
+        assert_eq!(decide(&r, Some(&draft), false), Decision::Execute);
+        assert_eq!(decide(&r, Some(&draft), true), Decision::Nothing);
+    }
+}

@@ -1,0 +1,12 @@
+//! Webhook delivery's pure parts: the retry schedule, the ledger of attempts, signing
+//! and which events are settled. The worker and sender are in flowline-delivery.
+
+pub mod lane;
+pub mod ledger;
+pub mod outbox;
+pub mod ready;
+pub mod schedule;
+pub mod settled;
+pub mod signing;
+pub mod undelivered;
+pub mod unseen;

@@ -1,0 +1,18 @@
+//! The engine's pure parts: templates, expressions, the step graph, spec checks, retry,
+//! outputs, waiting and the write-failure decisions. The parts that talk to the cluster
+//! are in flowline-engine.
+
+pub mod concurrency_key;
+pub mod deadline;
+pub mod events;
+pub mod expr;
+pub mod graph;
+pub mod output;
+pub mod redact;
+pub mod retry;
+pub mod reuse;
+pub mod run_condition;
+pub mod spec_check;
+pub mod template;
+pub mod waiting;
+pub mod write_failure;

@@ -1,0 +1,560 @@
+//! What is wrong with a workflow's spec before any run executes it. Pure.
+//!
+//! One checker for every way a workflow is written: the API refuses what it finds
+//! (`400 validation_error`, each problem on its field) and the workflow controller reports
+//! it on the `Ready` condition (reason `InvalidSpec`) for workflows applied with kubectl or
+//! GitOps. It parses with the engine's own parsers ([`expr::check`], [`template::parse`]),
+//! so it refuses exactly what would fail every run, and nothing that could succeed:
+//!
+//! - a `when` that does not parse;
+//! - a template in `with` that does not parse (unterminated, empty, a malformed path or
+//!   an unknown root), or `with` nested deeper than the JSON limit;
+//! - `needs` naming an unknown step, the step itself or a step twice, or forming a cycle
+//!   ([`graph::problems`]);
+//! - a path `steps.<id>…` (in `with` or `when`) where `<id>` is not a step whose output
+//!   the step can see: in a sequential workflow (no `needs` anywhere) an earlier step; in
+//!   a graph an ancestor through `needs`, so a result never depends on timing;
+//! - a `concurrency.key` the engine could not render ([`concurrency_key::check`]).
+//!
+//! What depends on a run's data (a missing path, a truncated output, a comparison of
+//! mismatched types, a Secret that is not readable) is left to run time. The executor
+//! plays no part: a `container` step runs as a Job under either executor, and built-in
+//! actions render the same templates in both.
+
+use std::fmt;
+
+use super::concurrency_key;
+use super::expr;
+use super::graph::{self, Graph};
+use super::template;
+use crate::crd::{Step, WorkflowSpec};
+
+/// One problem, on the field it is about: `steps[2].when`, `steps[1].with.url`,
+/// `concurrency.key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Every problem of a workflow's spec, in the order of the spec.
+pub fn workflow(spec: &WorkflowSpec) -> Vec<Problem> {
+    let mut problems = steps(&spec.steps);
+    if let Some(key) = spec.concurrency.as_ref().and_then(|c| c.key.as_deref())
+        && let Err(message) = concurrency_key::check(key)
+    {
+        problems.push(Problem {
+            path: "concurrency.key".into(),
+            message,
+        });
+    }
+    problems
+}
+
+/// Every problem of a workflow's steps: their `needs`, then, step by step, its `when`
+/// and its `with`.
+pub fn steps(steps: &[Step]) -> Vec<Problem> {
+    let mut problems: Vec<Problem> = graph::problems(steps)
+        .into_iter()
+        .map(|p| Problem {
+            path: p.path,
+            message: p.message,
+        })
+        .collect();
+    let graph = Graph::lenient(steps);
+    let scope = |index: usize| Scope {
+        steps,
+        index,
+        visible: graph.ancestors(index),
+        parallel: graph.parallel,
+    };
+    for (index, step) in steps.iter().enumerate() {
+        let at = format!("steps[{index}]");
+        if let Some(when) = &step.when {
+            let path = format!("{at}.when");
+            match expr::check(when) {
+                Ok(()) => references(&scope(index), &expr::paths(when), &path, &mut problems),
+                Err(e) => problems.push(Problem {
+                    path,
+                    message: e.to_string(),
+                }),
+            }
+        }
+        if let Some(for_each) = &step.for_each {
+            let value = serde_json::Value::String(for_each.clone());
+            for parsed in template::parse(&value, "for_each") {
+                let path = format!("{at}.for_each");
+                references(&scope(index), &parsed.paths, &path, &mut problems);
+                for read in &parsed.paths {
+                    let root = read.split('.').next().unwrap_or_default();
+                    if root == "secrets" || template::ITERATION_ROOTS.contains(&root) {
+                        problems.push(Problem {
+                            path: path.clone(),
+                            message: format!(
+                                "\"{read}\": for_each may read the trigger, the run, the \
+                                 workflow and earlier steps, not {root}"
+                            ),
+                        });
+                    }
+                }
+                if let Some(e) = parsed.error {
+                    problems.push(Problem {
+                        path,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        if step.for_each.is_some() && step.action.is_waiting_kind() {
+            problems.push(Problem {
+                path: format!("{at}.for_each"),
+                message: format!(
+                    "is not supported on {} steps (one decision or time per step); put the \
+                     {0} before or after the forEach step",
+                    step.action.as_str()
+                ),
+            });
+        }
+        if step.for_each_concurrency.is_some() && step.for_each.is_none() {
+            problems.push(Problem {
+                path: format!("{at}.for_each_concurrency"),
+                message: "is only allowed with for_each".into(),
+            });
+        }
+        let Some(with) = &step.with else { continue };
+        for parsed in template::parse(with, "with") {
+            let path = format!("{at}.{}", parsed.location);
+            references(&scope(index), &parsed.paths, &path, &mut problems);
+            if step.for_each.is_none()
+                && let Some(read) = parsed.paths.iter().find(|p| {
+                    template::ITERATION_ROOTS.contains(&p.split('.').next().unwrap_or_default())
+                })
+            {
+                problems.push(Problem {
+                    path: path.clone(),
+                    message: format!(
+                        "\"{read}\" exists only in a step with for_each, once per element"
+                    ),
+                });
+            }
+            if let Some(e) = parsed.error {
+                problems.push(Problem {
+                    path,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// What step `index` may read of the others.
+struct Scope<'a> {
+    steps: &'a [Step],
+    index: usize,
+    /// The steps whose outputs it sees (earlier steps, or its ancestors in a graph).
+    visible: Vec<bool>,
+    parallel: bool,
+}
+
+/// Problems of the `steps.<id>` references among `paths`, read by the step of `scope`
+/// at `at`.
+fn references(scope: &Scope<'_>, paths: &[impl AsRef<str>], at: &str, problems: &mut Vec<Problem>) {
+    let rule = if scope.parallel {
+        "in a graph a step reads only the steps it needs, directly or through their needs"
+    } else {
+        "a step reads only the steps before it"
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    for path in paths {
+        let path = path.as_ref();
+        let mut segments = path.split('.');
+        let (Some("steps"), Some(id)) = (segments.next(), segments.next()) else {
+            continue;
+        };
+        if seen.contains(&id) {
+            continue;
+        }
+        seen.push(id);
+        let message = match scope.steps.iter().position(|s| s.id == id) {
+            Some(position) if scope.visible.get(position) == Some(&true) => continue,
+            Some(position) if position == scope.index => {
+                format!("\"{path}\" reads this step's own output; {rule}")
+            }
+            Some(position) if scope.parallel => format!(
+                "\"{path}\" reads step \"{id}\" (steps[{position}]), which this step does not \
+                 need; {rule}"
+            ),
+            Some(position) => format!(
+                "\"{path}\" reads step \"{id}\", which runs later (steps[{position}]); {rule}"
+            ),
+            None => format!("\"{path}\" reads step \"{id}\", which this workflow does not have"),
+        };
+        problems.push(Problem {
+            path: at.to_owned(),
+            message,
+        });
+    }
+}
+
+/// The problems as one line, for a condition's message; capped as every stored error is
+/// ([`crate::limits::cap_error`]).
+pub fn summary(problems: &[Problem]) -> String {
+    let text = problems
+        .iter()
+        .map(Problem::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    crate::limits::cap_error(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn spec(steps: Value) -> WorkflowSpec {
+        serde_json::from_value(json!({"name": "t", "steps": steps})).unwrap()
+    }
+
+    fn problems(steps: Value) -> Vec<(String, String)> {
+        workflow(&spec(steps))
+            .into_iter()
+            .map(|p| (p.path, p.message))
+            .collect()
+    }
+
+    fn paths(steps: Value) -> Vec<String> {
+        problems(steps).into_iter().map(|(path, _)| path).collect()
+    }
+
+    #[test]
+    fn a_sound_workflow_has_no_problems() {
+        let steps = json!([
+            {"id": "fetch", "action": "http.request",
+             "with": {"url": "https://x/{{ trigger.payload.id }}",
+                      "headers": {"Authorization": "Bearer {{ secrets.crm.token }}"}}},
+            {"id": "shape", "action": "transform",
+             "when": "steps.fetch.output.status == 200 && {{ trigger.payload.on }}",
+             "with": {"value": {"all": ["{{ steps.fetch.output.body }}", 3, null],
+                                "run": "{{ run.id }} of {{ workflow.id }}", "plain": "a } b"}}},
+            {"id": "skip", "action": "fail", "when": "steps.shape.output.missing || false"},
+            {"id": "last", "action": "transform",
+             "with": {"value": "{{ steps.skip.output }} {{ steps }} {{ trigger.headers }}"}}
+        ]);
+        assert_eq!(problems(steps), Vec::<(String, String)>::new());
+        assert!(workflow(&spec(json!([]))).is_empty());
+    }
+
+    #[test]
+    fn a_when_that_does_not_parse_is_a_problem_on_its_field() {
+        for (when, message) in [
+            (
+                "trigger.payload.n = 1",
+                "syntax error at position 18: expected '==' to compare",
+            ),
+            (
+                "payload.n == 1",
+                "syntax error at position 0: unknown name 'payload.n' (paths start with trigger, \
+                 steps, run, workflow or secrets; quote strings)",
+            ),
+            ("(true", "syntax error at position 5: expected ')'"),
+            (
+                "",
+                "syntax error at position 0: expected a value, found the end",
+            ),
+        ] {
+            let steps = json!([{"id": "a", "action": "fail"},
+                               {"id": "b", "action": "fail", "when": when}]);
+            assert_eq!(
+                problems(steps),
+                [("steps[1].when".to_string(), message.to_string())],
+                "{when}"
+            );
+        }
+        let long = format!("true{}", " || true".repeat(200));
+        assert_eq!(
+            problems(json!([{"id": "a", "action": "fail", "when": long}]))[0].1,
+            "expression is 1604 characters long; the limit is 1000"
+        );
+    }
+
+    #[test]
+    fn data_dependent_when_errors_are_left_to_run_time() {
+        // Missing paths, truncated outputs and type mismatches depend on the run.
+        for when in [
+            "trigger.payload.missing.deep",
+            "trigger.payload.n < 'x'",
+            "true > false",
+        ] {
+            assert!(
+                problems(json!([{"id": "a", "action": "fail", "when": when}])).is_empty(),
+                "{when}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_template_that_does_not_parse_is_a_problem_on_its_field() {
+        let steps = json!([{"id": "call", "action": "http.request", "with": {
+            "url": "https://x/{{ trigger.payload.id",
+            "method": "GET",
+            "headers": {"X-Run": "{{ }}", "X-Ok": "{{ run.id }}", "odd key": "{{ nope.x }}"},
+            "body": [1, {"a": "{{ run..id }}"}],
+            "query": {"q": "{{ run id }}"}
+        }}]);
+        assert_eq!(
+            problems(steps),
+            [
+                (
+                    "steps[0].with.body[1].a",
+                    r#"invalid template path "run..id" (expected dot-separated names such as steps.fetch.output.items.0.id)"#
+                ),
+                ("steps[0].with.headers.X-Run", r#"empty template "{{ }}""#),
+                (
+                    r#"steps[0].with.headers["odd key"]"#,
+                    r#"template path "nope.x" has an unknown root (expected trigger, steps, run, workflow or secrets)"#
+                ),
+                (
+                    "steps[0].with.query.q",
+                    r#"invalid template path "run id" (expected dot-separated names such as steps.fetch.output.items.0.id)"#
+                ),
+                (
+                    "steps[0].with.url",
+                    r#"unterminated template: "{{" at position 10 has no closing "}}""#
+                ),
+            ]
+            .map(|(p, m)| (p.to_string(), m.to_string()))
+        );
+    }
+
+    #[test]
+    fn problems_name_fields_and_errors_as_a_run_would() {
+        // Where the engine's render fails (whatever the context), the same field and
+        // message, under the step.
+        for with in [
+            json!({"args": ["ok", "{{ }}"]}),
+            json!({"odd key": {"a.b": "{{ x"}}),
+            json!({"headers": {"Authorization": "Bearer {{ secret.api.token }}"}}),
+        ] {
+            let run_error = template::render(&with, &json!({})).expect_err("fails");
+            let found =
+                steps(&spec(json!([{"id": "s", "action": "transform", "with": with}])).steps);
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert_eq!(found[0].to_string(), format!("steps[0].{run_error}"));
+        }
+    }
+
+    #[test]
+    fn keys_are_not_templates() {
+        // The engine renders values only: a key is sent as written.
+        assert!(
+            problems(json!([{"id": "a", "action": "transform",
+                "with": {"value": {"{{ not a template": 1}}}]))
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn with_nested_deeper_than_the_limit_is_a_problem() {
+        // `with` is one level: 31 more fit.
+        let deep = (0..template::MAX_DEPTH - 1).fold(json!(1), |v, _| json!([v]));
+        assert!(
+            paths(json!([{"id": "a", "action": "transform", "with": {"value": deep.clone()}}]))
+                .is_empty()
+        );
+        let deeper = json!([deep]);
+        let found =
+            problems(json!([{"id": "a", "action": "transform", "with": {"value": deeper}}]));
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].0.starts_with("steps[0].with.value[0]"),
+            "{found:?}"
+        );
+        assert_eq!(found[0].1, "nesting deeper than 32");
+    }
+
+    #[test]
+    fn steps_may_read_only_earlier_steps() {
+        let steps = json!([
+            {"id": "first", "action": "transform",
+             "with": {"value": "{{ steps.first.output }}"}},
+            {"id": "second", "action": "transform",
+             "when": "steps.third.output.ok && steps.first.output.ok",
+             "with": {"value": {"a": "{{ steps.ghost.output.x }} and {{ steps.ghost.output.y }}",
+                                "b": "{{ steps.first.output }}", "c": "{{ steps.third }}"}}},
+            {"id": "third", "action": "fail", "when": "{{ steps.nobody.status }} == 'x'"}
+        ]);
+        assert_eq!(
+            problems(steps),
+            [
+                (
+                    "steps[0].with.value",
+                    r#""steps.first.output" reads this step's own output; a step reads only the steps before it"#
+                ),
+                (
+                    "steps[1].when",
+                    r#""steps.third.output.ok" reads step "third", which runs later (steps[2]); a step reads only the steps before it"#
+                ),
+                (
+                    "steps[1].with.value.a",
+                    r#""steps.ghost.output.x" reads step "ghost", which this workflow does not have"#
+                ),
+                (
+                    "steps[1].with.value.c",
+                    r#""steps.third" reads step "third", which runs later (steps[2]); a step reads only the steps before it"#
+                ),
+                (
+                    "steps[2].when",
+                    r#""steps.nobody.status" reads step "nobody", which this workflow does not have"#
+                ),
+            ]
+            .map(|(p, m)| (p.to_string(), m.to_string()))
+        );
+    }
+
+    #[test]
+    fn in_a_graph_steps_may_read_only_their_ancestors() {
+        let steps = json!([
+            {"id": "a", "action": "transform", "with": {"value": 1}},
+            {"id": "b", "action": "transform", "needs": ["a"],
+             "with": {"value": "{{ steps.a.output }}"}},
+            {"id": "c", "action": "transform", "needs": ["a"],
+             "with": {"value": "{{ steps.b.output }}"}},
+            {"id": "d", "action": "transform", "needs": ["b", "c"],
+             "when": "steps.a.output == 1",
+             "with": {"value": "{{ steps.c.output }} {{ steps.e.output }}"}},
+            // Declared before what it reads: fine, it needs it.
+            {"id": "e", "action": "transform", "needs": ["a"],
+             "with": {"value": "{{ steps.a.output }}"}},
+            {"id": "f", "action": "transform", "needs": ["g"],
+             "with": {"value": "{{ steps.g.output }}"}},
+            {"id": "g", "action": "transform", "with": {"value": 2}}
+        ]);
+        assert_eq!(
+            problems(steps),
+            [
+                (
+                    "steps[2].with.value",
+                    r#""steps.b.output" reads step "b" (steps[1]), which this step does not need; in a graph a step reads only the steps it needs, directly or through their needs"#
+                ),
+                (
+                    "steps[3].with.value",
+                    r#""steps.e.output" reads step "e" (steps[4]), which this step does not need; in a graph a step reads only the steps it needs, directly or through their needs"#
+                ),
+            ]
+            .map(|(p, m)| (p.to_string(), m.to_string()))
+        );
+    }
+
+    #[test]
+    fn for_each_is_checked_and_item_is_read_only_where_it_exists() {
+        let steps = json!([
+            {"id": "list", "action": "transform", "with": {"value": [1, 2]}},
+            {"id": "each", "action": "transform", "forEach": "{{ steps.list.output }}",
+             "forEachConcurrency": 2, "with": {"value": "{{ item }} at {{ index }}"}},
+            {"id": "bad", "action": "transform", "forEach": "{{ item }} {{ secrets.s.k }}",
+             "with": {"value": 1}},
+            {"id": "later", "action": "transform", "forEach": "{{ steps.nope.output",
+             "with": {"value": "{{ item.x }}"}},
+            {"id": "plain", "action": "transform", "forEachConcurrency": 3,
+             "with": {"value": "{{ item }}"}}
+        ]);
+        assert_eq!(
+            paths(steps),
+            [
+                "steps[2].for_each",
+                "steps[2].for_each",
+                "steps[3].for_each",
+                "steps[4].for_each_concurrency",
+                "steps[4].with.value",
+            ]
+        );
+    }
+
+    #[test]
+    fn wait_and_approval_steps_cannot_fan_out() {
+        let steps = json!([
+            {"id": "ok", "action": "approval", "forEach": "{{ trigger.payload.xs }}"},
+            {"id": "nap", "action": "wait", "forEach": "{{ trigger.payload.xs }}", "with": {"ms": 1}},
+            {"id": "fine", "action": "approval", "with": {"timeout_ms": 1000}},
+        ]);
+        assert_eq!(paths(steps), ["steps[0].for_each", "steps[1].for_each"]);
+    }
+
+    #[test]
+    fn needs_problems_are_problems_of_the_spec() {
+        let found = paths(json!([
+            {"id": "a", "action": "fail", "needs": ["b"]},
+            {"id": "b", "action": "fail", "needs": ["a", "zz"]}
+        ]));
+        assert_eq!(found, ["steps[1].needs[1]", "steps[1].needs[0]"]);
+    }
+
+    #[test]
+    fn references_before_a_parse_error_are_checked_too() {
+        let found = paths(json!([{"id": "a", "action": "transform",
+            "with": {"value": "{{ steps.later.output }} {{ broken"}},
+            {"id": "later", "action": "fail"}]));
+        assert_eq!(found, ["steps[0].with.value", "steps[0].with.value"]);
+    }
+
+    #[test]
+    fn container_steps_are_checked_like_any_other_under_either_executor() {
+        for executor in [json!("inline"), json!("job"), Value::Null] {
+            let mut spec = spec(json!([{"id": "box", "action": "container",
+                "with": {"image": "busybox", "env": {"N": "{{ trigger.payload.n }}"}}}]));
+            spec.executor = serde_json::from_value(executor).unwrap();
+            assert!(workflow(&spec).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_concurrency_key_the_engine_cannot_render_is_a_problem() {
+        let with_key = |key: &str| {
+            let mut spec = spec(json!([]));
+            spec.concurrency =
+                Some(serde_json::from_value(json!({"limit": 1, "key": key})).unwrap());
+            workflow(&spec)
+        };
+        assert!(with_key("{{ trigger.payload.customer }}").is_empty());
+        let found = with_key("{{ steps.a.output }}");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].path, "concurrency.key");
+        assert!(
+            found[0].message.contains("may only read the trigger"),
+            "{found:?}"
+        );
+        assert_eq!(with_key("{{ trigger.payload").len(), 1);
+    }
+
+    #[test]
+    fn the_summary_lists_every_problem_within_its_limit() {
+        let found = workflow(&spec(json!([
+            {"id": "a", "action": "fail", "when": "x"},
+            {"id": "b", "action": "transform", "with": {"value": "{{ steps.c.output }}"}}
+        ])));
+        let text = summary(&found);
+        assert!(
+            text.starts_with("steps[0].when: syntax error at position 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("; steps[1].with.value: \"steps.c.output\" reads step \"c\""),
+            "{text}"
+        );
+        let many: Vec<Problem> = (0..1000)
+            .map(|i| Problem {
+                path: format!("steps[{i}].when"),
+                message: "x".repeat(50),
+            })
+            .collect();
+        assert!(summary(&many).len() <= crate::limits::MAX_ERROR_BYTES);
+    }
+}
