@@ -36,6 +36,9 @@ build: ## Build the flowline binary
 lint: ## cargo fmt --check and clippy with warnings denied
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@# The core crate stays pure: no Kubernetes client, async runtime or HTTP stack.
+	@! $(CARGO) tree -p flowline-core -e normal --prefix none | grep -E '^(kube-client|tokio|hyper|reqwest|axum) ' \
+	  || { echo "flowline-core must not depend on a client, runtime or HTTP crate (above)"; exit 1; }
 
 .PHONY: unit-test
 unit-test: ## Tests that need no cluster

@@ -231,7 +231,10 @@ impl Target {
                     None => {}
                 }
             }
-            let rejection = write_failure::classify(&err);
+            let rejection = write_failure::classify(match &err {
+                kube::Error::Api(status) => Some((status.code, status.message.as_str())),
+                _ => None,
+            });
             let next = write_failure::decide(rejection, progress.shrink, waited, rand::random());
             tracing::warn!(run = %self.name, error = %err, ?rejection, ?next, "status write failed");
             match next {
