@@ -1,7 +1,7 @@
 //! The delivery worker (leader only): watches the events Runs and Workflows hold,
 //! sends each to the webhooks that subscribe to it, retries on the schedule, and
 //! records attempts and acknowledgements in the Webhook's status, at most one write
-//! per webhook per second (docs/delivery.md).
+//! per webhook per second (docs/design/delivery.md).
 //!
 //! One task owns all the state; attempts, retry timers and status writes run as
 //! tasks that report back through a channel, so no lock is held across I/O.

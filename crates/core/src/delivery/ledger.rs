@@ -1,6 +1,6 @@
 //! What a webhook still owes, kept as a watermark plus bounded lists, so that
 //! acknowledging thousands of deliveries costs one status write instead of one write
-//! per event (docs/delivery.md has the failure analysis). Pure: no I/O, no clock.
+//! per event (docs/design/delivery.md has the failure analysis). Pure: no I/O, no clock.
 //!
 //! An event is *settled* for a webhook when it was delivered or its retries ran out.
 //! The persisted form, read by [`super::settled`], is the watermark W (`deliveredThrough`),
