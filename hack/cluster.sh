@@ -32,6 +32,9 @@ die() { echo "[cluster] error: $*" >&2; exit 1; }
 
 kubectl_() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
+# Whether a process still runs: a zombie (exited, not yet reaped by init) does not.
+alive() { kill -0 "$1" 2>/dev/null && ! grep -qE '^State:\s+Z' "/proc/$1/status" 2>/dev/null; }
+
 # The real node: node_up, node_down, node_healthy, ...
 # shellcheck source=node/node.sh
 source "$repo/hack/node/node.sh"
@@ -43,7 +46,7 @@ healthy() {
   [ "$(cat "$dir/mode" 2>/dev/null)" = "$(mode)" ] || return 1
   for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
     pid=$(cat "$dir/$c.pid" 2>/dev/null) || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
+    alive "$pid" || return 1
   done
   kubectl_ get --raw /readyz >/dev/null 2>&1 || return 1
   [ "$real_node" = 0 ] || node_healthy
@@ -63,7 +66,7 @@ stop() {
     rm -f "$dir/$c.pid"
   done
   for pid in ${pids[@]+"${pids[@]}"}; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
 }
@@ -86,7 +89,7 @@ wait_for() { # description seconds command...
     if "$@" >/dev/null 2>&1; then return 0; fi
     for pidfile in "$dir"/*.pid; do
       [ -e "$pidfile" ] || continue
-      if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+      if ! alive "$(cat "$pidfile")"; then
         local name; name=$(basename "$pidfile" .pid)
         tail -n 5 "$dir/logs/$name.log" >&2 || true
         die "$name exited while waiting for $what; see $dir/logs/$name.log"

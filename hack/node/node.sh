@@ -1,7 +1,7 @@
 # shellcheck shell=bash source-path=SCRIPTDIR disable=SC2154
 # The local cluster's real node: containerd and a kubelet registered as $node_name, on a
 # bridge of their own. Sourced by hack/cluster.sh, which defines repo, dir, bin,
-# api_port, log, die, run_bg, wait_for and kubectl_ (SC2154: set there).
+# api_port, log, die, alive, run_bg, wait_for and kubectl_ (SC2154: set there).
 #
 # Nothing the node does reaches another host: its only address is on the bridge (the
 # node IP and the pods' CNI bridge), the pods have no default route, no masquerading,
@@ -324,7 +324,7 @@ node_healthy() {
   local c pid
   for c in containerd kubelet; do
     pid=$(cat "$dir/$c.pid" 2>/dev/null) || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
+    alive "$pid" || return 1
   done
   node_ready
 }
@@ -334,7 +334,7 @@ node_kill_pid() { # name
   local pid
   pid=$(cat "$dir/$1.pid" 2>/dev/null) || return 0
   if kill -9 "$pid" 2>/dev/null; then
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
   fi
   rm -f "$dir/$1.pid"
 }
