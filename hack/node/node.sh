@@ -50,7 +50,7 @@ node_cni_bin() {
 
 # Fails, saying what to do, when this machine cannot run the node.
 node_preflight() {
-  local hint="install them (Debian/Ubuntu: apt-get install containerd runc containernetworking-plugins busybox-static iptables), or run FLOWLINE_REAL_NODE=0 make cluster for the kwok-only cluster"
+  local hint="install them (Debian/Ubuntu: apt-get install containerd runc containernetworking-plugins busybox-static iptables nftables), or run FLOWLINE_REAL_NODE=0 make cluster for the kwok-only cluster"
   [ "$(id -u)" = 0 ] ||
     die "the local cluster's real node needs root (containerd, the kubelet, a bridge); run as root, or FLOWLINE_REAL_NODE=0 make cluster for the kwok-only cluster"
   local missing=() c
