@@ -136,12 +136,16 @@ chart-test: cluster install-crds ## Helm chart and examples/ against the control
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/test-chart.sh
 
 .PHONY: cluster
-cluster: ## Start the local control plane (idempotent); builds its binaries the first time
+cluster: ## Start the local cluster (idempotent): control plane, a real node (FLOWLINE_REAL_NODE=0: none), kwok; docs/local-cluster.md
 	hack/cluster.sh up
 
 .PHONY: cluster-down
-cluster-down: ## Stop the local control plane and delete its data
+cluster-down: ## Stop the local cluster, delete its data and put the host back as it was
 	hack/cluster.sh down
+
+.PHONY: images
+images: ## Build the real node's images (pause, toolbox, the step image from target/debug/flowline) and import them
+	hack/images.sh
 
 .PHONY: k8s-binaries
 k8s-binaries: ## Build or locate etcd, kube-*, kubectl, helm and kwok (cached by version; helm-docs: hack/helm-docs.sh)

@@ -570,6 +570,10 @@ log "all renderings and the chart's CRDs accepted by the API server"
 
 # ---------------------------------------------------------------------------------------
 step "4. helm install, cluster mode, every option on (admission policy: step 9)"
+# The chart's images cannot run on the local cluster's real node (nothing is pulled):
+# a flowline.io/fake-* annotation sends the Deployments' pods to kwok's node
+# (hack/kwok/fake-pods.yaml), where they run until deleted.
+fake_pods=(--set-string 'podAnnotations.flowline\.io/fake-hang=true')
 # A CA and a server certificate for the HTTPS receiver of step 6 (localhost, 127.0.0.1).
 # Not one self-signed certificate: `openssl req -x509` marks it CA:TRUE, and rustls
 # refuses a CA certificate as a server's own (CaUsedAsEndEntity). The CA goes into a
@@ -586,7 +590,7 @@ quiet "openssl: the receiver's certificate" openssl x509 -req -days 1 -in "$tmp/
 ca_configmap="$rel-test-ca"
 quiet "create configmap $ca_configmap" kubectl create configmap "$ca_configmap" -n "$ns_rel" --from-file=bundle.pem="$tmp/tls/ca.crt"
 releases+=("$rel")
-quiet "helm install $rel" helm install "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" \
+quiet "helm install $rel" helm install "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" "${fake_pods[@]}" \
   --set admissionPolicy.enabled=false --set "delivery.caBundle.configMap=$ca_configmap" \
   --set delivery.caBundle.key=bundle.pem --set 'delivery.allowCidrs={127.0.0.0/8}' --wait --timeout 120s
 quiet "Deployments available" kubectl wait -n "$ns_rel" --for condition=Available --timeout 60s \
@@ -796,6 +800,8 @@ start_like() { # deployment log-file kubeconfig
     args+=("$a")
   done < <(kubectl get -n "$ns_rel" "deployment/$deploy" -o jsonpath='{range .spec.template.spec.containers[0].args[*]}{@}{"\n"}{end}')
   [ "$replaced" = 1 ] || die "deployment/$deploy has no --listen= argument"
+  # Its step Jobs' pods complete on kwok's node (the chart's image cannot run here).
+  if [[ "$deploy" == *-controller ]]; then args+=(--job-pod-annotation=flowline.io/fake-exit-code=0); fi
   local name value field
   while IFS='|' read -r name value field; do
     case "$field" in
@@ -1007,7 +1013,7 @@ log "  X-Service-Signature verified with the webhook's secret; listed in /delive
 step "7. helm upgrade"
 key_hash() { kubectl get secret -n "$ns_rel" "$fullname-admin" -o jsonpath='{.data.sha256}' | base64 -d; }
 hash_before=$(key_hash)
-quiet "helm upgrade $rel" helm upgrade "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" \
+quiet "helm upgrade $rel" helm upgrade "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" "${fake_pods[@]}" \
   --set admissionPolicy.enabled=false --set config.defaultPlan=enterprise --set delivery.concurrency=8 \
   --wait --timeout 120s
 kubectl get -n "$ns_rel" "deployment/$fullname-api" -o jsonpath='{.spec.template.spec.containers[0].args}' |
@@ -1043,7 +1049,7 @@ log "uninstalled: no object of the release is left; the CRDs (and workflows) sta
 step "9. namespaced mode and the admission policy"
 releases+=("$reln")
 # shellcheck disable=SC2086
-quiet "helm install $reln (namespaced)" helm install "$reln" "$chart" -n "$ns_rel" ${set_flags[namespaced]} \
+quiet "helm install $reln (namespaced)" helm install "$reln" "$chart" -n "$ns_rel" ${set_flags[namespaced]} "${fake_pods[@]}" \
   --wait --timeout 120s
 sa_api=$fullname_ns-api
 sa_ctl=$fullname_ns-controller

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Makes the control-plane binaries available in $FLOWLINE_BIN (default: .flowline/bin).
+# Makes the local cluster's binaries available in $FLOWLINE_BIN (default: .flowline/bin):
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, the kubelet
+# (unless FLOWLINE_REAL_NODE=0), helm and kwok.
 #
 # Each binary is taken, in order, from $KUBEBUILDER_ASSETS (when it names a directory
 # holding it), from the version-keyed cache ($FLOWLINE_CACHE, default
@@ -8,7 +10,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-# shellcheck source=versions.env
+# shellcheck source-path=SCRIPTDIR source=versions.env
 source "$here/versions.env"
 
 cache_root=${FLOWLINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flowline}
@@ -27,6 +29,8 @@ exec 9>"$cache/.lock"
 flock 9
 
 kube_commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# The kubelet of the local cluster's real node; not built for the kwok-only cluster.
+[ "${FLOWLINE_REAL_NODE:-1}" = 0 ] || kube_commands+=(kubelet)
 
 # Where a binary comes from: KUBEBUILDER_ASSETS wins over the cache.
 source_of() {
@@ -65,7 +69,7 @@ fi
 go_install() { # name module version
   if [ ! -x "$(source_of "$1")" ]; then
     log "building $1 $3 with go install"
-    GOBIN="$cache" GOFLAGS= go install -trimpath -ldflags "-s -w" "$2@$3"
+    GOBIN="$cache" GOFLAGS="" go install -trimpath -ldflags "-s -w" "$2@$3"
   fi
 }
 go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
