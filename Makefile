@@ -19,11 +19,16 @@ endif
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+# The step image `make images` imported into the real node (none with kwok alone or
+# an existing cluster: then the operator's default applies).
+STEP_IMAGE_FLAG = $(if $(wildcard .flowline/cluster/step-image),--step-image $$(cat .flowline/cluster/step-image))
+
 .PHONY: run
-run: build cluster install-crds ## Local control plane + CRDs + admin key + operator with the API on 127.0.0.1:8080
+run: build cluster images install-crds ## Local control plane + CRDs + admin key + operator with the API on 127.0.0.1:8080
 	@KUBECONFIG=$(CLUSTER_KUBECONFIG) ./target/debug/flowline api-key create --namespace default \
 	  --name admin --scopes admin --out .flowline/admin-key --reuse
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) ./target/debug/flowline operator --listen 127.0.0.1:8080
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) ./target/debug/flowline operator --listen 127.0.0.1:8080 \
+	  $(STEP_IMAGE_FLAG)
 
 .PHONY: test
 test: lint unit-test cluster-test ## fmt, clippy, unit tests, then cluster tests against a real control plane
@@ -45,7 +50,7 @@ unit-test: ## Tests that need no cluster
 	$(CARGO) test --workspace
 
 .PHONY: cluster-test
-cluster-test: cluster install-crds python-deps ## Tests against the control plane (fails, never skips, without one)
+cluster-test: build cluster images install-crds python-deps ## Tests against the control plane (fails, never skips, without one)
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_REQUIRE_CLUSTER=1 \
 	  $(CARGO) test -- --ignored --test-threads 4
 	$(MAKE) --no-print-directory fuzz-api

@@ -207,10 +207,14 @@ up() {
   start_bg kube-scheduler --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" \
     --authorization-kubeconfig "$kubeconfig" --bind-address 127.0.0.1 --secure-port "$((api_port + 2))" \
     --leader-elect=false
+  # kwok's node gives its own server on loopback as its kubelet address, so what the API
+  # server asks a kubelet for a fake pod (its log, say) goes there and never leaves the
+  # machine.
   start_bg kwok --kubeconfig "$kubeconfig" --config "$repo/hack/kwok/stages.yaml" --manage-all-nodes=false \
     --node-lease-duration-seconds 40 \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --server-address "127.0.0.1:$((api_port + 3))" --cidr 10.244.0.1/24 --node-ip 10.244.0.1
+    --server-address "127.0.0.1:$((api_port + 3))" --cidr 10.244.0.1/24 \
+    --node-ip 127.0.0.1 --node-port "$((api_port + 3))"
   # With a real node, kwok's node is tainted: only pods that ask for a fake outcome
   # (hack/kwok/fake-pods.yaml gives them the toleration) land on it.
   local taints="[]"

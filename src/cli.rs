@@ -49,7 +49,10 @@ pub enum Command {
     /// Run only the /v1 API (stateless; scale it apart from the controllers).
     Api(ApiArgs),
     /// Run one built-in step (what a step Job's pod executes).
-    Step,
+    Step {
+        #[command(subcommand)]
+        part: Option<StepPart>,
+    },
     /// Manage API keys directly in the cluster (no running API needed).
     ApiKey {
         #[command(subcommand)]
@@ -61,6 +64,14 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// The parts of a step pod that run `flowline step`.
+#[derive(Debug, Subcommand)]
+pub enum StepPart {
+    /// The step pod's `output` container: wait for the step to end, then print its
+    /// output file for the engine.
+    EmitOutput,
 }
 
 /// How a list is printed.
@@ -239,6 +250,10 @@ pub struct ControllerArgs {
     /// Memory limit of every step container.
     #[arg(long, default_value = job::DEFAULT_MEMORY_LIMIT, value_parser = job::parse_quantity)]
     pub step_memory_limit: Quantity,
+    /// How long a finished step Job, its pod and its log are kept, in seconds (the logs
+    /// endpoint answers `logs_not_found` after that).
+    #[arg(long, value_name = "SECONDS", default_value_t = job::DEFAULT_JOB_TTL.as_secs(), value_parser = clap::value_parser!(u64).range(0..=i32::MAX as u64))]
+    pub step_job_ttl: u64,
     /// PEM file of extra CA certificates trusted for webhook deliveries (besides the
     /// system roots).
     #[arg(long, value_name = "PATH", env = "FLOWLINE_CA_BUNDLE")]

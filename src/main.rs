@@ -115,8 +115,11 @@ async fn dispatch(
             clap_complete::generate(shell, &mut command, "flowline", &mut std::io::stdout());
             Ended::Exit(ExitCode::SUCCESS)
         }
-        Command::Step => {
-            let code = flowline::step_command::run().await;
+        Command::Step { part } => {
+            let code = match part {
+                None => flowline::step_command::run().await,
+                Some(flowline::cli::StepPart::EmitOutput) => flowline::step_command::emit_output(),
+            };
             Ended::Exit(ExitCode::from(u8::try_from(code).unwrap_or(1)))
         }
     })

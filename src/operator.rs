@@ -174,6 +174,7 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
             telemetry.clone(),
             flowline_engine::job::JobSettings {
                 step_image: controller.step_image.clone(),
+                job_ttl: Some(std::time::Duration::from_secs(controller.step_job_ttl)),
                 pod_annotations: controller.job_pod_annotations.iter().cloned().collect(),
                 resources: flowline_engine::job::StepResources {
                     cpu_request: controller.step_cpu_request.clone(),

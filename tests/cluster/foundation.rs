@@ -236,10 +236,14 @@ async fn a_job_completes_through_the_scheduler_and_kwok() {
         "metadata": {"name": "hello"},
         "spec": {
             "backoffLimit": 0,
-            "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]
-            }}
+            // A fake outcome: the pod goes to kwok's node (docs/local-cluster.md).
+            "template": {
+                "metadata": {"annotations": {"flowline.io/fake-exit-code": "0"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "command": ["true"]}]
+                }
+            }
         }
     }))
     .unwrap();

@@ -1,20 +1,21 @@
 //! The job executor: one Kubernetes Job per step attempt, owned by the Run. Built-in
 //! actions run the operator's own image as `flowline step`; `container` steps run the
-//! user's image. The result is the JSON the container writes to
-//! /dev/termination-log, read from the pod's status.
+//! user's image. The step's output is the JSON it writes to `$FLOWLINE_OUTPUT` (up to
+//! 64 KiB, handed over by the pod's `output` container: flowline-core's
+//! `engine::step_pod`) or, failing that, to /dev/termination-log (up to 4 KiB).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerStateTerminated, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    Pod, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
+    SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ListParams, LogParams, ObjectMeta, PostParams};
 use kube::runtime::wait::{Condition, await_condition, conditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,9 @@ use sha2::{Digest, Sha256};
 
 use super::secrets::{Placeholders, SecretKeyRef};
 use flowline_core::crd::{Action, Run, Step, labels};
+use flowline_core::engine::step_pod::{
+    self, Emitted, Ending, OUTPUT_CONTAINER, OUTPUT_DIR, OUTPUT_ENV, OUTPUT_FILE, STEP_CONTAINER,
+};
 
 /// Environment variable carrying a built-in step's rendered inputs into `flowline step`.
 pub const STEP_ENV: &str = "FLOWLINE_STEP";
@@ -38,6 +42,16 @@ pub const STEP_UID: i64 = 65532;
 /// Size limit of the writable `/tmp` (an emptyDir) every step container gets, since the root
 /// filesystem is read-only.
 const TMP_SIZE: &str = "64Mi";
+
+/// Size limit of the output volume: room for the largest output, and no more than a
+/// step writing too much needs to be caught.
+const OUTPUT_VOLUME_SIZE: &str = "1Mi";
+
+/// How long a finished step Job (its pod and log) is kept by default.
+pub const DEFAULT_JOB_TTL: Duration = Duration::from_secs(3600);
+
+/// How long reading a step pod's log may take before the engine gives up on it.
+const LOG_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default requests and limits of a step container.
 pub const DEFAULT_CPU_REQUEST: &str = "50m";
@@ -133,6 +147,8 @@ pub struct JobSettings {
     pub resources: StepResources,
     /// The operator's destination guard, enforced by `flowline step` in the pod too.
     pub destinations: flowline_egress::DestinationPolicy,
+    /// How long a finished Job, its pod and its log are kept (`None`: [`DEFAULT_JOB_TTL`]).
+    pub job_ttl: Option<Duration>,
 }
 
 /// Why a step's inputs cannot become a Job. Deterministic: the step fails without retrying.
@@ -306,6 +322,52 @@ fn container_security() -> SecurityContext {
     }
 }
 
+fn empty_dir(name: &str, size: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(Quantity(size.to_owned())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn output_mount(read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: "output".to_owned(),
+        mount_path: OUTPUT_DIR.to_owned(),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+/// `flowline step emit-output`: small, restricted like the step, reading the output
+/// volume only.
+fn output_container(settings: &JobSettings) -> Container {
+    let quantity = |q: &str| Quantity(q.to_owned());
+    Container {
+        name: OUTPUT_CONTAINER.to_owned(),
+        image: Some(settings.step_image.clone()),
+        args: Some(vec!["step".to_owned(), "emit-output".to_owned()]),
+        termination_message_policy: Some("File".to_owned()),
+        security_context: Some(container_security()),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), quantity("10m")),
+                ("memory".to_owned(), quantity("16Mi")),
+            ])),
+            limits: Some(BTreeMap::from([
+                ("cpu".to_owned(), quantity("100m")),
+                ("memory".to_owned(), quantity("64Mi")),
+            ])),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![output_mount(true)]),
+        ..Default::default()
+    }
+}
+
 /// The Job of one attempt. Pure. `secrets` are the placeholders the inputs were rendered
 /// with: they become `secretKeyRef`s, never values in the Pod spec.
 /// `key` names the attempt: the step id, or `<step id>.<index>` for an iteration of a
@@ -325,16 +387,22 @@ pub fn build(
         Action::Container => user_container(inputs, secrets)?,
         action => built_in_container(action, inputs, secrets, settings),
     };
+    let mut env = container.env.clone().unwrap_or_default();
+    env.push(env_value(OUTPUT_ENV, OUTPUT_FILE.to_owned()));
     let container = Container {
-        name: "step".to_owned(),
+        name: STEP_CONTAINER.to_owned(),
         termination_message_policy: Some("File".to_owned()),
         security_context: Some(container_security()),
         resources: Some(settings.resources.requirements()),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "tmp".to_owned(),
-            mount_path: "/tmp".to_owned(),
-            ..Default::default()
-        }]),
+        env: Some(env),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "tmp".to_owned(),
+                mount_path: "/tmp".to_owned(),
+                ..Default::default()
+            },
+            output_mount(false),
+        ]),
         ..container
     };
     let labels = BTreeMap::from([
@@ -344,19 +412,18 @@ pub fn build(
     ]);
     let pod = PodSpec {
         restart_policy: Some("Never".to_owned()),
-        containers: vec![container],
+        containers: vec![container, output_container(settings)],
+        // The `output` container waits for the step's processes to end before it hands
+        // over the output file, so it starts beside the step instead of after it.
+        share_process_namespace: Some(true),
         security_context: Some(pod_security()),
         // Steps need no Kubernetes API access, nor the addresses of every Service.
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
-        volumes: Some(vec![Volume {
-            name: "tmp".to_owned(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                size_limit: Some(Quantity(TMP_SIZE.to_owned())),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }]),
+        volumes: Some(vec![
+            empty_dir("tmp", TMP_SIZE),
+            empty_dir("output", OUTPUT_VOLUME_SIZE),
+        ]),
         ..Default::default()
     };
     Ok(Job {
@@ -369,7 +436,9 @@ pub fn build(
         spec: Some(JobSpec {
             backoff_limit: Some(0),
             active_deadline_seconds: timeout.map(|t| t.as_secs().max(1) as i64),
-            ttl_seconds_after_finished: Some(3600),
+            ttl_seconds_after_finished: Some(
+                settings.job_ttl.unwrap_or(DEFAULT_JOB_TTL).as_secs() as i32
+            ),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels),
@@ -412,9 +481,11 @@ pub async fn run_attempt(client: &Client, namespace: &str, job: Job) -> Result<V
     let finished = await_condition(jobs.clone(), &name, |j: Option<&Job>| {
         conditions::is_job_completed().matches_object(j) || job_failed(j)
     });
-    if let Err(e) = finished.await {
-        return Err(format!("watching Job {name} failed: {e}"));
-    }
+    let finished = match finished.await {
+        Ok(job) => job,
+        Err(e) => return Err(format!("watching Job {name} failed: {e}")),
+    };
+    let deadline_exceeded = finished.as_ref().is_some_and(deadline_exceeded);
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pod = pods
         .list(&ListParams::default().labels(&format!("job-name={name}")))
@@ -423,14 +494,36 @@ pub async fn run_attempt(client: &Client, namespace: &str, job: Job) -> Result<V
         .items
         .into_iter()
         .next();
-    let terminated = pod
-        .and_then(|p| p.status)
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().next())
-        .and_then(|c| c.state)
-        .and_then(|s| s.terminated);
-    match terminated {
+    let Some(pod) = pod else {
+        return Err(if deadline_exceeded {
+            step_pod::failure_message(
+                &Ending {
+                    deadline_exceeded,
+                    ..Default::default()
+                },
+                "",
+            )
+        } else {
+            format!("Job {name} failed without a pod")
+        });
+    };
+    let pod_name = pod.name_any();
+    let step = terminated(&pod, STEP_CONTAINER);
+    match step {
         Some(t) if t.exit_code == 0 => {
+            let emitted = terminated(&pod, OUTPUT_CONTAINER)
+                .and_then(|o| o.message)
+                .and_then(|m| Emitted::from_log(&m));
+            let emitted = match emitted {
+                Some(Emitted::InLog) => {
+                    let log = read_log(&pods, &pod_name, OUTPUT_CONTAINER, LogPart::Head).await;
+                    Emitted::from_log(&log?)
+                }
+                other => other,
+            };
+            if let Some(result) = emitted.and_then(Emitted::result) {
+                return result;
+            }
             let message = t.message.unwrap_or_default();
             if message.trim().is_empty() {
                 Ok(json!({}))
@@ -439,14 +532,84 @@ pub async fn run_attempt(client: &Client, namespace: &str, job: Job) -> Result<V
                     .map_err(|_| format!("the step wrote output that is not JSON: {message}"))
             }
         }
-        Some(t) => Err(t
-            .message
-            .filter(|m| !m.trim().is_empty())
-            .unwrap_or_else(|| format!("the container exited with code {}", t.exit_code))),
-        None => Err(format!(
-            "Job {name} failed without a terminated container (deadline exceeded?)"
+        ended => {
+            let ending = Ending {
+                exit_code: ended.as_ref().map_or(-1, |t| t.exit_code),
+                reason: ended.as_ref().and_then(|t| t.reason.clone()),
+                message: ended.and_then(|t| t.message),
+                deadline_exceeded,
+            };
+            // A log that cannot be read leaves the error without its tail.
+            let log = read_log(&pods, &pod_name, STEP_CONTAINER, LogPart::Tail)
+                .await
+                .unwrap_or_default();
+            Err(step_pod::failure_message(&ending, &log))
+        }
+    }
+}
+
+/// The terminated state of one of a pod's containers.
+fn terminated(pod: &Pod, container: &str) -> Option<ContainerStateTerminated> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)?
+        .state
+        .as_ref()?
+        .terminated
+        .clone()
+}
+
+enum LogPart {
+    /// The beginning, up to the largest output line.
+    Head,
+    /// The end, enough for a failed step's error.
+    Tail,
+}
+
+/// Reads part of a container's log, bounded in bytes and in time.
+async fn read_log(
+    pods: &Api<Pod>,
+    pod: &str,
+    container: &str,
+    part: LogPart,
+) -> Result<String, String> {
+    let params = match part {
+        LogPart::Head => LogParams {
+            container: Some(container.to_owned()),
+            limit_bytes: Some(step_pod::OUTPUT_LOG_LIMIT as i64),
+            ..Default::default()
+        },
+        LogPart::Tail => LogParams {
+            container: Some(container.to_owned()),
+            tail_lines: Some(100),
+            limit_bytes: Some(4 * step_pod::ERROR_LOG_TAIL as i64),
+            ..Default::default()
+        },
+    };
+    match tokio::time::timeout(LOG_READ_TIMEOUT, pods.logs(pod, &params)).await {
+        Ok(Ok(log)) => Ok(log),
+        Ok(Err(e)) => Err(format!("reading the log of {pod}/{container} failed: {e}")),
+        Err(_) => Err(format!(
+            "reading the log of {pod}/{container} took longer than {}s",
+            LOG_READ_TIMEOUT.as_secs()
         )),
     }
+}
+
+fn deadline_exceeded(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter().any(|c| {
+                c.type_ == "Failed"
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some("DeadlineExceeded")
+            })
+        })
 }
 
 fn job_failed(job: Option<&Job>) -> bool {
@@ -548,8 +711,12 @@ mod tests {
             (Some("flowline:1"), Some(&["step".to_string()][..]))
         );
         let env = c.env.as_ref().unwrap();
-        assert_eq!(env.len(), 2);
+        assert_eq!(env.len(), 3);
         assert_eq!(env[1].name, flowline_egress::ALLOW_CIDRS_ENV);
+        assert_eq!(
+            (env[2].name.as_str(), env[2].value.as_deref()),
+            (OUTPUT_ENV, Some(OUTPUT_FILE))
+        );
         let envelope: StepEnvelope =
             serde_json::from_str(env[0].value.as_deref().unwrap()).unwrap();
         assert_eq!(
@@ -583,8 +750,9 @@ mod tests {
         let spec_text = serde_json::to_string(&job).unwrap();
         assert!(!spec_text.contains("t0k3n-value"), "{spec_text}");
         let env = pod(job).containers[0].env.clone().unwrap();
-        // Only the key the inputs use (`user` was read but not used), then the allow-list.
-        assert_eq!(env.len(), 3, "{env:?}");
+        // Only the key the inputs use (`user` was read but not used), then the allow-list
+        // and the output file.
+        assert_eq!(env.len(), 4, "{env:?}");
         assert_eq!(env[1].name, "FLOWLINE_SECRET_0");
         assert_eq!(env[1].value, None);
         let selector = env[1]
@@ -687,7 +855,74 @@ mod tests {
             env.iter()
                 .map(|e| (e.name.as_str(), e.value.as_deref()))
                 .collect::<Vec<_>>(),
-            vec![("A", Some("1")), ("N", Some("2"))]
+            vec![
+                ("A", Some("1")),
+                ("N", Some("2")),
+                (OUTPUT_ENV, Some(OUTPUT_FILE))
+            ]
+        );
+    }
+
+    #[test]
+    fn the_output_container_starts_beside_the_step_and_reads_its_volume_only() {
+        let settings = JobSettings {
+            step_image: "flowline:1".into(),
+            job_ttl: Some(Duration::from_secs(60)),
+            ..Default::default()
+        };
+        let inputs = json!({"image": "busybox"});
+        let job = build(
+            &run(),
+            &step("container"),
+            "s",
+            1,
+            &inputs,
+            None,
+            &Placeholders::default(),
+            &settings,
+        )
+        .unwrap();
+        assert_eq!(
+            job.spec.as_ref().unwrap().ttl_seconds_after_finished,
+            Some(60)
+        );
+        let pod = pod(job);
+        assert_eq!(pod.share_process_namespace, Some(true));
+        let names: Vec<_> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, [STEP_CONTAINER, OUTPUT_CONTAINER]);
+        let output = &pod.containers[1];
+        assert_eq!(output.image.as_deref(), Some("flowline:1"));
+        assert_eq!(
+            output.args.as_deref(),
+            Some(&["step".to_string(), "emit-output".to_string()][..])
+        );
+        let mounts = |c: &Container| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .map(|m| (m.mount_path.clone(), m.read_only == Some(true)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(mounts(output), [(OUTPUT_DIR.to_string(), true)]);
+        assert!(mounts(&pod.containers[0]).contains(&(OUTPUT_DIR.to_string(), false)));
+        assert_eq!(
+            output.security_context, pod.containers[0].security_context,
+            "restricted like the step"
+        );
+        let default_ttl = build(
+            &run(),
+            &step("container"),
+            "s",
+            1,
+            &inputs,
+            None,
+            &Placeholders::default(),
+            &JobSettings::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            default_ttl.spec.unwrap().ttl_seconds_after_finished,
+            Some(DEFAULT_JOB_TTL.as_secs() as i32)
         );
     }
 

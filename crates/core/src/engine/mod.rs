@@ -13,6 +13,7 @@ pub mod retry;
 pub mod reuse;
 pub mod run_condition;
 pub mod spec_check;
+pub mod step_pod;
 pub mod template;
 pub mod waiting;
 pub mod write_failure;
