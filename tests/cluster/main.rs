@@ -7,6 +7,7 @@ mod approvals;
 mod chaos;
 mod cli;
 mod console;
+mod containers;
 mod delivery;
 mod durable;
 mod engine;
