@@ -20,7 +20,6 @@ use kube::runtime::wait::{Condition, await_condition, conditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::secrets::{Placeholders, SecretKeyRef};
 use flowline_core::crd::{Action, Run, Step, labels};
@@ -165,17 +164,6 @@ pub enum JobError {
     PartialSecret(String),
     #[error("a container step receives secrets only as env values, not in `{0}`")]
     SecretOutsideEnv(&'static str),
-}
-
-/// Name of the Job of one attempt: readable, unique per run/step/attempt, ≤ 63 chars.
-/// `step` may be `<id>.<index>` (an iteration); the dot becomes `-` in the readable part.
-pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
-    let digest = hex::encode(&Sha256::digest(format!("{run}/{step}/{attempt}").as_bytes())[..4]);
-    let readable: String = format!("{run}-{}", step.replace('.', "-"))
-        .chars()
-        .take(45)
-        .collect();
-    format!("{}-{attempt}-{digest}", readable.trim_end_matches('-'))
 }
 
 fn env_value(name: &str, value: String) -> EnvVar {
@@ -428,7 +416,7 @@ pub fn build(
     };
     Ok(Job {
         metadata: ObjectMeta {
-            name: Some(job_name(&run.name_any(), key, attempt)),
+            name: Some(step_pod::job_name(&run.name_any(), key, attempt)),
             labels: Some(labels.clone()),
             owner_references: run.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
@@ -646,14 +634,6 @@ mod tests {
 
     fn step(action: &str) -> Step {
         serde_json::from_value(json!({"id": "fetch-orders", "action": action})).unwrap()
-    }
-
-    #[test]
-    fn job_names_are_short_unique_and_stable() {
-        let a = job_name(&"r".repeat(80), "s", 1);
-        assert!(a.len() <= 63, "{a}");
-        assert_ne!(job_name("r", "s", 1), job_name("r", "s", 2));
-        assert_eq!(job_name("r", "s", 1), job_name("r", "s", 1));
     }
 
     fn secrets() -> StepSecrets {

@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::Digest;
 
 use crate::engine::output::MAX_STEP_OUTPUT;
 
@@ -111,6 +112,27 @@ impl Emitted {
     }
 }
 
+/// Name of the Job of one attempt: readable, unique per run/step/attempt, ≤ 63 chars.
+/// `step` may be `<id>.<index>` (an iteration); the dot becomes `-` in the readable part.
+pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
+    let digest =
+        hex::encode(&sha2::Sha256::digest(format!("{run}/{step}/{attempt}").as_bytes())[..4]);
+    let readable: String = format!("{run}-{}", step.replace('.', "-"))
+        .chars()
+        .take(45)
+        .collect();
+    format!("{}-{attempt}-{digest}", readable.trim_end_matches('-'))
+}
+
+/// The key of one attempt's Job: the step id, or `<step id>.<index>` for an iteration
+/// of a `forEach` step.
+pub fn attempt_key(step: &str, iteration: Option<usize>) -> String {
+    match iteration {
+        Some(index) => format!("{step}.{index}"),
+        None => step.to_owned(),
+    }
+}
+
 /// How a step's container ended, as the pod and Job report it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Ending {
@@ -164,6 +186,24 @@ pub fn log_tail(log: &str, max: usize) -> &str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn job_names_are_short_unique_and_stable() {
+        let a = job_name(&"r".repeat(80), "s", 1);
+        assert!(a.len() <= 63, "{a}");
+        assert_ne!(job_name("r", "s", 1), job_name("r", "s", 2));
+        assert_eq!(job_name("r", "s", 1), job_name("r", "s", 1));
+    }
+
+    #[test]
+    fn an_iteration_has_a_key_of_its_own() {
+        assert_eq!(attempt_key("s", None), "s");
+        assert_eq!(attempt_key("s", Some(3)), "s.3");
+        assert_ne!(
+            job_name("r", "s", 1),
+            job_name("r", &attempt_key("s", Some(0)), 1)
+        );
+    }
 
     #[test]
     fn a_file_becomes_what_the_engine_reads() {
