@@ -660,6 +660,11 @@ for r in workflows runs webhooks; do
 done
 for verb in create get list watch delete deletecollection; do
   can_i no "$ns_rel" "$sa_api" "$verb" jobs.batch -n "$ns_other"
+done
+# Step logs: the pods of Jobs listed by label, their logs read; nothing else on pods.
+can_i yes "$ns_rel" "$sa_api" list pods -n "$ns_other"
+can_i yes "$ns_rel" "$sa_api" get pods/log -n "$ns_other"
+for verb in create get watch delete deletecollection; do
   can_i no "$ns_rel" "$sa_api" "$verb" pods -n "$ns_other"
 done
 can_i no "$ns_rel" "$sa_api" create pods/exec -n "$ns_other"
@@ -684,7 +689,7 @@ can_i no "$ns_rel" "$sa_ctl" create workflows.flowline.io -n "$ns_other"
 for verb in create list watch deletecollection; do can_i yes "$ns_rel" "$sa_ctl" "$verb" jobs.batch -n "$ns_other"; done
 can_i yes "$ns_rel" "$sa_ctl" list pods -n "$ns_other"
 can_i no "$ns_rel" "$sa_ctl" create pods -n "$ns_other"
-can_i no "$ns_rel" "$sa_ctl" get pods/log -n "$ns_other"
+can_i yes "$ns_rel" "$sa_ctl" get pods/log -n "$ns_other"
 for verb in get create; do can_i yes "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done
 for verb in list watch patch update delete; do can_i no "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done
 for verb in create patch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" events.events.k8s.io -n "$ns_other"; done

@@ -144,6 +144,7 @@ leader-election Lease, the step Jobs, and webhook deliveries. */}}
 - --step-cpu-limit={{ .limits.cpu }}
 - --step-memory-limit={{ .limits.memory }}
 {{- end }}
+- --step-job-ttl={{ .Values.controller.stepJobTtlSeconds | int }}
 - --delivery-concurrency={{ .Values.delivery.concurrency | int }}
 {{- range .Values.delivery.allowCidrs }}
 - --allow-cidr={{ . }}
