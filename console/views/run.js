@@ -5,6 +5,7 @@
 import { get, post, session } from '../api.js';
 import { h, fill, link, time, badge, duration, json, pageTitle, errorText, toast } from '../dom.js';
 import { navigate } from '../app.js';
+import { hasLog, logViewer } from './logs.js';
 
 /**
  * How long to wait before the next poll: every second while the run is young, then
@@ -42,6 +43,7 @@ export async function render(main, params) {
     live);
 
   const stepBoxes = new Map();
+  const logs = new Map();
   const draw = () => {
     fill(head, badge(run.status), actions(run));
     fill(summary,
@@ -108,6 +110,15 @@ export async function render(main, params) {
       step.output_truncated ? h('p.notice', {}, 'Stored truncated: the output was over 64 KiB.') : null,
       step.error ? [h('h3', {}, 'Error'), h('pre.error', {}, step.error)] : null,
     ];
+    if (hasLog(step, workflow)) {
+      let viewer = logs.get(step.step_id);
+      if (!viewer) {
+        viewer = logViewer(r.id, step.step_id);
+        logs.set(step.step_id, viewer);
+      }
+      viewer.update(step);
+      body.push(h('h3', {}, 'Log'), viewer.element);
+    }
     // Only an approval takes a decision (a waiting `wait` ends at its time).
     if (step.status === 'waiting' && step.action === 'approval' && session.can('execute')) {
       const decide = (verb) => async () => {
@@ -141,7 +152,12 @@ export async function render(main, params) {
   if (unfinished(run.status)) timer = setTimeout(poll, pollDelay(run));
   // Between polls, running bars grow with the clock (drawn locally, no request).
   const clock = setInterval(() => { if (unfinished(run.status)) drawTimeline(timeline, run); }, 250);
-  return () => { stopped = true; clearTimeout(timer); clearInterval(clock); };
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+    clearInterval(clock);
+    for (const viewer of logs.values()) viewer.stop();
+  };
 }
 
 /** A step's duration, or for one still running the time since it started. */
