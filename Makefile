@@ -122,6 +122,10 @@ bench-shards: cluster install-crds ## Sharded execution: P5 with 1, 2 and 3 oper
 crds: ## Regenerate crds/ from the Rust types
 	$(CARGO) run --quiet -- crdgen > crds/flowline.yaml
 
+.PHONY: reference
+reference: ## Regenerate docs/reference/workflow.md from the CRD schema and the template and expression engines (a flowline-core test fails while it is stale)
+	FLOWLINE_WRITE_REFERENCE=1 $(CARGO) test --quiet -p flowline-core --lib -- --exact reference::tests::reference_is_up_to_date
+
 .PHONY: install-crds
 install-crds: ## Apply crds/ to the cluster (server-side) and wait until Established
 	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) apply --server-side --force-conflicts -f crds/ >/dev/null

@@ -13,3 +13,4 @@ pub mod engine;
 pub mod ids;
 pub mod leader;
 pub mod limits;
+pub mod reference;

@@ -154,7 +154,7 @@ impl std::fmt::Display for EventKind {
 
 /// An event that is due for delivery and not yet handed to every matching webhook.
 /// Recorded in the status of the object it is about, in the same write that records
-/// the transition, so it survives an operator crash (the outbox; see docs/design/delivery.md).
+/// the transition, so it survives an operator crash.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingEvent {

@@ -64,7 +64,8 @@ pub struct WorkflowSpec {
     /// per step attempt. Unset means the operator's `--default-executor`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<Executor>,
-    /// Steps, executed in order. Step ids must be unique.
+    /// Steps: executed in order, or as a graph when some step has `needs`. Step ids must
+    /// be unique.
     #[serde(default)]
     #[schemars(length(max = 100))]
     #[x_kube(validation = Rule::new("self.all(s, self.filter(t, t.id == s.id).size() == 1)").message("steps[].id must be unique within the workflow"))]
@@ -241,7 +242,9 @@ pub enum TriggerType {
     Webhook,
 }
 
-/// Where a workflow's steps execute.
+/// Where a workflow's steps execute: `inline` (built-in actions run as tasks inside the
+/// operator) or `job` (each step attempt runs as a Kubernetes Job owned by the Run).
+/// Unset means the operator's `--default-executor`. `container` steps always run as Jobs.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
 )]
@@ -269,20 +272,23 @@ pub struct Step {
     /// Built-in action the step performs.
     pub action: Action,
     /// Inputs of the action; string values may hold `{{ … }}` templates.
-    /// `http.request`: method, url, headers, query, body, expect_status.
-    /// `transform`: value. `delay`: ms. `fail`: message.
-    /// `container`: image, command, args, env.
+    /// `http.request`: url, method, headers, query, body, expect_status,
+    /// follow_redirects, timeout_ms. `transform`: value. `delay`: ms. `fail`: message.
+    /// `container`: image, command, args, env. `wait`: ms or until. `approval`:
+    /// timeout_ms.
     #[serde(default, rename = "with", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless_object")]
     pub with: Option<serde_json::Value>,
     /// Retry policy for failed attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
-    /// Timeout of one attempt in milliseconds.
+    /// Longest one attempt may take, in milliseconds (at most a day); an attempt still
+    /// running then fails, and `retry` decides whether another follows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86_400_000))]
     pub timeout_ms: Option<u64>,
-    /// Boolean expression over the template context; when false the step is skipped.
+    /// Expression over the step's context, e.g. `steps.fetch.output.status == 200`; when
+    /// it is falsy the step is skipped (status `skipped`) and the steps after it still run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1000))]
     pub when: Option<String>,
@@ -312,7 +318,7 @@ impl Step {
     }
 }
 
-/// Built-in actions.
+/// The built-in action a step performs.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
 )]
@@ -376,7 +382,7 @@ pub struct RetryPolicy {
     #[serde(default = "default_backoff_ms")]
     #[schemars(range(min = 0, max = 3_600_000))]
     pub backoff_ms: u64,
-    /// Factor the delay grows by after each attempt (jitter is added).
+    /// Factor the delay grows by after each attempt (±20 % jitter is added).
     #[serde(default = "default_backoff_factor")]
     #[schemars(range(min = 1.0, max = 10.0))]
     pub backoff_factor: f64,

@@ -19,6 +19,37 @@ pub const MAX_LEN: usize = 1000;
 /// Deepest nesting of parentheses and `!`.
 pub const MAX_DEPTH: usize = 64;
 
+/// Every operator, tightest-binding first, with a one-line description: what the
+/// workflow reference lists (`crate::reference`).
+pub const OPERATORS: [(&str, &str); 10] = [
+    ("( )", "Grouping."),
+    ("!", "Not: true when the operand is falsy."),
+    (
+        "==",
+        "Equal. Numbers compare by value (`3 == 3.0`), other values by type and content; \
+         values of different types are never equal.",
+    ),
+    ("!=", "Not equal."),
+    (
+        "<",
+        "Less than. Both sides numbers, or both strings (compared character by character); \
+         any other pair is an error.",
+    ),
+    ("<=", "Less than or equal; as `<`."),
+    (">", "Greater than; as `<`."),
+    (">=", "Greater than or equal; as `<`."),
+    (
+        "&&",
+        "And: true when both sides are truthy; the right side is not evaluated when the \
+         left is falsy.",
+    ),
+    (
+        "||",
+        "Or: true when either side is truthy; the right side is not evaluated when the \
+         left is truthy.",
+    ),
+];
+
 /// Positions count characters from the start of the expression, starting at 0.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExprError {

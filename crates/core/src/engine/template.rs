@@ -13,6 +13,54 @@ pub const ROOTS: [&str; 5] = ["trigger", "steps", "run", "workflow", "secrets"];
 /// (`engine::spec_check`).
 pub const ITERATION_ROOTS: [&str; 2] = ["item", "index"];
 
+/// Every variable of the context, under [`ROOTS`] and [`ITERATION_ROOTS`], with a
+/// one-line description: what the workflow reference lists (`crate::reference`).
+/// `<id>`, `<name>` and `<key>` stand for a step id, a Secret name and one of its keys.
+pub const VARIABLES: [(&str, &str); 12] = [
+    (
+        "trigger.payload",
+        "The run's payload: the JSON object the run was started with (`{}` without one).",
+    ),
+    (
+        "trigger.headers",
+        "A run started by an inbound webhook: the headers `content-type`, `user-agent`, \
+         `webhook-id` and `webhook-timestamp` of its request; `{}` for other runs.",
+    ),
+    (
+        "trigger.type",
+        "`manual`, `schedule` or `webhook`; only in `concurrency.key`.",
+    ),
+    ("run.id", "The run's name (the Run's `metadata.name`)."),
+    ("workflow.id", "The workflow's name (`metadata.name`)."),
+    (
+        "workflow.name",
+        "The workflow's display name (`spec.name`) in the version the run executes.",
+    ),
+    (
+        "steps.<id>.output",
+        "The output of step `<id>`: an earlier step, or in a graph a step this one needs \
+         (directly or through its needs).",
+    ),
+    (
+        "steps.<id>.status",
+        "`succeeded`, or `skipped` (its `when` was false; its output is then `null`).",
+    ),
+    (
+        "steps.<id>.output_truncated",
+        "True when the output was too large to keep whole; reading the output then fails.",
+    ),
+    (
+        "secrets.<name>.<key>",
+        "Key `<key>` of the Secret `<name>` in the run's namespace, if the Secret carries \
+         the label `flowline.io/workflow-access: \"true\"`; redacted wherever it would show.",
+    ),
+    ("item", "In a `forEach` step: the current element."),
+    (
+        "index",
+        "In a `forEach` step: the position of the current element, from 0.",
+    ),
+];
+
 /// Budget for bytes produced by templates in one render: a few hundred small templates that each
 /// copy a large step output would otherwise multiply into gigabytes.
 pub const MAX_RENDERED_BYTES: usize = 4 * 1024 * 1024;
