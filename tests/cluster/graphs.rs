@@ -204,6 +204,8 @@ async fn slow_echo() -> (String, Arc<AtomicUsize>) {
                     let open = now.fetch_add(1, Ordering::SeqCst) + 1;
                     peak.fetch_max(open, Ordering::SeqCst);
                     let ms: u64 = q.get("ms").and_then(|m| m.parse().ok()).unwrap_or(0);
+                    // Pacing: a slow endpoint, so that calls overlap and the peak says
+                    // how many ran at once.
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     now.fetch_sub(1, Ordering::SeqCst);
                     let n: u64 = q.get("n").and_then(|n| n.parse().ok()).unwrap_or(9999);

@@ -99,6 +99,7 @@ async fn step_receiver() -> (String, Arc<StepLog>) {
                 .to_string();
             seen.0.lock().unwrap().push((Instant::now(), key));
             async {
+                // Pacing: steps are under way when the leader is cut off.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 "ok"
             }
@@ -242,6 +243,8 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
             None => {}
         }
         assert!(Instant::now() < deadline, "B never took over");
+        // The poll interval of a wait for B to lead (the order of A's exit and B's
+        // lead is read from these samples), not a check.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let a_gone = a_gone.expect("A must have exited before B leads");

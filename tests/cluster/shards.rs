@@ -42,6 +42,7 @@ async fn endpoint(delay: Duration) -> (String, Arc<Calls>) {
                     .or_default()
                     .push(Instant::now());
                 async move {
+                    // Pacing: a slow endpoint keeps steps under way when a replica goes.
                     tokio::time::sleep(delay).await;
                     "ok"
                 }
