@@ -676,6 +676,9 @@ async fn rate_limits_exhaust_then_reset_with_headers_everywhere() {
         .parse::<i64>()
         .unwrap();
     let wait = reset - jiff::Timestamp::now().as_second();
+    // Pacing, not a check: windows follow the wall clock, so the only event to wait
+    // for is the clock reaching `reset`. Polling for the new window instead would spend
+    // requests of the budget under test.
     tokio::time::sleep(Duration::from_millis((wait.max(0) as u64) * 1000 + 50)).await;
 
     let mut last_remaining = u32::MAX;
@@ -758,9 +761,13 @@ async fn paging_under_concurrent_inserts_has_no_gaps_or_duplicates() {
 #[ignore = "needs cluster"]
 async fn kubectl_applied_workflows_show_up_in_the_api() {
     let api = TestApi::start("api-kubectl").await;
-    let out = api.ns.kubectl_apply(
-        "apiVersion: flowline.io/v1\nkind: Workflow\nmetadata:\n  name: from-git\nspec:\n  name: From Git\n  state: active\n  steps:\n  - {id: a, action: delay, with: {ms: 1}, retry: {maxAttempts: 2}}\n",
-    );
+    let from_git = crate::builders::WorkflowBuilder::new("from-git")
+        .display_name("From Git")
+        .active()
+        .step(
+            json!({"id": "a", "action": "delay", "with": {"ms": 1}, "retry": {"maxAttempts": 2}}),
+        );
+    let out = api.ns.kubectl_apply(&from_git.manifest());
     assert!(out.status.success(), "{}", text(&out.stderr));
     let wf: Value = eventually(
         "the applied workflow in the API",

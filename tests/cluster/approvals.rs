@@ -6,6 +6,7 @@ use std::time::Duration;
 use flowline_core::crd::{Run, StepPhase};
 use serde_json::{Value, json};
 
+use crate::builders::WorkflowBuilder;
 use crate::support::{Process, TestApi, assert_error, eventually, ready};
 
 const FINISH: Duration = Duration::from_secs(90);
@@ -25,14 +26,6 @@ async fn parked(api: &TestApi, run: &str, step: &str) -> Run {
         },
     )
     .await
-}
-
-/// A workflow `steps` through the API; returns its id.
-async fn workflow(api: &TestApi, name: &str, steps: Value) -> String {
-    let wf = api.create_workflow(name).await;
-    api.patch_workflow(&api.admin_key, &wf, json!({ "steps": steps }))
-        .await;
-    wf
 }
 
 fn decision_path(run: &str, step: &str, verdict: &str) -> String {
@@ -67,7 +60,9 @@ struct ParkedAcrossRestart {
 async fn parked_across_restart(test: &str, timeout_ms: Option<u64>) -> ParkedAcrossRestart {
     let api = TestApi::start(test).await;
     let key = api.admin_key.clone();
-    let wf = workflow(&api, test, approval_then_echo(timeout_ms)).await;
+    let wf = api
+        .workflow(&WorkflowBuilder::new(test).steps(approval_then_echo(timeout_ms)))
+        .await;
     let first = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
     let waiting = parked(&api, &run, "ok").await;
@@ -198,7 +193,9 @@ async fn an_approval_times_out_across_an_operator_restart() {
 async fn a_decision_patched_with_kubectl_resumes_the_run() {
     let api = TestApi::start("appr-kubectl").await;
     let key = api.admin_key.clone();
-    let wf = workflow(&api, "GitOps approval", approval_then_echo(None)).await;
+    let wf = api
+        .workflow(&WorkflowBuilder::new("GitOps approval").steps(approval_then_echo(None)))
+        .await;
     let _op = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
     parked(&api, &run, "ok").await;
@@ -237,14 +234,10 @@ async fn a_decision_patched_with_kubectl_resumes_the_run() {
 async fn a_wait_completes_across_an_operator_restart() {
     let api = TestApi::start("wait-restart").await;
     let key = api.admin_key.clone();
-    let wf = workflow(
-        &api,
-        "Nap",
-        json!([
+    let wf = api.workflow(&WorkflowBuilder::new("Nap").steps(json!([
             {"id": "nap", "action": "wait", "with": {"ms": 2000}},
             {"id": "after", "action": "transform", "with": {"value": "{{ steps.nap.output.waited_until }}"}},
-        ]),
-    )
+        ])))
     .await;
     let first = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
@@ -267,12 +260,11 @@ async fn a_wait_completes_across_an_operator_restart() {
 async fn a_parked_wait_is_woken_at_its_time() {
     let api = TestApi::start("wait-wake").await;
     let key = api.admin_key.clone();
-    let wf = workflow(
-        &api,
-        "Until",
-        json!([{"id": "nap", "action": "wait", "with": {"until": "{{ trigger.payload.at }}"}}]),
-    )
-    .await;
+    let wf = api
+        .workflow(&WorkflowBuilder::new("Until").steps(
+            json!([{"id": "nap", "action": "wait", "with": {"until": "{{ trigger.payload.at }}"}}]),
+        ))
+        .await;
     let _op = operator(&api).await;
     // Far enough ahead that the run parks first even on a loaded machine.
     let until = jiff::Timestamp::now()
@@ -301,13 +293,12 @@ async fn a_parked_wait_is_woken_at_its_time() {
 async fn cancelling_a_parked_run_cancels_it_at_once() {
     let api = TestApi::start("wait-cancel").await;
     let key = api.admin_key.clone();
-    let wf = workflow(
-        &api,
-        "Cancel me",
-        json!([{"id": "nap", "action": "wait", "with": {"ms": 600_000}},
+    let wf = api
+        .workflow(&WorkflowBuilder::new("Cancel me").steps(
+            json!([{"id": "nap", "action": "wait", "with": {"ms": 600_000}},
                {"id": "after", "action": "transform", "with": {"value": 1}}]),
-    )
-    .await;
+        ))
+        .await;
     let _op = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
     parked(&api, &run, "nap").await;
@@ -326,13 +317,12 @@ async fn cancelling_a_parked_run_cancels_it_at_once() {
 async fn decisions_are_refused_where_nothing_waits_for_one() {
     let api = TestApi::start("appr-errors").await;
     let key = api.admin_key.clone();
-    let wf = workflow(
-        &api,
-        "Errors",
-        json!([{"id": "ok", "action": "approval"},
-               {"id": "t", "action": "transform", "with": {"value": 1}}]),
-    )
-    .await;
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("Errors").steps(json!([{"id": "ok", "action": "approval"},
+               {"id": "t", "action": "transform", "with": {"value": 1}}])),
+        )
+        .await;
     let _op = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
     parked(&api, &run, "ok").await;
@@ -389,41 +379,45 @@ async fn decisions_are_refused_where_nothing_waits_for_one() {
 }
 
 /// A parked run costs no writes: once its status says it waits, its resourceVersion
-/// stays the same across the controller's resync period.
+/// stays the same while the controller looks at it again on its resync.
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn a_waiting_run_is_not_written_while_it_waits() {
-    use futures::StreamExt;
-    use kube::runtime::watcher;
     let api = TestApi::start("appr-quiet").await;
     let key = api.admin_key.clone();
-    let wf = workflow(&api, "Quiet", approval_then_echo(Some(600_000))).await;
-    let _op = operator(&api).await;
+    let wf = api
+        .workflow(&WorkflowBuilder::new("Quiet").steps(approval_then_echo(Some(600_000))))
+        .await;
+    let (_op, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
     let run = api.start_run(&key, &wf, None).await;
     let seen = parked(&api, &run, "ok").await;
     let version = seen.metadata.resource_version.clone();
-    // Every change of the Run for longer than the resync of unfinished runs.
-    let runs = api.ns.api::<Run>();
-    let config = watcher::Config::default().fields(&format!("metadata.name={run}"));
-    let mut changes = Box::pin(watcher(runs, config));
-    let quiet = flowline_controller::run::RESYNC_UNFINISHED + Duration::from_secs(2);
-    let watched = tokio::time::timeout(quiet, async {
-        let mut versions = Vec::new();
-        while let Some(event) = changes.next().await {
-            if let Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) = event {
-                let v = r.metadata.resource_version.clone();
-                if v != version {
-                    versions.push(v);
-                    return versions;
-                }
-            }
-        }
-        versions
-    })
+    // Not a quiet period but the controller's own count of its reconciles of runs (the
+    // only run here is this one). At most two can be owed to what happened before it
+    // parked (one under way, one pending: the controller merges the triggers of one
+    // object), so the third one from now is a resync of the parked run.
+    let reconciles = move || async move {
+        let text = crate::support::metrics_text(port).await?;
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("flowline_reconcile_duration_seconds_count{controller=\"run\"} ")
+            })
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let before = reconciles()
+        .await
+        .expect("the operator counts its reconciles");
+    eventually(
+        "the controller to look at the parked run again (its resync)",
+        3 * flowline_controller::run::RESYNC_UNFINISHED + Duration::from_secs(30),
+        || async { (reconciles().await? >= before + 3.0).then_some(()) },
+    )
     .await;
-    assert!(
-        watched.is_err(),
-        "the parked run was written while it waited: {watched:?}"
+    let now = api.ns.api::<Run>().get(&run).await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version, version,
+        "the parked run was written while it waited"
     );
     // Still decidable afterwards.
     approved_to_the_end(&api, &key, &run).await;
@@ -437,17 +431,13 @@ async fn a_waiting_run_is_not_written_while_it_waits() {
 async fn other_branches_run_on_while_a_step_waits() {
     let api = TestApi::start("appr-graph").await;
     let key = api.admin_key.clone();
-    let wf = workflow(
-        &api,
-        "Branches",
-        json!([
+    let wf = api.workflow(&WorkflowBuilder::new("Branches").steps(json!([
             {"id": "go", "action": "transform", "with": {"value": 1}},
             {"id": "ok", "action": "approval", "needs": ["go"]},
             {"id": "nap", "action": "wait", "needs": ["go"], "with": {"ms": 300}},
             {"id": "slow", "action": "delay", "needs": ["go"], "with": {"ms": 2500}},
             {"id": "end", "action": "transform", "needs": ["ok", "nap", "slow"], "with": {"value": 2}},
-        ]),
-    )
+        ])))
     .await;
     let _op = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
@@ -469,7 +459,7 @@ async fn other_branches_run_on_while_a_step_waits() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn for_each_over_an_approval_is_refused_when_written() {
-    use crate::spec_errors::{manifest, ready_condition};
+    use crate::spec_errors::ready_condition;
     use flowline_core::crd::ConditionStatus;
     let api = TestApi::start("appr-spec").await;
     let key = api.admin_key.clone();
@@ -498,8 +488,10 @@ async fn for_each_over_an_approval_is_refused_when_written() {
     assert_error(res, 400, "validation_error").await;
 
     let _op = operator(&api).await;
-    let steps = "  - id: ok\n    action: approval\n    forEach: '{{ trigger.payload.xs }}'\n";
-    let out = api.ns.kubectl_apply(&manifest("fanned", steps));
+    let fanned = WorkflowBuilder::new("fanned")
+        .active()
+        .step(json!({"id": "ok", "action": "approval", "forEach": "{{ trigger.payload.xs }}"}));
+    let out = api.ns.kubectl_apply(&fanned.manifest());
     assert!(
         out.status.success(),
         "{}",
@@ -531,13 +523,13 @@ async fn for_each_over_an_approval_is_refused_when_written() {
 async fn a_parked_run_keeps_its_concurrency_slot() {
     let api = TestApi::start("appr-slot").await;
     let key = api.admin_key.clone();
-    let wf = api.create_workflow("One at a time").await;
-    api.patch_workflow(
-        &key,
-        &wf,
-        json!({"concurrency": {"limit": 1}, "steps": [{"id": "ok", "action": "approval"}]}),
-    )
-    .await;
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("One at a time")
+                .concurrency(1)
+                .steps(json!([{"id": "ok", "action": "approval"}])),
+        )
+        .await;
     let _op = operator(&api).await;
     let first = api.start_run(&key, &wf, None).await;
     parked(&api, &first, "ok").await;
@@ -574,16 +566,13 @@ async fn a_parked_run_keeps_its_concurrency_slot() {
 async fn a_decision_reaches_a_run_that_is_still_executing() {
     let api = TestApi::start("appr-live").await;
     let key = api.admin_key.clone();
-    let wf = workflow(
-        &api,
-        "Live",
-        json!([
+    let wf = api
+        .workflow(&WorkflowBuilder::new("Live").steps(json!([
             {"id": "ok", "action": "approval"},
             {"id": "slow", "action": "delay", "needs": [], "with": {"ms": 6000}},
             {"id": "end", "action": "transform", "needs": ["ok", "slow"], "with": {"value": 1}},
-        ]),
-    )
-    .await;
+        ])))
+        .await;
     let _op = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
     let runs = api.ns.api::<Run>();

@@ -13,6 +13,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
+use crate::builders::{WorkflowBuilder, step};
 use crate::support::{Process, TestApi, assert_error, eventually, http_client, new_key, ready};
 use flowline_api::auth::Scope;
 
@@ -96,11 +97,19 @@ pub(crate) async fn webhook(
     )
 }
 
-/// An active workflow with these steps; returns its id.
-async fn workflow(api: &TestApi, name: &str, steps: Value) -> String {
-    let id = api.create_workflow(name).await;
-    // Activate once the controller has seen the draft, so workflow.activated says
-    // where it came from (a workflow first seen active has no previous state).
+/// Creates `wf` through the API as a draft and activates it once the controller has
+/// seen the draft, so workflow.activated says where it came from (a workflow first seen
+/// active has no previous state); returns its id.
+async fn activated(api: &TestApi, wf: WorkflowBuilder) -> String {
+    let res = api
+        .send(
+            "POST",
+            &api.admin_key,
+            "/v1/workflows",
+            Some(wf.create_json()),
+        )
+        .await;
+    let id = crate::support::created_id(res).await;
     let workflows = api.ns.api::<flowline_core::crd::Workflow>();
     eventually(
         "the controller to observe the draft",
@@ -111,7 +120,7 @@ async fn workflow(api: &TestApi, name: &str, steps: Value) -> String {
         },
     )
     .await;
-    patch(api, &id, json!({"steps": steps, "state": "active"})).await;
+    patch(api, &id, wf.active().patch_json().unwrap()).await;
     id
 }
 
@@ -128,8 +137,9 @@ async fn start_run(api: &TestApi, workflow: &str) -> String {
         .await
 }
 
-fn transform() -> Value {
-    json!([{"id": "a", "name": "A", "action": "transform", "with": {"value": 1}}])
+/// A workflow whose one step succeeds.
+fn succeeding(name: &str) -> WorkflowBuilder {
+    WorkflowBuilder::new(name).step(step::transform("a", json!(1)))
 }
 
 /// Waits until a request on `path` matches `pred`; returns it.
@@ -229,7 +239,7 @@ async fn every_event_kind_arrives_signed_with_its_data_and_filters_apply() {
     let s = setup("dlv-kinds").await;
     let api = &s.api;
     let (_all, secret) = webhook(api, &s.receiver.url("/all"), &ALL_KINDS, None).await;
-    let ok = workflow(api, "Succeeds", transform()).await;
+    let ok = activated(api, succeeding("Succeeds")).await;
     // Subscribed to run.succeeded of one workflow only.
     let (_filtered, filtered_secret) = webhook(
         api,
@@ -238,16 +248,14 @@ async fn every_event_kind_arrives_signed_with_its_data_and_filters_apply() {
         Some(&ok),
     )
     .await;
-    let failing = workflow(
+    let failing = activated(
         api,
-        "Fails",
-        json!([{"id": "boom", "name": "Boom", "action": "fail", "with": {"message": "no"}}]),
+        WorkflowBuilder::new("Fails").step(step::fail("boom", "no")),
     )
     .await;
-    let slow = workflow(
+    let slow = activated(
         api,
-        "Slow",
-        json!([{"id": "wait", "name": "Wait", "action": "delay", "with": {"ms": 60000}}]),
+        WorkflowBuilder::new("Slow").step(step::delay("wait", 60_000)),
     )
     .await;
 
@@ -328,10 +336,25 @@ async fn every_event_kind_arrives_signed_with_its_data_and_filters_apply() {
         (Some("active"), Some("paused"))
     );
 
-    // The catch-all webhook got everything above; by the time it has, the filtered
-    // one has been offered every event too. Give stragglers a moment anyway.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let everything = s.receiver.received();
+    // The catch-all webhook got everything above, so the filtered one has been offered
+    // every event too (the worker offers an event to every webhook at once). Instead of
+    // a pause for stragglers, a later marker: one more run of `ok`, whose run.succeeded
+    // the filtered webhook must get; what it was wrongly offered before was queued
+    // ahead of the marker in its FIFO lane. (Strong, not strict: its attempts run up
+    // to 16 at once, so an earlier one could in theory still be in flight.)
+    let marker_run = start_run(api, &ok).await;
+    for path in ["/all", "/filtered"] {
+        received(&s.receiver, &format!("the marker at {path}"), wait, |r| {
+            r.path == path && is_event(r, "run.succeeded", "run_id", &marker_run)
+        })
+        .await;
+    }
+    let everything: Vec<Received> = s
+        .receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.json()["data"]["run_id"] != marker_run.as_str())
+        .collect();
 
     // Which request went to which webhook: the signature says (different secrets).
     let mut for_filtered = Vec::new();
@@ -378,7 +401,7 @@ async fn failures_are_retried_with_one_event_id_and_listed_as_deliveries() {
     let s = setup("dlv-retry").await;
     let api = &s.api;
     let (hook, secret) = webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
-    let wf = workflow(api, "Retry", transform()).await;
+    let wf = activated(api, succeeding("Retry")).await;
 
     // 500, 500, 200: delivered on the third attempt.
     s.receiver.script(&[500, 500]);
@@ -620,7 +643,7 @@ async fn a_slow_endpoint_does_not_hold_up_the_others() {
     slow.set_delay(slow_attempt);
     webhook(api, &slow.url("/"), &["run.succeeded"], None).await;
     webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
-    let wf = workflow(api, "Busy", transform()).await;
+    let wf = activated(api, succeeding("Busy")).await;
     let started = std::time::Instant::now();
     for _ in 0..40 {
         start_run(api, &wf).await;
@@ -647,7 +670,7 @@ async fn a_410_disables_the_webhook() {
     let s = setup("dlv-gone").await;
     let api = &s.api;
     let (hook, _) = webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
-    let wf = workflow(api, "Gone", transform()).await;
+    let wf = activated(api, succeeding("Gone")).await;
     s.receiver.script(&[410]);
     start_run(api, &wf).await;
     eventually(
@@ -668,11 +691,36 @@ async fn a_410_disables_the_webhook() {
     let status = hooks.get(&hook).await.unwrap().status.unwrap();
     assert_eq!(status.last_status_code, Some(410));
     assert!(status.disabled_reason.unwrap().contains("410"));
-    // Nothing more is sent to it.
+    // Nothing more is sent to it. Proven with a marker webhook on another path, known
+    // to the worker (it has written the marker's status): the worker offers a run's
+    // event to every webhook in one step, so once the marker has the next run's
+    // run.succeeded, the disabled webhook was passed over for it.
+    let (marker, _) = webhook(api, &s.receiver.url("/marker"), &["run.succeeded"], None).await;
+    eventually(
+        "the worker to know the marker webhook",
+        Duration::from_secs(30),
+        || async {
+            let hook = hooks.get(&marker).await.ok()?;
+            let observed = hook.status?.observed_generation;
+            (observed.is_some() && observed == hook.metadata.generation).then_some(())
+        },
+    )
+    .await;
     let run = start_run(api, &wf).await;
-    crate::support::finished_run(&api.ns, &run, Duration::from_secs(30)).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(s.receiver.received().len(), 1);
+    received(
+        &s.receiver,
+        "run.succeeded at the marker",
+        Duration::from_secs(30),
+        |r| r.path == "/marker" && is_event(r, "run.succeeded", "run_id", &run),
+    )
+    .await;
+    let to_disabled: Vec<Received> = s
+        .receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/")
+        .collect();
+    assert_eq!(to_disabled.len(), 1, "only the attempt answered 410");
 }
 
 #[tokio::test]
@@ -681,7 +729,7 @@ async fn an_event_survives_an_operator_killed_before_delivering_it() {
     let mut s = setup("dlv-crash").await;
     let api = &s.api;
     webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
-    let wf = workflow(api, "Crash", transform()).await;
+    let wf = activated(api, succeeding("Crash")).await;
     s.receiver.set_down(true);
     let run = start_run(api, &wf).await;
     let finished = crate::support::finished_run(&api.ns, &run, Duration::from_secs(30)).await;
@@ -736,7 +784,7 @@ async fn the_destination_guard_refuses_loopback_metadata_and_plain_http() {
     }))
     .unwrap();
     hooks.create(&Default::default(), &manifest).await.unwrap();
-    workflow(&api, "Guarded", transform()).await;
+    activated(&api, succeeding("Guarded")).await;
 
     let first_error = |hook: String| {
         let api = &api;
@@ -807,7 +855,7 @@ async fn a_rotated_secret_signs_alongside_the_old_one_for_a_day() {
     let in_a_day = expires.duration_since(jiff::Timestamp::now()).as_hours();
     assert!((23..=24).contains(&in_a_day), "{expires}");
 
-    let wf = workflow(api, "Rotate", transform()).await;
+    let wf = activated(api, succeeding("Rotate")).await;
     let run = start_run(api, &wf).await;
     let r = received(
         &s.receiver,
@@ -907,7 +955,7 @@ async fn a_killed_operator_does_not_send_acknowledged_events_again() {
         None,
     )
     .await;
-    let wf = workflow(api, "Dupes", transform()).await;
+    let wf = activated(api, succeeding("Dupes")).await;
     let mut before = Vec::new();
     for _ in 0..10 {
         before.push(start_run(api, &wf).await);
@@ -952,7 +1000,7 @@ async fn retention_keeps_a_run_until_its_events_are_delivered() {
     let s = setup("dlv-retain").await;
     let api = &s.api;
     let (hook, _) = webhook(api, &s.receiver.url("/"), &["run.succeeded"], None).await;
-    let wf = workflow(api, "Retain", transform()).await;
+    let wf = activated(api, succeeding("Retain")).await;
     // Keep no succeeded run at all.
     api.ns
         .api::<flowline_core::crd::Workflow>()

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::builders::WorkflowBuilder;
 use crate::support::{Process, TestApi, eventually, ready, step_running};
 
 /// Edited while a run is in flight, then the operator is killed and replaced: the run
@@ -14,15 +15,11 @@ use crate::support::{Process, TestApi, eventually, ready, step_running};
 async fn a_run_executes_the_workflow_version_it_was_created_with() {
     let api = TestApi::start("pin").await;
     let key = api.admin_key.clone();
-    let wf = api.create_workflow("Pinned").await;
-    api.patch_workflow(
-        &key,
-        &wf,
-        json!({"steps": [
+    let wf = api
+        .workflow(&WorkflowBuilder::new("Pinned").steps(json!([
             {"id": "wait", "action": "delay", "with": {"ms": 2000}},
-            {"id": "after", "action": "transform", "with": {"value": "v1"}}]}),
-    )
-    .await;
+            {"id": "after", "action": "transform", "with": {"value": "v1"}}])))
+        .await;
     let created_with = api.get(&key, &format!("/v1/workflows/{wf}")).await;
     assert_eq!(created_with.status(), 200);
     let (mut first, port) = Process::operator(&api.ns, &["--no-api"]);
@@ -98,13 +95,12 @@ async fn deleting_a_workflow_stops_its_runs() {
         Default::default(),
     );
     let _stop = stop.drop_guard();
-    let wf = api.create_workflow("Doomed").await;
-    api.patch_workflow(
-        &key,
-        &wf,
-        json!({"steps": [{"id": "long", "action": "delay", "with": {"ms": 600_000}}]}),
-    )
-    .await;
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("Doomed")
+                .steps(json!([{"id": "long", "action": "delay", "with": {"ms": 600_000}}])),
+        )
+        .await;
     let run = api.start_run(&key, &wf, None).await;
     step_running(&api.ns, &run, "long").await;
     assert_eq!(telemetry.runs_in_progress.get(), 1, "executing here");
@@ -135,13 +131,11 @@ async fn deleting_a_workflow_stops_its_runs() {
 async fn a_run_too_large_to_store_with_its_workflow_is_refused_clearly() {
     let api = TestApi::start("pin-size").await;
     let key = api.admin_key.clone();
-    let wf = api.create_workflow("Big inputs").await;
-    api.patch_workflow(
-        &key,
-        &wf,
-        json!({"steps": [{"id": "big", "action": "transform", "with": {"value": "v".repeat(600_000)}}]}),
-    )
-    .await;
+    let wf = api
+        .workflow(&WorkflowBuilder::new("Big inputs").steps(
+            json!([{"id": "big", "action": "transform", "with": {"value": "v".repeat(600_000)}}]),
+        ))
+        .await;
     let res = api
         .send(
             "POST",

@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
-use flowline_core::crd::{EventKind, Run, RunPhase, StepPhase, Workflow};
+use flowline_core::crd::{EventKind, Run, RunPhase, StepPhase};
 use kube::api::PostParams;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::builders::{RunBuilder, WorkflowBuilder};
 use crate::support::{TestNamespace, loopback_client};
 
 struct Engine {
@@ -40,32 +41,6 @@ async fn engine_with(prefix: &str, jobs: flowline_engine::job::JobSettings) -> E
 }
 
 impl Engine {
-    async fn workflow(&self, name: &str, spec: Value) -> Workflow {
-        let wf: Workflow = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": name}, "spec": spec
-        }))
-        .unwrap();
-        self.ns
-            .api::<Workflow>()
-            .create(&PostParams::default(), &wf)
-            .await
-            .unwrap()
-    }
-
-    async fn start(&self, wf: &Workflow, run_name: &str, payload: Value) -> String {
-        let run: Run = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": run_name},
-            "spec": {"workflowRef": wf.metadata.name, "payload": payload}
-        }))
-        .unwrap();
-        self.ns
-            .api::<Run>()
-            .create(&PostParams::default(), &run)
-            .await
-            .unwrap();
-        run_name.to_string()
-    }
-
     async fn finished(&self, name: &str, within: Duration) -> Run {
         crate::support::finished_run(&self.ns, name, within).await
     }
@@ -154,8 +129,7 @@ async fn http_steps_pass_outputs_and_secrets_along() {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    let wf = e
-        .workflow("chain", json!({"name": "Chain", "steps": [
+    let wf = e.ns.create_workflow(&WorkflowBuilder::new("chain").display_name("Chain").steps(json!([
             {"id": "fetch", "action": "http.request", "with": {"url": format!("{base}/orders")}},
             {"id": "first", "action": "transform", "with": {"value": "{{ steps.fetch.output.body.orders.0 }}"}},
             {"id": "ship", "action": "http.request", "with": {
@@ -163,9 +137,15 @@ async fn http_steps_pass_outputs_and_secrets_along() {
                 "headers": {"x-token": "{{ secrets.shop-api.token }}"},
                 "body": {"order": "{{ steps.first.output.id }}", "customer": "{{ trigger.payload.customer }}", "run": "{{ run.id }}"}}},
             {"id": "never", "action": "fail", "when": "steps.first.output.total > 100"}
-        ]}))
+        ])))
         .await;
-    let name = e.start(&wf, "chain-1", json!({"customer": "ada"})).await;
+    let name =
+        e.ns.create_run(
+            &RunBuilder::of(&wf)
+                .name("chain-1")
+                .payload(json!({"customer": "ada"})),
+        )
+        .await;
     let run = e.finished(&name, Duration::from_secs(20)).await;
     let status = run.status.as_ref().unwrap();
     assert_eq!(status.phase, RunPhase::Succeeded, "{:?}", status.error);
@@ -210,11 +190,13 @@ async fn retries_then_success_and_exhausted_retries_fail_with_the_exact_error() 
     let e = engine("eng-retry").await;
     let (base, flaky) = receiver().await;
     let retry = json!({"maxAttempts": 3, "backoffMs": 20, "backoffFactor": 2.0});
-    let ok = e.workflow("flaky", json!({"name": "F", "steps": [
-        {"id": "call", "action": "http.request", "with": {"url": format!("{base}/flaky")}, "retry": retry}]})).await;
+    let ok = e.ns.create_workflow(&WorkflowBuilder::new("flaky").display_name("F").steps(json!([
+        {"id": "call", "action": "http.request", "with": {"url": format!("{base}/flaky")}, "retry": retry}]))).await;
     let run = e
         .finished(
-            &e.start(&ok, "flaky-1", json!({})).await,
+            &e.ns
+                .create_run(&RunBuilder::of(&ok).name("flaky-1").payload(json!({})))
+                .await,
             Duration::from_secs(20),
         )
         .await;
@@ -222,12 +204,14 @@ async fn retries_then_success_and_exhausted_retries_fail_with_the_exact_error() 
     assert_eq!(step(&run, "call").attempts, 3);
     assert_eq!(flaky.load(Ordering::SeqCst), 3);
 
-    let bad = e.workflow("boom", json!({"name": "B", "steps": [
+    let bad = e.ns.create_workflow(&WorkflowBuilder::new("boom").display_name("B").steps(json!([
         {"id": "call", "action": "http.request", "with": {"url": format!("{base}/boom")}, "retry": retry},
-        {"id": "after", "action": "transform", "with": {"value": 1}}]})).await;
+        {"id": "after", "action": "transform", "with": {"value": 1}}]))).await;
     let run = e
         .finished(
-            &e.start(&bad, "boom-1", json!({})).await,
+            &e.ns
+                .create_run(&RunBuilder::of(&bad).name("boom-1").payload(json!({})))
+                .await,
             Duration::from_secs(20),
         )
         .await;
@@ -259,16 +243,17 @@ async fn retries_then_success_and_exhausted_retries_fail_with_the_exact_error() 
 #[ignore = "needs cluster"]
 async fn a_slow_attempt_times_out_and_a_missing_path_fails_naming_it() {
     let e = engine("eng-timeout").await;
-    let slow = e
-        .workflow(
-            "slow",
-            json!({"name": "S", "steps": [
-        {"id": "wait", "action": "delay", "with": {"ms": 10000}, "timeoutMs": 100}]}),
+    let slow =
+        e.ns.create_workflow(
+            &WorkflowBuilder::new("slow").display_name("S").steps(json!([
+        {"id": "wait", "action": "delay", "with": {"ms": 10000}, "timeoutMs": 100}])),
         )
         .await;
     let run = e
         .finished(
-            &e.start(&slow, "slow-1", json!({})).await,
+            &e.ns
+                .create_run(&RunBuilder::of(&slow).name("slow-1").payload(json!({})))
+                .await,
             Duration::from_secs(20),
         )
         .await;
@@ -276,16 +261,23 @@ async fn a_slow_attempt_times_out_and_a_missing_path_fails_naming_it() {
         run.status.as_ref().unwrap().error.as_deref(),
         Some("step wait (delay) failed: attempt timed out after 100 ms")
     );
-    let missing = e
-        .workflow(
-            "missing",
-            json!({"name": "M", "steps": [
-        {"id": "t", "action": "transform", "with": {"value": "{{ trigger.payload.nope }}"}}]}),
+    let missing =
+        e.ns.create_workflow(
+            &WorkflowBuilder::new("missing")
+                .display_name("M")
+                .steps(json!([
+        {"id": "t", "action": "transform", "with": {"value": "{{ trigger.payload.nope }}"}}])),
         )
         .await;
     let run = e
         .finished(
-            &e.start(&missing, "missing-1", json!({})).await,
+            &e.ns
+                .create_run(
+                    &RunBuilder::of(&missing)
+                        .name("missing-1")
+                        .payload(json!({})),
+                )
+                .await,
             Duration::from_secs(20),
         )
         .await;
@@ -297,16 +289,17 @@ async fn a_slow_attempt_times_out_and_a_missing_path_fails_naming_it() {
 #[ignore = "needs cluster"]
 async fn cancel_stops_an_inline_step_within_a_second() {
     let e = engine("eng-cancel").await;
-    let wf = e
-        .workflow(
-            "long",
-            json!({"name": "L", "steps": [
+    let wf =
+        e.ns.create_workflow(
+            &WorkflowBuilder::new("long").display_name("L").steps(json!([
         {"id": "quick", "action": "transform", "with": {"value": 1}},
         {"id": "wait", "action": "delay", "with": {"ms": 60000}},
-        {"id": "later", "action": "transform", "with": {"value": 2}}]}),
+        {"id": "later", "action": "transform", "with": {"value": 2}}])),
         )
         .await;
-    let name = e.start(&wf, "long-1", json!({})).await;
+    let name =
+        e.ns.create_run(&RunBuilder::of(&wf).name("long-1").payload(json!({})))
+            .await;
     crate::support::step_running(&e.ns, &name, "wait").await;
     crate::support::request_cancel(&e.ns, &name).await;
     let asked = std::time::Instant::now();
@@ -330,17 +323,17 @@ async fn cancel_stops_an_inline_step_within_a_second() {
 #[ignore = "needs cluster"]
 async fn a_run_created_with_kubectl_on_a_paused_workflow_fails_at_once() {
     let e = engine("eng-paused").await;
-    let wf = e
-        .workflow(
-            "held",
-            json!({"name": "H", "state": "paused", "steps": [
-        {"id": "a", "action": "transform", "with": {"value": 1}}]}),
+    let wf =
+        e.ns.create_workflow(
+            &WorkflowBuilder::new("held")
+                .display_name("H")
+                .state("paused")
+                .steps(json!([
+        {"id": "a", "action": "transform", "with": {"value": 1}}])),
         )
         .await;
-    let out = e.ns.kubectl_apply(&format!(
-        "apiVersion: flowline.io/v1\nkind: Run\nmetadata:\n  name: by-hand\nspec:\n  workflowRef: {}\n",
-        wf.metadata.name.as_deref().unwrap()
-    ));
+    let out =
+        e.ns.kubectl_apply(&RunBuilder::of(&wf).name("by-hand").manifest());
     assert!(out.status.success());
     let run = e.finished("by-hand", Duration::from_secs(20)).await;
     let status = run.status.as_ref().unwrap();
@@ -374,15 +367,16 @@ fn kwok_jobs(exit_code: &str, message: &str) -> flowline_engine::job::JobSetting
 #[ignore = "needs cluster"]
 async fn a_job_executor_run_completes_through_the_scheduler_and_kwok() {
     let e = engine_with("eng-job", kwok_jobs("0", r#"{"from": "kwok", "n": 1}"#)).await;
-    let wf = e
-        .workflow("in-jobs", json!({"name": "In jobs", "executor": "job", "steps": [
+    let wf = e.ns.create_workflow(&WorkflowBuilder::new("in-jobs").display_name("In jobs").executor("job").steps(json!([
             {"id": "first", "action": "transform", "with": {"value": 1}},
             {"id": "second", "action": "transform", "with": {"value": "{{ steps.first.output.n }}"}}
-        ]}))
+        ])))
         .await;
     let run = e
         .finished(
-            &e.start(&wf, "jobs-1", json!({})).await,
+            &e.ns
+                .create_run(&RunBuilder::of(&wf).name("jobs-1").payload(json!({})))
+                .await,
             Duration::from_secs(60),
         )
         .await;
@@ -437,14 +431,15 @@ async fn a_job_executor_run_completes_through_the_scheduler_and_kwok() {
 #[ignore = "needs cluster"]
 async fn a_failed_step_job_fails_the_step_with_its_message() {
     let e = engine_with("eng-jobfail", kwok_jobs("3", "image pull said no")).await;
-    let wf = e
-        .workflow("boxed", json!({"name": "Boxed", "steps": [
+    let wf = e.ns.create_workflow(&WorkflowBuilder::new("boxed").display_name("Boxed").steps(json!([
             {"id": "box", "action": "container", "with": {"image": "busybox", "command": ["false"]}}
-        ]}))
+        ])))
         .await;
     let run = e
         .finished(
-            &e.start(&wf, "box-1", json!({})).await,
+            &e.ns
+                .create_run(&RunBuilder::of(&wf).name("box-1").payload(json!({})))
+                .await,
             Duration::from_secs(60),
         )
         .await;
@@ -481,16 +476,20 @@ async fn cancel_deletes_the_running_step_job() {
     jobs.pod_annotations
         .insert("flowline.io/fake-hang".into(), "true".into());
     let e = engine_with("eng-jobcancel", jobs).await;
-    let wf = e
-        .workflow(
-            "held",
-            json!({"name": "Held", "executor": "job", "steps": [
-                {"id": "hang", "action": "transform", "with": {"value": 1}},
-                {"id": "later", "action": "transform", "with": {"value": 2}}
-            ]}),
+    let wf =
+        e.ns.create_workflow(
+            &WorkflowBuilder::new("held")
+                .display_name("Held")
+                .executor("job")
+                .steps(json!([
+                    {"id": "hang", "action": "transform", "with": {"value": 1}},
+                    {"id": "later", "action": "transform", "with": {"value": 2}}
+                ])),
         )
         .await;
-    let name = e.start(&wf, "held-1", json!({})).await;
+    let name =
+        e.ns.create_run(&RunBuilder::of(&wf).name("held-1").payload(json!({})))
+            .await;
     let job_api = e.ns.api::<k8s_openapi::api::batch::v1::Job>();
     crate::support::eventually(
         "the step's Job to be running",
@@ -522,17 +521,15 @@ async fn graph_branches_run_their_jobs_at_once_and_a_cancel_deletes_them_all() {
     jobs.pod_annotations
         .insert("flowline.io/fake-hang".into(), "true".into());
     let e = engine_with("eng-jobgraph", jobs).await;
-    let wf = e
-        .workflow(
-            "branches",
-            json!({"name": "Branches", "executor": "job", "steps": [
+    let wf = e.ns.create_workflow(&WorkflowBuilder::new("branches").display_name("Branches").executor("job").steps(json!([
                 {"id": "left", "action": "transform", "with": {"value": 1}},
                 {"id": "right", "action": "transform", "with": {"value": 2}},
                 {"id": "join", "action": "transform", "needs": ["left", "right"], "with": {"value": 3}}
-            ]}),
-        )
+            ])))
         .await;
-    let name = e.start(&wf, "branches-1", json!({})).await;
+    let name =
+        e.ns.create_run(&RunBuilder::of(&wf).name("branches-1").payload(json!({})))
+            .await;
     let job_api = e.ns.api::<k8s_openapi::api::batch::v1::Job>();
     crate::support::eventually(
         "both branches' Jobs to be active at once",

@@ -6,6 +6,7 @@ use std::time::Duration;
 use flowline_core::crd::{Run, RunPhase, StepPhase};
 use serde_json::{Value, json};
 
+use crate::builders::{WorkflowBuilder, step};
 use crate::support::{
     Process, TestApi, assert_error, eventually, finished_run, ready, spawn_run_controller,
     spawn_run_controller_tuned, step_running,
@@ -13,12 +14,11 @@ use crate::support::{
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// An API server and a run controller in this process, and a workflow named `name`
-/// with `settings`; the controller stops when the guard is dropped.
+/// An API server and a run controller in this process, and the workflow `wf` created
+/// through the API; the controller stops when the guard is dropped.
 async fn with_controller(
     prefix: &str,
-    name: &str,
-    settings: Value,
+    wf: WorkflowBuilder,
 ) -> (
     TestApi,
     String,
@@ -31,7 +31,7 @@ async fn with_controller(
         crate::support::guarded_client(),
         Default::default(),
     );
-    let wf = workflow(&api, name, settings).await;
+    let wf = api.workflow(&wf).await;
     (api, wf, stop.drop_guard(), telemetry)
 }
 
@@ -46,17 +46,6 @@ async fn with_account_bound(prefix: &str, limit: u32) -> (TestApi, tokio_util::s
         |ctx| ctx.account_bound().set_limit(limit),
     );
     (api, stop.drop_guard())
-}
-
-/// A workflow created through the API with `settings` patched in.
-async fn workflow(api: &TestApi, name: &str, settings: Value) -> String {
-    let wf = api.create_workflow(name).await;
-    api.patch_workflow(&api.admin_key, &wf, settings).await;
-    wf
-}
-
-fn delay(ms: u64) -> Value {
-    json!([{"id": "work", "action": "delay", "with": {"ms": ms}}])
 }
 
 /// The fields named in a 400's details.
@@ -203,10 +192,10 @@ async fn timeout_and_concurrency_are_validated() {
 async fn a_run_longer_than_its_timeout_fails_and_cancels_its_steps() {
     let (api, wf, _stop, _telemetry) = with_controller(
         "fc-timeout",
-        "Slow",
-        json!({"timeout_ms": 1500, "steps": [
-            {"id": "long", "action": "delay", "with": {"ms": 600_000}},
-            {"id": "after", "action": "transform", "with": {"value": 1}}]}),
+        WorkflowBuilder::new("Slow").timeout_ms(1500).steps(json!([
+            step::delay("long", 600_000),
+            step::transform("after", json!(1))
+        ])),
     )
     .await;
     let run = api.start_run(&api.admin_key, &wf, None).await;
@@ -239,12 +228,13 @@ async fn a_run_longer_than_its_timeout_fails_and_cancels_its_steps() {
 #[ignore = "needs cluster"]
 async fn a_restarted_operator_keeps_the_original_deadline() {
     let api = TestApi::start("fc-deadline").await;
-    let wf = workflow(
-        &api,
-        "Deadline",
-        json!({"timeout_ms": 8000, "steps": delay(600_000)}),
-    )
-    .await;
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("Deadline")
+                .timeout_ms(8000)
+                .step(step::delay("work", 600_000)),
+        )
+        .await;
     let (first, port) = Process::operator(&api.ns, &["--no-api"]);
     ready(port).await;
     let run = api.start_run(&api.admin_key, &wf, None).await;
@@ -258,9 +248,17 @@ async fn a_restarted_operator_keeps_the_original_deadline() {
         .unwrap()
         .started_at
         .unwrap();
-    // A standby takes over as soon as the first one releases the lease.
+    // A standby takes over as soon as the first one releases the lease; it is waited
+    // for (ready), not slept for.
     let (_second, port2) = Process::operator(&api.ns, &["--no-api"]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    ready(port2).await;
+    // Pacing, not a check: the hand-over must come well into the deadline, 3 s after
+    // the start, so that a clock started again would show (3 s + 8 s > 10.5 s).
+    let into_deadline = jiff::SignedDuration::from_secs(3);
+    let wait = jiff::Timestamp::now().duration_until(started + into_deadline);
+    if let Ok(wait) = Duration::try_from(wait) {
+        tokio::time::sleep(wait).await;
+    }
     first.terminate();
     eventually("the standby to lead", MINUTE, || async {
         crate::support::metrics_text(port2)
@@ -287,9 +285,9 @@ async fn a_restarted_operator_keeps_the_original_deadline() {
 async fn queued_runs_start_in_creation_order_within_the_limit() {
     let (api, wf, _stop, telemetry) = with_controller(
         "fc-queue",
-        "Limited",
-        json!({"concurrency": {"limit": 2}, "steps": [
-            {"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]}),
+        WorkflowBuilder::new("Limited")
+            .concurrency(2)
+            .step(step::delay("work", "{{ trigger.payload.ms }}")),
     )
     .await;
     let key = api.admin_key.clone();
@@ -344,10 +342,12 @@ async fn queued_runs_start_in_creation_order_within_the_limit() {
 #[ignore = "needs cluster"]
 async fn an_account_executes_at_most_its_bound_and_its_other_runs_wait_queued() {
     let (api, _stop) = with_account_bound("fc-account", 2).await;
-    let steps = json!({"steps": [
-        {"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]});
-    let first = workflow(&api, "First", steps.clone()).await;
-    let second = workflow(&api, "Second", steps).await;
+    let payload_delay =
+        WorkflowBuilder::new("delay").step(step::delay("work", "{{ trigger.payload.ms }}"));
+    let first = api
+        .workflow(&payload_delay.clone().display_name("First"))
+        .await;
+    let second = api.workflow(&payload_delay.display_name("Second")).await;
     let key = api.admin_key.clone();
     let mut ids = Vec::new();
     // The first two take long enough for the other four to be seen waiting.
@@ -383,15 +383,11 @@ async fn an_account_executes_at_most_its_bound_and_its_other_runs_wait_queued() 
 #[ignore = "needs cluster"]
 async fn a_run_woken_from_parking_waits_for_a_place_of_its_account_still_running() {
     let (api, _stop) = with_account_bound("fc-account-park", 1).await;
-    let napping = workflow(
-        &api,
-        "Napping",
-        json!({"steps": [
-            {"id": "nap", "action": "wait", "with": {"ms": 1000}},
-            {"id": "work", "action": "transform", "with": {"value": 1}}]}),
-    )
+    let napping = api.workflow(&WorkflowBuilder::new("Napping").steps(json!([{"id": "nap", "action": "wait", "with": {"ms": 1000}}, step::transform("work", json!(1))])))
     .await;
-    let busy = workflow(&api, "Busy", json!({"steps": delay(4000)})).await;
+    let busy = api
+        .workflow(&WorkflowBuilder::new("Busy").step(step::delay("work", 4000)))
+        .await;
     let key = api.admin_key.clone();
     let parked = api.start_run(&key, &napping, None).await;
     eventually("the first run to park", MINUTE, || async {
@@ -433,12 +429,13 @@ async fn a_run_woken_from_parking_waits_for_a_place_of_its_account_still_running
 async fn a_restart_while_runs_are_queued_loses_none_and_keeps_the_limit() {
     let api = TestApi::start("fc-restart").await;
     let key = api.admin_key.clone();
-    let wf = workflow(
-        &api,
-        "Limited",
-        json!({"concurrency": {"limit": 2}, "steps": delay(1500)}),
-    )
-    .await;
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("Limited")
+                .concurrency(2)
+                .step(step::delay("work", 1500)),
+        )
+        .await;
     let (first, port) = Process::operator(&api.ns, &["--no-api"]);
     ready(port).await;
     let mut ids = Vec::new();
@@ -480,9 +477,9 @@ async fn a_run_leaving_the_queue_is_not_relabelled_queued_on_its_way_out() {
     use kube::runtime::{WatchStreamExt, watcher};
     let (api, wf, _stop, _telemetry) = with_controller(
         "fc-label",
-        "One at a time",
-        json!({"concurrency": {"limit": 1},
-               "steps": [{"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]}),
+        WorkflowBuilder::new("One at a time")
+            .concurrency(1)
+            .step(step::delay("work", "{{ trigger.payload.ms }}")),
     )
     .await;
     let key = api.admin_key.clone();
@@ -535,8 +532,9 @@ async fn a_run_leaving_the_queue_is_not_relabelled_queued_on_its_way_out() {
 async fn a_queued_run_can_be_cancelled() {
     let (api, wf, _stop, _telemetry) = with_controller(
         "fc-cancel",
-        "One at a time",
-        json!({"concurrency": {"limit": 1}, "steps": delay(600_000)}),
+        WorkflowBuilder::new("One at a time")
+            .concurrency(1)
+            .step(step::delay("work", 600_000)),
     )
     .await;
     let key = api.admin_key.clone();
@@ -576,9 +574,9 @@ async fn a_queued_run_can_be_cancelled() {
 async fn cancel_in_progress_replaces_the_running_run() {
     let (api, wf, _stop, _telemetry) = with_controller(
         "fc-cip",
-        "Latest wins",
-        json!({"concurrency": {"limit": 1, "policy": "cancel_in_progress"},
-               "steps": [{"id": "work", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}]}),
+        WorkflowBuilder::new("Latest wins")
+            .concurrency_with(json!({"limit": 1, "policy": "cancel_in_progress"}))
+            .step(step::delay("work", "{{ trigger.payload.ms }}")),
     )
     .await;
     let key = api.admin_key.clone();
@@ -609,8 +607,9 @@ async fn cancel_in_progress_replaces_the_running_run() {
 async fn cancel_newest_cancels_the_new_run_at_once() {
     let (api, wf, _stop, _telemetry) = with_controller(
         "fc-cnew",
-        "First wins",
-        json!({"concurrency": {"limit": 1, "policy": "cancel_newest"}, "steps": delay(600_000)}),
+        WorkflowBuilder::new("First wins")
+            .concurrency_with(json!({"limit": 1, "policy": "cancel_newest"}))
+            .step(step::delay("work", 600_000)),
     )
     .await;
     let key = api.admin_key.clone();
@@ -642,8 +641,9 @@ async fn cancel_newest_cancels_the_new_run_at_once() {
 async fn keys_that_render_long_texts_group_runs_as_the_texts_do() {
     let (api, wf, _stop, _telemetry) = with_controller(
         "fc-longkey",
-        "Per document",
-        json!({"concurrency": {"limit": 1, "key": "{{ trigger.payload.doc }}"}, "steps": delay(600_000)}),
+        WorkflowBuilder::new("Per document")
+            .concurrency_with(json!({"limit": 1, "key": "{{ trigger.payload.doc }}"}))
+            .step(step::delay("work", 600_000)),
     )
     .await;
     let key = api.admin_key.clone();
@@ -676,8 +676,9 @@ async fn keys_that_render_long_texts_group_runs_as_the_texts_do() {
 async fn keys_make_groups_and_a_bad_key_fails_the_run() {
     let (api, wf, _stop, _telemetry) = with_controller(
         "fc-key",
-        "Per customer",
-        json!({"concurrency": {"limit": 1, "key": "{{ trigger.payload.customer }}"}, "steps": delay(600_000)}),
+        WorkflowBuilder::new("Per customer")
+            .concurrency_with(json!({"limit": 1, "key": "{{ trigger.payload.customer }}"}))
+            .step(step::delay("work", 600_000)),
     )
     .await;
     let key = api.admin_key.clone();

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flowline_core::crd::{ConditionStatus, Run, RunPhase, StepPhase, StepRecord, Workflow};
+use flowline_core::crd::{ConditionStatus, Run, RunPhase, StepPhase, StepRecord};
 use jiff::Timestamp;
-use kube::api::PostParams;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::spec_errors::{manifest, ready_condition, refused};
+use crate::builders::{RunBuilder, WorkflowBuilder};
+use crate::spec_errors::{ready_condition, refused};
 use crate::support::{
     Process, TestApi, TestNamespace, finished_run, loopback_client, ready, step_running, text,
 };
@@ -35,30 +35,13 @@ async fn engine(prefix: &str) -> Engine {
 }
 
 impl Engine {
-    /// Creates the workflow `name` with `spec` and starts a run of it; returns the run's name.
-    async fn start(&self, name: &str, spec: Value, payload: Value) -> String {
-        let wf: Workflow = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": name},
-            "spec": spec
-        }))
-        .unwrap();
-        self.ns
-            .api::<Workflow>()
-            .create(&PostParams::default(), &wf)
-            .await
-            .unwrap();
-        let run_name = format!("{name}-1");
-        let run: Run = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": run_name},
-            "spec": {"workflowRef": name, "payload": payload}
-        }))
-        .unwrap();
-        self.ns
-            .api::<Run>()
-            .create(&PostParams::default(), &run)
-            .await
-            .unwrap();
-        run_name
+    /// Creates the workflow `wf` and starts a run of it, `<name>-1`; returns the run's name.
+    async fn start(&self, wf: WorkflowBuilder, payload: Value) -> String {
+        self.ns.create_workflow(&wf).await;
+        let run = RunBuilder::of(&wf)
+            .name(format!("{}-1", wf.name()))
+            .payload(payload);
+        self.ns.create_run(&run).await
     }
 }
 
@@ -98,18 +81,13 @@ fn peak(mut intervals: Vec<(Timestamp, Timestamp)>) -> usize {
 async fn a_diamond_runs_its_branches_in_parallel_and_keeps_the_declared_order() {
     let e = engine("graph-diamond").await;
     // Declared out of execution order: the records keep this order.
-    let name = e
-        .start(
-            "diamond",
-            json!({"name": "D", "steps": [
+    let name = e.start(WorkflowBuilder::new("diamond").display_name("D").steps(json!([
                 {"id": "a", "action": "transform", "with": {"value": {"n": 2}}},
                 {"id": "d", "action": "transform", "needs": ["b", "c"],
                  "with": {"value": ["{{ steps.b.output.slept_ms }}", "{{ steps.c.output.slept_ms }}",
                                     "{{ steps.a.output.n }}"]}},
                 {"id": "b", "action": "delay", "needs": ["a"], "with": {"ms": 1500}},
-                {"id": "c", "action": "delay", "needs": ["a"], "with": {"ms": 1500}}]}),
-            json!({}),
-        )
+                {"id": "c", "action": "delay", "needs": ["a"], "with": {"ms": 1500}}])), json!({}))
         .await;
     let run = finished_run(&e.ns, &name, Duration::from_secs(30)).await;
     let status = run.status.as_ref().unwrap();
@@ -151,14 +129,15 @@ async fn a_failed_branch_cancels_the_other_and_fails_the_run_naming_it() {
     let e = engine("graph-fail").await;
     let name = e
         .start(
-            "failing",
-            json!({"name": "F", "steps": [
+            WorkflowBuilder::new("failing")
+                .display_name("F")
+                .steps(json!([
                 {"id": "a", "action": "transform", "with": {"value": 1}},
                 {"id": "slow", "action": "delay", "needs": ["a"], "with": {"ms": 60000}},
                 {"id": "bad", "action": "fail", "needs": ["a"], "with": {"message": "boom"},
                  "retry": {"maxAttempts": 2, "backoffMs": 300}},
                 {"id": "after", "action": "transform", "needs": ["slow", "bad"],
-                 "with": {"value": 2}}]}),
+                 "with": {"value": 2}}])),
             json!({}),
         )
         .await;
@@ -184,12 +163,13 @@ async fn a_cancel_stops_every_branch() {
     let e = engine("graph-cancel").await;
     let name = e
         .start(
-            "branches",
-            json!({"name": "B", "steps": [
+            WorkflowBuilder::new("branches")
+                .display_name("B")
+                .steps(json!([
                 {"id": "left", "action": "delay", "with": {"ms": 60000}},
                 {"id": "right", "action": "delay", "with": {"ms": 60000}},
                 {"id": "join", "action": "transform", "needs": ["left", "right"],
-                 "with": {"value": 1}}]}),
+                 "with": {"value": 1}}])),
             json!({}),
         )
         .await;
@@ -224,6 +204,8 @@ async fn slow_echo() -> (String, Arc<AtomicUsize>) {
                     let open = now.fetch_add(1, Ordering::SeqCst) + 1;
                     peak.fetch_max(open, Ordering::SeqCst);
                     let ms: u64 = q.get("ms").and_then(|m| m.parse().ok()).unwrap_or(0);
+                    // Pacing: a slow endpoint, so that calls overlap and the peak says
+                    // how many ran at once.
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     now.fetch_sub(1, Ordering::SeqCst);
                     let n: u64 = q.get("n").and_then(|n| n.parse().ok()).unwrap_or(9999);
@@ -247,10 +229,7 @@ async fn for_each_runs_fifty_items_eight_at_a_time_with_outputs_in_input_order()
     let items: Vec<Value> = (0..50)
         .map(|n| json!({"n": n, "ms": 100 + (49 - n) * 4}))
         .collect();
-    let name = e
-        .start(
-            "fan",
-            json!({"name": "Fan", "parallelism": 4, "steps": [
+    let name = e.start(WorkflowBuilder::new("fan").display_name("Fan").parallelism(4).steps(json!([
                 {"id": "list", "action": "transform", "with": {"value": "{{ trigger.payload.items }}"}},
                 {"id": "each", "action": "http.request", "needs": ["list"],
                  "forEach": "{{ steps.list.output }}", "forEachConcurrency": 8,
@@ -260,9 +239,7 @@ async fn for_each_runs_fifty_items_eight_at_a_time_with_outputs_in_input_order()
                 {"id": "count", "action": "transform", "needs": ["each", "none"],
                  "with": {"value": {"first": "{{ steps.each.output.0.body.n }}",
                                     "last": "{{ steps.each.output.49.body.n }}",
-                                    "none": "{{ steps.none.output }}"}}}]}),
-            json!({"items": items, "empty": []}),
-        )
+                                    "none": "{{ steps.none.output }}"}}}])), json!({"items": items, "empty": []}))
         .await;
     let run = finished_run(&e.ns, &name, Duration::from_secs(60)).await;
     let status = run.status.as_ref().unwrap();
@@ -308,10 +285,11 @@ async fn for_each_over_something_else_than_an_array_or_too_long_fails_the_step()
     let e = engine("graph-foreach-bad").await;
     let name = e
         .start(
-            "notarray",
-            json!({"name": "N", "steps": [
+            WorkflowBuilder::new("notarray")
+                .display_name("N")
+                .steps(json!([
                 {"id": "each", "action": "transform", "forEach": "{{ trigger.payload.items }}",
-                 "with": {"value": "{{ item }}"}}]}),
+                 "with": {"value": "{{ item }}"}}])),
             json!({"items": {"a": 1}}),
         )
         .await;
@@ -326,10 +304,11 @@ async fn for_each_over_something_else_than_an_array_or_too_long_fails_the_step()
     let items: Vec<u32> = (0..1001).collect();
     let name = e
         .start(
-            "toomany",
-            json!({"name": "T", "steps": [
+            WorkflowBuilder::new("toomany")
+                .display_name("T")
+                .steps(json!([
                 {"id": "each", "action": "transform", "forEach": "{{ trigger.payload.items }}",
-                 "with": {"value": "{{ item }}"}}]}),
+                 "with": {"value": "{{ item }}"}}])),
             json!({ "items": items }),
         )
         .await;
@@ -409,9 +388,11 @@ async fn a_cyclic_workflow_applied_with_kubectl_is_not_ready() {
     let ns = TestNamespace::new("graph-kubectl").await;
     let (_operator, port) = Process::operator(&ns, &[]);
     ready(port).await;
-    let steps = "  - id: a\n    action: transform\n    needs: [b]\n    with: {value: 1}\n  \
-                 - id: b\n    action: transform\n    needs: [a]\n    with: {value: 2}\n";
-    let out = ns.kubectl_apply(&manifest("cyclic", steps));
+    let cyclic = WorkflowBuilder::new("cyclic").active().steps(json!([
+        {"id": "a", "action": "transform", "needs": ["b"], "with": {"value": 1}},
+        {"id": "b", "action": "transform", "needs": ["a"], "with": {"value": 2}},
+    ]));
+    let out = ns.kubectl_apply(&cyclic.manifest());
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (status, reason, message) = ready_condition(&ns, "cyclic").await;
     assert_eq!(

@@ -7,6 +7,7 @@ use std::time::Duration;
 use flowline_core::crd::{Run, RunPhase, RunTrigger};
 use serde_json::{Value, json};
 
+use crate::builders::WorkflowBuilder;
 use crate::support::{
     ApiOptions, TestApi, TestNamespace, assert_error, eventually, guarded_client,
     spawn_run_controller,
@@ -373,16 +374,10 @@ async fn a_kubectl_applied_webhook_workflow_verifies_with_its_hook_secret() {
     assert_eq!(stored.spec.workflow_ref, "orders-in");
 
     // The schema keeps cron for schedules only.
-    let out = api.ns.kubectl_apply(
-        r#"
-apiVersion: flowline.io/v1
-kind: Workflow
-metadata: {name: bad-hook}
-spec:
-  name: Bad
-  trigger: {type: webhook, cron: "* * * * *"}
-"#,
-    );
+    let bad = WorkflowBuilder::new("bad-hook")
+        .display_name("Bad")
+        .trigger(json!({"type": "webhook", "cron": "* * * * *"}));
+    let out = api.ns.kubectl_apply(&bad.manifest());
     assert!(!out.status.success());
     assert!(
         crate::support::text(&out.stderr).contains("trigger.cron is required when"),
@@ -394,22 +389,20 @@ spec:
 /// Applies, with kubectl, an active webhook-triggered workflow `name` and its inbound
 /// secret to `ns`.
 fn apply_hook_workflow(ns: &TestNamespace, name: &str, secret: &str) {
+    let workflow = WorkflowBuilder::new(name)
+        .display_name("Orders in")
+        .active()
+        .trigger(json!({"type": "webhook"}));
     let out = ns.kubectl_apply(&format!(
-        r#"
-apiVersion: flowline.io/v1
-kind: Workflow
-metadata: {{name: {name}}}
-spec:
-  name: Orders in
-  state: active
-  trigger: {{type: webhook}}
+        r#"{}
 ---
 apiVersion: v1
 kind: Secret
 metadata: {{name: {name}-hook}}
 type: flowline.io/hook-secret
 stringData: {{secret: "{secret}"}}
-"#
+"#,
+        workflow.manifest()
     ));
     assert!(
         out.status.success(),

@@ -265,10 +265,11 @@ async fn expired_deleted_and_kubectl_holders() {
     assert_eq!(renewed["id"], head.as_str());
 
     // kubectl: a Run of any name with the key.
-    let applied = format!(
-        "apiVersion: flowline.io/v1\nkind: Run\nmetadata:\n  name: by-hand\nspec:\n  workflowRef: {wf_id}\n  idempotencyKey: gitops-1\n  payload: {{\"x\": 1}}\n"
-    );
-    let out = api.ns.kubectl_apply(&applied);
+    let applied = crate::builders::RunBuilder::of(&wf_id)
+        .name("by-hand")
+        .idempotency_key("gitops-1")
+        .payload(json!({"x": 1}));
+    let out = api.ns.kubectl_apply(&applied.manifest());
     assert!(
         out.status.success(),
         "{}",

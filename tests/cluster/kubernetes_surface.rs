@@ -3,6 +3,9 @@
 //! columns, and a Webhook's `Ready` condition and observed generation. Everything
 //! here goes through kubectl against an operator process, as a cluster admin would.
 
+use serde_json::json;
+
+use crate::builders::{RunBuilder, WorkflowBuilder, step};
 use crate::support::{Process, TestNamespace, ready, text};
 
 fn applied(ns: &TestNamespace, manifest: &str) {
@@ -36,27 +39,20 @@ fn get(ns: &TestNamespace, args: &[&str]) -> String {
     text(&out.stdout)
 }
 
-fn workflow(name: &str, action: &str) -> String {
-    format!(
-        "apiVersion: flowline.io/v1\nkind: Workflow\nmetadata:\n  name: {name}\nspec:\n  name: {name}\n  \
-         state: active\n  steps:\n  - id: only\n    action: {action}\n    with: {{message: boom, value: 1}}\n"
-    )
-}
-
-fn run(name: &str, workflow: &str) -> String {
-    format!(
-        "apiVersion: flowline.io/v1\nkind: Run\nmetadata:\n  name: {name}\nspec:\n  workflowRef: {workflow}\n"
-    )
-}
-
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn kubectl_waits_for_runs_and_selects_them_by_phase_and_workflow() {
     let (ns, _operator) = operated("k8s-runs").await;
-    applied(&ns, &workflow("works", "transform"));
-    applied(&ns, &workflow("breaks", "fail"));
-    applied(&ns, &run("works-1", "works"));
-    applied(&ns, &run("breaks-1", "breaks"));
+    let works = WorkflowBuilder::new("works")
+        .active()
+        .step(step::transform("only", json!(1)));
+    let breaks = WorkflowBuilder::new("breaks")
+        .active()
+        .step(step::fail("only", "boom"));
+    applied(&ns, &works.manifest());
+    applied(&ns, &breaks.manifest());
+    applied(&ns, &RunBuilder::of(&works).name("works-1").manifest());
+    applied(&ns, &RunBuilder::of(&breaks).name("breaks-1").manifest());
 
     wait_for(&ns, "condition=Succeeded", "run/works-1");
     wait_for(&ns, "condition=Succeeded=False", "run/breaks-1");

@@ -12,6 +12,7 @@ use kube::config::Kubeconfig;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::builders::{WorkflowBuilder, step};
 use crate::stall_proxy::StallProxy;
 use crate::support::{Process, TestNamespace, all_succeeded, eventually, finished_run, ready};
 
@@ -21,6 +22,9 @@ use crate::support::{Process, TestNamespace, all_succeeded, eventually, finished
 async fn the_stall_proxy_holds_bytes_until_resumed() {
     let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = echo.local_addr().unwrap();
+    // When the upstream read each chunk, and how many bytes it was.
+    let reads = Arc::new(Mutex::new(Vec::<(Instant, usize)>::new()));
+    let log = reads.clone();
     tokio::spawn(async move {
         let (mut conn, _) = echo.accept().await.unwrap();
         let mut buf = [0u8; 64];
@@ -29,6 +33,7 @@ async fn the_stall_proxy_holds_bytes_until_resumed() {
             if n == 0 {
                 return;
             }
+            log.lock().unwrap().push((Instant::now(), n));
             conn.write_all(&buf[..n]).await.unwrap();
         }
     });
@@ -41,12 +46,30 @@ async fn the_stall_proxy_holds_bytes_until_resumed() {
 
     proxy.stall();
     conn.write_all(b"again").await.unwrap();
-    let held = tokio::time::timeout(Duration::from_millis(500), conn.read(&mut buf)).await;
-    assert!(held.is_err(), "nothing comes back while stalled: {held:?}");
-
+    // Pacing, not a check: a stall has to last a while to say anything, and a proxy
+    // that forwarded anyway would have delivered within this long.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resumed = Instant::now();
     proxy.resume();
     conn.read_exact(&mut buf).await.unwrap();
     assert_eq!(&buf, b"again", "held bytes arrive after resume");
+    // Proven by when they arrived, not by a read that timed out: the upstream got the
+    // bytes written during the stall only once it was over.
+    let reads = reads.lock().unwrap().clone();
+    let mut before = 0;
+    let (held_arrived, _) = *reads
+        .iter()
+        .find(|(_, n)| {
+            let first = before >= 5;
+            before += n;
+            first
+        })
+        .expect("the upstream read the held bytes");
+    assert!(
+        held_arrived >= resumed,
+        "bytes went through while stalled ({:?} before resume)",
+        resumed - held_arrived
+    );
     assert_eq!(proxy.accepted(), 1);
 }
 
@@ -76,6 +99,7 @@ async fn step_receiver() -> (String, Arc<StepLog>) {
                 .to_string();
             seen.0.lock().unwrap().push((Instant::now(), key));
             async {
+                // Pacing: steps are under way when the leader is cut off.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 "ok"
             }
@@ -174,19 +198,15 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
     let steps: Vec<_> = (0..HITS_PER_RUN)
         .flat_map(|i| {
             [
-                json!({"id": format!("hit{i}"), "action": "http.request",
-                       "with": {"method": "POST", "url": url}}),
-                json!({"id": format!("wait{i}"), "action": "delay", "with": {"ms": 1000}}),
+                step::http(&format!("hit{i}"), "POST", &url),
+                step::delay(&format!("wait{i}"), 1000),
             ]
         })
         .collect();
-    let names = crate::replicas::create(
-        &ns,
-        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "steps"},
-               "spec": {"name": "Steps", "steps": steps}}),
-        RUNS,
-    )
-    .await;
+    let wf = WorkflowBuilder::new("steps")
+        .display_name("Steps")
+        .steps(json!(steps));
+    let names = crate::replicas::create(&ns, &wf, RUNS).await;
     // Every run under way at A, its first steps done, none finished: A executes more
     // while cut off, and leaves some for B.
     eventually(
@@ -223,6 +243,8 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_another_takes_over() 
             None => {}
         }
         assert!(Instant::now() < deadline, "B never took over");
+        // The poll interval of a wait for B to lead (the order of A's exit and B's
+        // lead is read from these samples), not a check.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let a_gone = a_gone.expect("A must have exited before B leads");
@@ -331,14 +353,10 @@ async fn a_leader_stopped_with_sigterm_releases_the_lease_for_the_follower() {
     let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity);
     let a_identity = holder(leases.get("flowline-controller").await.unwrap()).unwrap();
 
-    let names = crate::replicas::create(
-        &ns,
-        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "slow"},
-               "spec": {"name": "Slow", "steps": [
-                   {"id": "wait", "action": "delay", "with": {"ms": 3000}}]}}),
-        1,
-    )
-    .await;
+    let wf = WorkflowBuilder::new("slow")
+        .display_name("Slow")
+        .step(step::delay("wait", 3000));
+    let names = crate::replicas::create(&ns, &wf, 1).await;
     crate::support::step_running(&ns, &names[0], "wait").await;
     a.terminate();
     let status = eventually("A to exit", Duration::from_secs(30), || {

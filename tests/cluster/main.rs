@@ -4,6 +4,8 @@
 
 mod api;
 mod approvals;
+#[path = "../support/builders.rs"]
+mod builders;
 mod chaos;
 mod cli;
 mod console;

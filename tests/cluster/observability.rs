@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::builders::WorkflowBuilder;
 use crate::support::{Process, TestApi, TestNamespace, eventually, metrics_text};
 
 /// The value of the sample `name{labels}` (the whole line up to the value), if present.
@@ -33,13 +34,13 @@ async fn requests_runs_and_refusals_show_up_in_metrics_and_the_access_log() {
     let api = TestApi::attach(ns, port).await;
     let key = api.admin_key.clone();
 
-    let wf = api.create_workflow("Observed").await;
-    api.patch_workflow(
-        &key,
-        &wf,
-        json!({"state": "active", "steps": [{"id": "echo", "action": "transform", "with": {"value": 1}}]}),
-    )
-    .await;
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("Observed")
+                .active()
+                .steps(json!([{"id": "echo", "action": "transform", "with": {"value": 1}}])),
+        )
+        .await;
     let run = api.start_run(&key, &wf, None).await;
     let view = api.finished_view(&key, &run, Duration::from_secs(30)).await;
     assert_eq!(view["status"], "succeeded", "{view}");

@@ -15,6 +15,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
+use crate::builders::WorkflowBuilder;
 use crate::delivery::receiver::Receiver;
 use crate::support::{Process, TestApi, TestNamespace, eventually};
 
@@ -158,16 +159,10 @@ async fn requests_runs_steps_and_deliveries_are_traced_and_propagated() {
     assert_eq!(res.status(), 200);
 
     crate::delivery::webhook(&api, &hooks.url("/hook"), &["run.succeeded"], None).await;
-    let wf = api.create_workflow("Traced").await;
-    api.patch_workflow(
-        &key,
-        &wf,
-        json!({"state": "active", "steps": [
+    let wf = api.workflow(&WorkflowBuilder::new("Traced").active().steps(json!([
             {"id": "call", "action": "http.request", "with": {"url": format!("http://{target}/step")}},
             {"id": "after", "action": "transform", "with": {"value": 1}},
-        ]}),
-    )
-    .await;
+        ]))).await;
     let run = api.start_run(&key, &wf, None).await;
     let view = api.finished_view(&key, &run, Duration::from_secs(60)).await;
     assert_eq!(view["status"], "succeeded", "{view}");

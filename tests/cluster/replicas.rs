@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use flowline_core::crd::{Run, RunPhase, Workflow};
+use flowline_core::crd::RunPhase;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::PostParams;
 use serde_json::json;
 
-use crate::support::{Process, TestNamespace, ready};
+use crate::builders::{RunBuilder, WorkflowBuilder, step};
+use crate::support::{Process, TestNamespace, eventually, ready};
 
 /// An operator whose steps may reach the local test endpoint (loopback is refused by
 /// default).
@@ -36,27 +36,28 @@ async fn counter() -> (String, Arc<AtomicU32>) {
 }
 
 /// Creates the workflow and `runs` Runs of it (`r-0`, `r-1`…); returns their names.
-pub(crate) async fn create(ns: &TestNamespace, wf: serde_json::Value, runs: usize) -> Vec<String> {
-    let wf: Workflow = serde_json::from_value(wf).unwrap();
-    let wf = ns
-        .api::<Workflow>()
-        .create(&PostParams::default(), &wf)
-        .await
-        .unwrap();
+pub(crate) async fn create(ns: &TestNamespace, wf: &WorkflowBuilder, runs: usize) -> Vec<String> {
+    ns.create_workflow(wf).await;
+    more_runs(ns, wf, 0..runs).await
+}
+
+/// Creates the Runs `r-<i>` of `wf` for each i of `range`; returns their names.
+async fn more_runs(
+    ns: &TestNamespace,
+    wf: &WorkflowBuilder,
+    range: std::ops::Range<usize>,
+) -> Vec<String> {
     let mut names = Vec::new();
-    for i in 0..runs {
-        let run: Run = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": format!("r-{i}")},
-            "spec": {"workflowRef": wf.metadata.name}
-        }))
-        .unwrap();
-        ns.api::<Run>()
-            .create(&PostParams::default(), &run)
-            .await
-            .unwrap();
-        names.push(format!("r-{i}"));
+    for i in range {
+        let run = RunBuilder::of(wf.name()).name(format!("r-{i}"));
+        names.push(ns.create_run(&run).await);
     }
     names
+}
+
+/// Runs the process serving `port` is executing now (`flowline_runs_in_progress`).
+async fn in_progress(port: u16) -> Option<u64> {
+    crate::support::gauge(port, "flowline_runs_in_progress").await
 }
 
 #[tokio::test]
@@ -68,20 +69,30 @@ async fn two_replicas_execute_each_run_once() {
     let (_b, port_b) = operator(&ns);
     ready(port_a).await;
     ready(port_b).await;
-    let names = create(
-        &ns,
-        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "count"},
-               "spec": {"name": "Count", "steps": [{"id": "hit", "action": "http.request", "with": {"method": "POST", "url": url}}]}}),
-        12,
-    )
-    .await;
+    let wf = WorkflowBuilder::new("count")
+        .display_name("Count")
+        .step(step::http("hit", "POST", &url));
+    let names = create(&ns, &wf, 12).await;
     crate::support::all_succeeded(&ns, &names, Duration::from_secs(60)).await;
-    // Let any duplicate execution land before counting.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A later marker run instead of a pause before counting: whichever replica executes
+    // it has seen, in the watch's order, the twelve finish before the marker was
+    // created, so it has no reason left to execute one of them again; and once the
+    // marker is done neither replica reports a run in progress. (Strong, not strict: it
+    // cannot see a reconcile still queued in the replica that does not lead.)
+    let marker = more_runs(&ns, &wf, 12..13).await;
+    crate::support::all_succeeded(&ns, &marker, Duration::from_secs(60)).await;
+    for port in [port_a, port_b] {
+        eventually(
+            "both replicas to execute nothing",
+            Duration::from_secs(30),
+            || async { (in_progress(port).await? == 0).then_some(()) },
+        )
+        .await;
+    }
     assert_eq!(
         hits.load(Ordering::SeqCst),
-        12,
-        "each run executed exactly once"
+        13,
+        "each run executed exactly once (the twelve and the marker)"
     );
     let lease = ns.api::<Lease>().get("flowline-controller").await.unwrap();
     assert!(
@@ -99,16 +110,14 @@ async fn a_run_interrupted_by_a_killed_operator_ends_after_a_restart() {
     let ns = TestNamespace::new("rep-kill").await;
     let (mut first, port) = operator(&ns);
     ready(port).await;
-    let names = create(
-        &ns,
-        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "slow"},
-               "spec": {"name": "Slow", "steps": [
-                   {"id": "before", "action": "transform", "with": {"value": 1}},
-                   {"id": "wait", "action": "delay", "with": {"ms": 3000}},
-                   {"id": "after", "action": "transform", "with": {"value": "{{ steps.before.output }}"}}]}}),
-        1,
-    )
-    .await;
+    let wf = WorkflowBuilder::new("slow")
+        .display_name("Slow")
+        .steps(json!([
+            step::transform("before", json!(1)),
+            step::delay("wait", 3000),
+            step::transform("after", json!("{{ steps.before.output }}")),
+        ]));
+    let names = create(&ns, &wf, 1).await;
     crate::support::step_running(&ns, &names[0], "wait").await;
     first.kill(); // SIGKILL: no cleanup, the lease stays until it expires
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
+use crate::builders::WorkflowBuilder;
 use crate::support::{TestApi, assert_error, loopback_client, spawn_run_controller};
 
 /// A local receiver: `/count` answers how often it was called; `/gate` fails its first
@@ -95,17 +96,11 @@ async fn a_retry_keeps_the_steps_before_the_failure_and_runs_the_original_versio
     let (stop, _) = spawn_run_controller(&api.ns, loopback_client(), Default::default());
     let _stop = stop.drop_guard();
     let (base, counted, gated) = receiver().await;
-    let wf = api.create_workflow("Retried").await;
-    api.patch_workflow(
-        &key,
-        &wf,
-        json!({"steps": [
+    let wf = api.workflow(&WorkflowBuilder::new("Retried").steps(json!([
             {"id": "fetch", "action": "http.request", "with": {"url": format!("{base}/count")}},
             {"id": "check", "action": "http.request", "with": {"url": format!("{base}/gate")}},
             {"id": "after", "action": "transform",
-             "with": {"value": {"n": "{{ steps.fetch.output.body.n }}", "who": "{{ trigger.payload.who }}"}}}]}),
-    )
-    .await;
+             "with": {"value": {"n": "{{ steps.fetch.output.body.n }}", "who": "{{ trigger.payload.who }}"}}}]))).await;
     let first = api
         .start_run(&key, &wf, Some(json!({"payload": {"who": "ada"}})))
         .await;
@@ -176,13 +171,12 @@ async fn a_retry_keeps_the_steps_before_the_failure_and_runs_the_original_versio
 async fn retries_that_cannot_start_are_refused() {
     let api = TestApi::start("retry-no").await;
     let key = api.admin_key.clone();
-    let wf = api.create_workflow("Long").await;
-    api.patch_workflow(
-        &key,
-        &wf,
-        json!({"steps": [{"id": "long", "action": "delay", "with": {"ms": 600_000}}]}),
-    )
-    .await;
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("Long")
+                .steps(json!([{"id": "long", "action": "delay", "with": {"ms": 600_000}}])),
+        )
+        .await;
     // No controller runs here: the run stays running.
     let running = api.start_run(&key, &wf, None).await;
     crate::support::assert_error_saying(
@@ -250,14 +244,12 @@ async fn a_retry_too_large_to_keep_its_outputs_is_refused_clearly() {
     use kube::api::{Patch, PatchParams, PostParams};
     let api = TestApi::start("retry-size").await;
     let key = api.admin_key.clone();
-    let wf_id = api.create_workflow("Nearly full").await;
-    api.patch_workflow(
-        &key,
-        &wf_id,
-        json!({"steps": [{"id": "a", "action": "transform", "with": {"value": 1}},
-                         {"id": "b", "action": "fail"}]}),
-    )
-    .await;
+    let wf_id = api
+        .workflow(&WorkflowBuilder::new("Nearly full").steps(
+            json!([{"id": "a", "action": "transform", "with": {"value": 1}},
+                         {"id": "b", "action": "fail"}]),
+        ))
+        .await;
     let wf = api
         .ns
         .api::<flowline_core::crd::Workflow>()

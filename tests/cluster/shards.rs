@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use flowline_controller::shard;
 use flowline_core::crd::Run;
-use serde_json::json;
 
+use crate::builders::{RunBuilder, WorkflowBuilder, step};
 use crate::support::{Process, TestNamespace, eventually, gauge, metrics_text, ready};
 
 /// The calls a step endpoint received, by run: when each began.
@@ -42,6 +42,7 @@ async fn endpoint(delay: Duration) -> (String, Arc<Calls>) {
                     .or_default()
                     .push(Instant::now());
                 async move {
+                    // Pacing: a slow endpoint keeps steps under way when a replica goes.
                     tokio::time::sleep(delay).await;
                     "ok"
                 }
@@ -92,11 +93,13 @@ async fn await_shares(ports: &[u16], expected: &[u64]) {
     .await;
 }
 
-fn workflow(url: &str, name: &str) -> serde_json::Value {
-    json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": name},
-           "spec": {"name": name, "steps": [
-               {"id": "hit", "action": "http.request",
-                "with": {"method": "POST", "url": format!("{url}/{{{{ run.id }}}}")}}]}})
+/// A workflow whose one step posts to `url/<run id>`.
+fn workflow(url: &str, name: &str) -> WorkflowBuilder {
+    WorkflowBuilder::new(name).step(step::http(
+        "hit",
+        "POST",
+        &format!("{url}/{{{{ run.id }}}}"),
+    ))
 }
 
 #[tokio::test]
@@ -120,7 +123,7 @@ async fn three_replicas_share_three_shards_and_execute_each_run_once() {
         "exactly one replica holds shard 0 (schedules, deliveries)"
     );
 
-    let names = crate::replicas::create(&ns, workflow(&url, "spread"), 30).await;
+    let names = crate::replicas::create(&ns, &workflow(&url, "spread"), 30).await;
     crate::support::all_succeeded(&ns, &names, Duration::from_secs(90)).await;
     for name in &names {
         assert_eq!(calls.of(name).len(), 1, "run {name} executed exactly once");
@@ -165,7 +168,7 @@ async fn a_killed_replicas_runs_move_on_within_the_lease_and_never_run_twice_at_
     let victim = victim.expect("one replica holds shard 0");
     let survivor = ports[1 - victim];
 
-    let names = crate::replicas::create(&ns, workflow(&url, "moving"), 12).await;
+    let names = crate::replicas::create(&ns, &workflow(&url, "moving"), 12).await;
     let runs = ns.api::<Run>();
     let mut moving = Vec::new();
     for name in &names {
@@ -267,17 +270,8 @@ async fn a_replica_stopped_with_sigterm_hands_its_shards_over_at_once() {
 async fn more_runs(ns: &TestNamespace, workflow: &str, prefix: &str, count: usize) -> Vec<String> {
     let mut names = Vec::new();
     for i in 0..count {
-        let name = format!("{prefix}-{i}");
-        let run: Run = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": name},
-            "spec": {"workflowRef": workflow}
-        }))
-        .unwrap();
-        ns.api::<Run>()
-            .create(&Default::default(), &run)
-            .await
-            .unwrap();
-        names.push(name);
+        let run = RunBuilder::of(workflow).name(format!("{prefix}-{i}"));
+        names.push(ns.create_run(&run).await);
     }
     names
 }
@@ -311,7 +305,7 @@ async fn a_replica_with_another_shard_count_waits_until_the_old_ones_are_gone() 
     )
     .await;
     assert_eq!(gauge(new_port, "flowline_shards_held").await, Some(0));
-    let before = crate::replicas::create(&ns, workflow(&url, "counted"), 8).await;
+    let before = crate::replicas::create(&ns, &workflow(&url, "counted"), 8).await;
     crate::support::all_succeeded(&ns, &before, Duration::from_secs(60)).await;
     assert_eq!(gauge(new_port, "flowline_shards_held").await, Some(0));
 

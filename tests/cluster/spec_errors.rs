@@ -8,6 +8,7 @@ use std::time::Duration;
 use flowline_core::crd::{ConditionStatus, Workflow};
 use serde_json::{Value, json};
 
+use crate::builders::{RunBuilder, WorkflowBuilder};
 use crate::support::{
     Process, TestApi, TestNamespace, assert_error, eventually, finished_run, ready, text,
 };
@@ -112,18 +113,28 @@ async fn the_api_refuses_steps_that_would_fail_every_run_on_their_fields() {
     .await;
 }
 
-pub(crate) fn manifest(name: &str, steps: &str) -> String {
-    format!(
-        "apiVersion: flowline.io/v1\nkind: Workflow\nmetadata:\n  name: {name}\nspec:\n  name: {name}\n  \
-         state: active\n  steps:\n{steps}"
-    )
+/// The active workflow `checked` with `steps`, as kubectl applies it.
+fn checked(steps: Value) -> String {
+    WorkflowBuilder::new("checked")
+        .active()
+        .steps(steps)
+        .manifest()
 }
 
-const BAD_STEPS: &str = "  - id: shape\n    action: transform\n    with: {value: '{{ steps.later.output }}'}\n  \
-     - id: later\n    action: transform\n    when: 'trigger.payload.n = 1'\n    with: {value: 1}\n";
+fn bad_steps() -> Value {
+    json!([
+        {"id": "shape", "action": "transform", "with": {"value": "{{ steps.later.output }}"}},
+        {"id": "later", "action": "transform", "when": "trigger.payload.n = 1", "with": {"value": 1}},
+    ])
+}
 
-const GOOD_STEPS: &str = "  - id: first\n    action: transform\n    with: {value: 1}\n  \
-     - id: shape\n    action: transform\n    when: 'trigger.payload.n == 1'\n    with: {value: '{{ steps.first.output }}'}\n";
+fn good_steps() -> Value {
+    json!([
+        {"id": "first", "action": "transform", "with": {"value": 1}},
+        {"id": "shape", "action": "transform", "when": "trigger.payload.n == 1",
+         "with": {"value": "{{ steps.first.output }}"}},
+    ])
+}
 
 /// The workflow's `Ready` condition (status, reason, message), once it judges the
 /// workflow's current generation.
@@ -157,7 +168,7 @@ async fn a_workflow_applied_with_kubectl_shows_its_spec_errors_on_ready() {
     let (_operator, port) = Process::operator(&ns, &[]);
     ready(port).await;
 
-    let out = ns.kubectl_apply(&manifest("checked", BAD_STEPS));
+    let out = ns.kubectl_apply(&checked(bad_steps()));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (status, reason, message) = ready_condition(&ns, "checked").await;
     assert_eq!(
@@ -180,9 +191,7 @@ async fn a_workflow_applied_with_kubectl_shows_its_spec_errors_on_ready() {
     assert_eq!(text(&out.stdout), "InvalidSpec");
 
     // Runs are not held back: a run starts and fails at run time, naming the problem.
-    let out = ns.kubectl_apply(
-        "apiVersion: flowline.io/v1\nkind: Run\nmetadata:\n  name: checked-1\nspec:\n  workflowRef: checked\n",
-    );
+    let out = ns.kubectl_apply(&RunBuilder::of("checked").name("checked-1").manifest());
     assert!(out.status.success(), "{}", text(&out.stderr));
     let run = finished_run(&ns, "checked-1", Duration::from_secs(60)).await;
     let error = run.status.unwrap().error.unwrap_or_default();
@@ -193,7 +202,7 @@ async fn a_workflow_applied_with_kubectl_shows_its_spec_errors_on_ready() {
     );
 
     // Fixed: Ready again, for the new generation.
-    let out = ns.kubectl_apply(&manifest("checked", GOOD_STEPS));
+    let out = ns.kubectl_apply(&checked(good_steps()));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (status, reason, message) = ready_condition(&ns, "checked").await;
     assert_eq!(

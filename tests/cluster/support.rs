@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PostParams;
 use kube::{Api, Client};
 
+use crate::builders::{RunBuilder, WorkflowBuilder};
+
 /// Repository root (where `crds/` and `.flowline/` live).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -72,6 +74,24 @@ impl TestNamespace {
         K::DynamicType: Default,
     {
         Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// Creates the Workflow object `wf` in this namespace; returns it as stored.
+    pub async fn create_workflow(&self, wf: &WorkflowBuilder) -> flowline_core::crd::Workflow {
+        self.api::<flowline_core::crd::Workflow>()
+            .create(&PostParams::default(), &wf.object())
+            .await
+            .unwrap_or_else(|e| panic!("create workflow {}: {e}", wf.name()))
+    }
+
+    /// Creates the Run object `run` in this namespace; returns its name.
+    pub async fn create_run(&self, run: &RunBuilder) -> String {
+        let created = self
+            .api::<flowline_core::crd::Run>()
+            .create(&PostParams::default(), &run.object())
+            .await
+            .unwrap_or_else(|e| panic!("create run {:?}: {e}", run.run_name()));
+        kube::ResourceExt::name_any(&created)
     }
 
     /// Runs kubectl against this namespace.
@@ -369,6 +389,24 @@ impl TestApi {
             )
             .await;
         created_id(res).await
+    }
+
+    /// Creates `wf` through the API as the admin (`POST`, then `PATCH` with the fields
+    /// `POST` does not take); returns its id.
+    pub async fn workflow(&self, wf: &WorkflowBuilder) -> String {
+        self.workflow_as(&self.admin_key, wf).await
+    }
+
+    /// [`TestApi::workflow`] as `key`.
+    pub async fn workflow_as(&self, key: &str, wf: &WorkflowBuilder) -> String {
+        let res = self
+            .send("POST", key, "/v1/workflows", Some(wf.create_json()))
+            .await;
+        let id = created_id(res).await;
+        if let Some(rest) = wf.patch_json() {
+            self.patch_workflow(key, &id, rest).await;
+        }
+        id
     }
 
     /// Patches a workflow through the API as `key`; asserts it was accepted.

@@ -8,6 +8,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::builders::{RunBuilder, WorkflowBuilder};
 use crate::support::{TestNamespace, eventually};
 
 /// A workflow controller for one test namespace; stops when dropped.
@@ -38,17 +39,6 @@ pub(crate) fn controller(ns: &TestNamespace) -> Controller {
     Controller(stop)
 }
 
-async fn apply(ns: &TestNamespace, name: &str, spec: serde_json::Value) -> Workflow {
-    let wf: Workflow = serde_json::from_value(json!({
-        "apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": name}, "spec": spec
-    }))
-    .unwrap();
-    ns.api::<Workflow>()
-        .create(&PostParams::default(), &wf)
-        .await
-        .unwrap()
-}
-
 /// `kubectl patch` of a workflow's state, as a cluster admin or GitOps would.
 fn kubectl_set_state(ns: &TestNamespace, name: &str, state: &str) {
     let patch = format!(r#"{{"spec":{{"state":"{state}"}}}}"#);
@@ -73,7 +63,12 @@ fn kubectl_set_state(ns: &TestNamespace, name: &str, state: &str) {
 async fn status_and_transition_events_follow_kubectl_edits() {
     let ns = TestNamespace::new("wfc-status").await;
     let _c = controller(&ns);
-    apply(&ns, "edited", json!({"name": "Edited", "state": "draft"})).await;
+    ns.create_workflow(
+        &WorkflowBuilder::new("edited")
+            .display_name("Edited")
+            .state("draft"),
+    )
+    .await;
     kubectl_set_state(&ns, "edited", "active");
     let api = ns.api::<Workflow>();
     let wf = eventually(
@@ -131,12 +126,13 @@ async fn status_and_transition_events_follow_kubectl_edits() {
 #[ignore = "needs cluster"]
 async fn retention_deletes_the_oldest_finished_runs() {
     let ns = TestNamespace::new("wfc-keep").await;
-    let wf = apply(
-        &ns,
-        "kept",
-        json!({"name": "Kept", "history": {"succeeded": 2, "failed": 1}}),
-    )
-    .await;
+    let wf = ns
+        .create_workflow(
+            &WorkflowBuilder::new("kept")
+                .display_name("Kept")
+                .history(2, 1),
+        )
+        .await;
     let runs = ns.api::<Run>();
     let owner = kube::Resource::controller_owner_ref(&wf, &()).unwrap();
     for (i, phase) in [
@@ -150,11 +146,7 @@ async fn retention_deletes_the_oldest_finished_runs() {
     .iter()
     .enumerate()
     {
-        let mut run: Run = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": format!("r{i}")},
-            "spec": {"workflowRef": "kept"}
-        }))
-        .unwrap();
+        let mut run = RunBuilder::of("kept").name(format!("r{i}")).object();
         run.metadata.owner_references = Some(vec![owner.clone()]);
         runs.create(&PostParams::default(), &run).await.unwrap();
         let status: RunStatus = serde_json::from_value(json!({
@@ -194,11 +186,11 @@ async fn retention_deletes_the_oldest_finished_runs() {
 async fn a_schedule_fires_on_time_without_duplicates_across_a_restart() {
     let ns = TestNamespace::new("wfc-cron").await;
     // A leading seconds field gives a 2-second cadence; the contract's 5 fields work the same.
-    apply(
-        &ns,
-        "tick",
-        json!({"name": "Tick", "state": "active",
-        "trigger": {"type": "schedule", "cron": "*/2 * * * * *", "timezone": "UTC"}}),
+    ns.create_workflow(
+        &WorkflowBuilder::new("tick")
+            .display_name("Tick")
+            .active()
+            .schedule("*/2 * * * * *", "UTC"),
     )
     .await;
     let runs = ns.api::<Run>();
@@ -211,7 +203,20 @@ async fn a_schedule_fires_on_time_without_duplicates_across_a_restart() {
     // Two controllers at once (a restart overlapping the old one, or two replicas).
     let _a = controller(&ns);
     let _b = controller(&ns);
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let restarted = jiff::Timestamp::now().as_second();
+    // Instead of watching for a while: wait until the new controllers have fired two
+    // ticks later than the restart, then check every tick so far had one run. (Strong,
+    // not strict: a duplicate created later still for an earlier tick would go unseen;
+    // run names derive from the tick, so one would have to bypass them.)
+    eventually(
+        "two ticks fired after the restart",
+        Duration::from_secs(20),
+        || async {
+            let items = runs.list(&Default::default()).await.ok()?.items;
+            (items.iter().filter(|r| tick_of(r) > restarted).count() >= 2).then_some(())
+        },
+    )
+    .await;
     let items = runs.list(&Default::default()).await.unwrap().items;
     let mut ticks: Vec<i64> = items.iter().map(tick_of).collect();
     ticks.sort();

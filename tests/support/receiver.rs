@@ -22,6 +22,8 @@ use tokio_rustls::rustls::{self, pki_types};
 /// One request as received.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// The request's path (a test's webhooks can share one receiver, each on a path).
+    pub path: String,
     pub headers: http::HeaderMap,
     pub body: Bytes,
     pub status_sent: u16,
@@ -270,6 +272,7 @@ async fn handle(
     }
     if shared.keep_bodies.load(Ordering::SeqCst) {
         shared.received.lock().unwrap().push(Received {
+            path: parts.uri.path().to_string(),
             headers: parts.headers,
             body,
             status_sent: status,

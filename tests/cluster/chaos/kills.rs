@@ -116,6 +116,7 @@ pub async fn carry_out(plan: &[Kill], scene: Scene<'_>, leading_since: Instant) 
             || async { (scene.created.lock().unwrap().len() >= share).then_some(()) },
         )
         .await;
+        // Pacing of the disturbance (the kill plan's schedule), not a check.
         tokio::time::sleep_until((leading_since + MIN_UPTIME).into()).await;
         tokio::time::sleep(kill.lead_in).await;
         // Read before the moment: nothing may come between the moment and the kill.
@@ -128,6 +129,7 @@ pub async fn carry_out(plan: &[Kill], scene: Scene<'_>, leading_since: Instant) 
         let in_flight = scene
             .observer
             .unfinished(&scene.created.lock().unwrap().clone());
+        // Pacing: how long the operator stays down is part of the plan.
         tokio::time::sleep(kill.down).await;
         let restarted_at = scene.operators.restart();
         let leading_at = scene
@@ -161,6 +163,7 @@ async fn moment(kill: &Kill, scene: &Scene<'_>, leading_since: Instant) {
         Moment::Random => {}
         Moment::StatusWrite => {
             while !scene.observer.next_change(MOMENT_WAIT).await {}
+            // Pacing: a planned offset after the status write.
             tokio::time::sleep(kill.jitter).await;
         }
         Moment::Delivery => {

@@ -136,6 +136,7 @@ impl Operators {
                 "no new leader within 2 minutes (logs: {})",
                 self.log_dir.display()
             );
+            // The poll interval of a wait for a new leader, not a check.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

@@ -63,6 +63,7 @@ pub async fn cut_off(
             _ => b_not_yet = asked,
         }
         assert!(Instant::now() < deadline, "nobody took over within 60 s");
+        // The poll interval of a wait for another leader, not a check.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Takeover {

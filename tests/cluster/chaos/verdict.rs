@@ -151,6 +151,12 @@ async fn settle(
 
 /// Waits until every due event was delivered (bounded), then until deliveries stop
 /// arriving for a moment.
+///
+/// The quiet moment is kept, and it is strong but not strict: it only widens the count
+/// of duplicates, whose bound is then checked, so waiting longer can only make that
+/// check stricter, never pass a run it should fail. No later marker event could
+/// replace it: the late duplicates come from retry series on timers (the receiver fails
+/// some attempts on purpose), which no event delivered afterwards is ordered after.
 async fn await_deliveries(receiver: &Receiver, runs: &[Run]) {
     let deadline = Instant::now() + DELIVERY_BOUND;
     let mut arrivals = receiver.arrivals();

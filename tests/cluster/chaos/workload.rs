@@ -13,6 +13,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use super::settings::Settings;
+use crate::builders::WorkflowBuilder;
 use crate::support::TestApi;
 
 /// Steps that take a while (a delay, and steps executed as Jobs): a kill while one of
@@ -88,27 +89,17 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
     let pause =
         json!({"id": "pause", "action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}});
     let shapes = [
-        (
-            "Inline",
-            json!({"steps": [prep, pause, call(sink),
-            {"id": "done", "action": "transform", "with": {"value": "{{ steps.call.output.status }}"}}]}),
-        ),
-        (
-            "Mixed",
-            json!({"steps": [prep, {"id": "boxed", "action": "container",
-            "with": {"image": "busybox", "command": ["true"]}}, pause, call(sink)]}),
-        ),
-        (
-            "In jobs",
-            json!({"executor": "job", "steps": [
+        WorkflowBuilder::new("Inline").steps(json!([prep, pause, call(sink),
+            {"id": "done", "action": "transform", "with": {"value": "{{ steps.call.output.status }}"}}])),
+        WorkflowBuilder::new("Mixed").steps(json!([prep, {"id": "boxed", "action": "container",
+            "with": {"image": "busybox", "command": ["true"]}}, pause, call(sink)])),
+        WorkflowBuilder::new("In jobs").executor("job").steps(json!([
             {"id": "first", "action": "transform", "with": {"value": 1}},
-            {"id": "second", "action": "transform", "with": {"value": "{{ steps.first.output.boxed }}"}}]}),
-        ),
+            {"id": "second", "action": "transform", "with": {"value": "{{ steps.first.output.boxed }}"}}])),
     ];
     let mut ids = Vec::new();
-    for (name, patch) in shapes {
-        let id = api.create_workflow(name).await;
-        api.patch_workflow(&api.admin_key, &id, patch).await;
+    for wf in shapes {
+        let id = api.workflow(&wf).await;
         keep_every_run(api, &id).await;
         ids.push(id);
     }

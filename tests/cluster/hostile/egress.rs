@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::builders::WorkflowBuilder;
 use crate::support::{Process, TestApi, eventually, ready};
 
 /// Answered by the loopback endpoint the tenant must not reach.
@@ -67,16 +68,11 @@ async fn apiserver_port() -> u16 {
 
 /// An active workflow whose single step calls the URL of the run's payload.
 async fn fetching_workflow(api: &TestApi, name: &str, follow_redirects: bool) -> String {
-    let id = api.create_workflow(name).await;
-    let steps = json!([{"id": "call", "action": "http.request",
-        "with": {"url": "{{ trigger.payload.url }}", "follow_redirects": follow_redirects}}]);
-    api.patch_workflow(
-        &api.admin_key,
-        &id,
-        json!({"steps": steps, "state": "active"}),
-    )
-    .await;
-    id
+    let wf = WorkflowBuilder::new(name)
+        .active()
+        .step(json!({"id": "call", "action": "http.request",
+        "with": {"url": "{{ trigger.payload.url }}", "follow_redirects": follow_redirects}}));
+    api.workflow(&wf).await
 }
 
 async fn start_run(api: &TestApi, workflow: &str, url: &str) -> String {

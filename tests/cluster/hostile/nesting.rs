@@ -11,6 +11,7 @@ use flowline_core::crd::{Run, RunPhase, Workflow};
 use k8s_openapi::api::events::v1::Event;
 use serde_json::{Value, json};
 
+use crate::builders::{RunBuilder, WorkflowBuilder, step};
 use crate::support::{
     ApiOptions, Process, TestApi, TestNamespace, assert_error, eventually, finished_run, kubectl,
     new_key, ready, text,
@@ -126,31 +127,33 @@ async fn undecodable_objects_stop_no_watcher_and_are_reported() {
     grant_author(&evil);
     apply_as_author(
         &evil,
-        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "deep-with"},
-               "spec": {"name": "Deep", "state": "active",
-                        "steps": [{"id": "s", "action": "transform", "with": {"value": deep(120)}}]}}),
+        WorkflowBuilder::new("deep-with")
+            .display_name("Deep")
+            .active()
+            .step(step::transform("s", deep(120)))
+            .manifest_value(),
     );
     apply_as_author(
         &evil,
-        json!({"apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": "deep-payload"},
-               "spec": {"workflowRef": "deep-with", "payload": deep(124)}}),
+        RunBuilder::of("deep-with")
+            .name("deep-payload")
+            .payload(deep(124))
+            .manifest_value(),
     );
     // 126 levels of `with` make the Workflow too deep to decode even on its own.
     apply_as_author(
         &evil,
-        json!({"apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "deeper-with"},
-               "spec": {"name": "Deeper", "state": "active",
-                        "steps": [{"id": "s", "action": "transform", "with": {"value": deep(126)}}]}}),
+        WorkflowBuilder::new("deeper-with")
+            .display_name("Deeper")
+            .active()
+            .step(step::transform("s", deep(126)))
+            .manifest_value(),
     );
     for (run, workflow) in [
         ("of-deep-with", "deep-with"),
         ("of-deeper-with", "deeper-with"),
     ] {
-        apply_as_author(
-            &evil,
-            json!({"apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": run},
-                   "spec": {"workflowRef": workflow}}),
-        );
+        apply_as_author(&evil, RunBuilder::of(workflow).name(run).manifest_value());
     }
     // What this does to a client that decodes lists as a whole: nothing can be listed.
     assert!(evil.api::<Run>().list(&Default::default()).await.is_err());
@@ -179,14 +182,13 @@ async fn undecodable_objects_stop_no_watcher_and_are_reported() {
         )
         .await;
     assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
-    let wf = api.create_workflow("fine").await;
-    api.patch_workflow(
-        &api.admin_key,
-        &wf,
-        json!({"state": "active",
-               "steps": [{"id": "t", "action": "transform", "with": {"value": {"ok": true}}}]}),
-    )
-    .await;
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("fine").active().steps(
+                json!([{"id": "t", "action": "transform", "with": {"value": {"ok": true}}}]),
+            ),
+        )
+        .await;
 
     // A fresh operator over both namespaces: controllers and delivery worker start.
     let ca = receiver.pki.ca_file.display().to_string();

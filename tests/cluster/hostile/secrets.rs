@@ -15,6 +15,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::builders::WorkflowBuilder;
 use crate::support::{TestApi, TestNamespace, eventually, new_key, text};
 
 const OPT_IN: (&str, &str) = ("flowline.io/workflow-access", "true");
@@ -61,9 +62,8 @@ impl Tenant {
 
     /// The write key authors a workflow, the execute key starts it, and the run as the
     /// read key sees it once finished is returned with the stored Run.
-    async fn run(&self, name: &str, spec: Value) -> (Value, Run) {
-        let id = self.api.create_workflow_as(&self.write, name).await;
-        self.api.patch_workflow(&self.write, &id, spec).await;
+    async fn run(&self, wf: WorkflowBuilder) -> (Value, Run) {
+        let id = self.api.workflow_as(&self.write, &wf).await;
         let run_id = self.api.start_run(&self.execute, &id, None).await;
         let stored =
             crate::support::finished_run(self.ns(), &run_id, Duration::from_secs(60)).await;
@@ -120,9 +120,9 @@ impl Tenant {
 
     /// Runs a one-step workflow reading `secrets.<name>.<key>` and asserts it was refused.
     async fn assert_refused(&self, workflow: &str, secret: &str, key: &str) {
-        let spec = json!({"steps": [{"id": "steal", "action": "transform",
-            "with": {"value": format!("{{{{ secrets.{secret}.{key} }}}}")}}]});
-        let (seen, _) = self.run(workflow, spec).await;
+        let steps = json!([{"id": "steal", "action": "transform",
+            "with": {"value": format!("{{{{ secrets.{secret}.{key} }}}}")}}]);
+        let (seen, _) = self.run(WorkflowBuilder::new(workflow).steps(steps)).await;
         assert_refusal(&seen, "steal", secret);
     }
 }
@@ -157,9 +157,8 @@ async fn secrets_that_did_not_opt_in_are_refused_like_missing_ones() {
     // `when` reads through the same path: refused, not evaluated.
     let (seen, stored) = t
         .run(
-            "steal-when",
-            json!({"steps": [{"id": "probe", "action": "transform",
-                "when": "secrets.billing-db.password == 'guess'", "with": {"value": 1}}]}),
+            WorkflowBuilder::new("steal-when").steps(json!([{"id": "probe", "action": "transform",
+                "when": "secrets.billing-db.password == 'guess'", "with": {"value": 1}}])),
         )
         .await;
     assert_refusal(&seen, "probe", "billing-db");
@@ -219,17 +218,14 @@ async fn an_opted_in_secret_works_and_is_redacted_everywhere() {
     )
     .await;
     let (seen, stored) = t
-        .run(
-            "leaky",
-            json!({"steps": [
-                {"id": "echo", "action": "transform",
-                 "when": "secrets.app-creds.mode == 'on'",
-                 "with": {"value": {"raw": "{{ secrets.app-creds.token }}",
-                                    "header": "Bearer {{ secrets.app-creds.token }}"}}},
-                {"id": "leak", "action": "fail",
-                 "with": {"message": "token is {{ secrets.app-creds.token }}"}}
-            ]}),
-        )
+        .run(WorkflowBuilder::new("leaky").steps(json!([
+            {"id": "echo", "action": "transform",
+             "when": "secrets.app-creds.mode == 'on'",
+             "with": {"value": {"raw": "{{ secrets.app-creds.token }}",
+                                "header": "Bearer {{ secrets.app-creds.token }}"}}},
+            {"id": "leak", "action": "fail",
+             "with": {"message": "token is {{ secrets.app-creds.token }}"}}
+        ])))
         .await;
     // The step read the Secret (`when` compared its value, the template rendered it)…
     assert_eq!(seen["steps"][0]["status"], "succeeded", "{seen}");
@@ -302,15 +298,12 @@ async fn step_jobs_get_secrets_by_reference_never_by_value() {
     t.secret("app-creds", "Opaque", &[OPT_IN], &[("token", TOKEN)])
         .await;
     let (seen, _) = t
-        .run(
-            "in-a-job",
-            json!({"executor": "job", "steps": [
+        .run(WorkflowBuilder::new("in-a-job").executor("job").steps(json!([
                 {"id": "use", "action": "transform",
                  "with": {"value": {"header": "Bearer {{ secrets.app-creds.token }}"}}},
                 {"id": "box", "action": "container",
                  "with": {"image": "busybox", "env": {"TOKEN": "{{ secrets.app-creds.token }}"}}}
-            ]}),
-        )
+            ])))
         .await;
     assert_eq!(seen["status"], "succeeded", "{seen}");
     let jobs = t
@@ -397,9 +390,8 @@ async fn a_secret_cannot_be_smuggled_into_a_pod_spec() {
     ] {
         let (seen, _) = t
             .run(
-                workflow,
-                json!({"steps": [{"id": "box", "action": "container",
-                    "retry": {"max_attempts": 3, "backoff_ms": 10}, "with": with}]}),
+                WorkflowBuilder::new(workflow).steps(json!([{"id": "box", "action": "container",
+                    "retry": {"max_attempts": 3, "backoff_ms": 10}, "with": with}])),
             )
             .await;
         assert_eq!(seen["steps"][0]["error"], error, "{seen}");

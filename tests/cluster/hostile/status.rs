@@ -11,6 +11,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::builders::{RunBuilder, WorkflowBuilder};
 use crate::support::{TestApi, eventually, kubectl, text};
 
 /// An account with nothing but an admin key, and the run controller for its namespace.
@@ -36,13 +37,10 @@ impl Tenant {
         Tenant { api, stop }
     }
 
-    /// A workflow with `steps`, created and filled through the API; returns its id.
+    /// A workflow with `steps`, created through the API; returns its id.
     async fn workflow(&self, steps: Value) -> String {
-        let id = self.api.create_workflow("Hostile").await;
-        self.api
-            .patch_workflow(&self.api.admin_key, &id, json!({"steps": steps}))
-            .await;
-        id
+        let wf = WorkflowBuilder::new("Hostile").steps(steps);
+        self.api.workflow(&wf).await
     }
 
     /// Starts a run through the API; returns its id.
@@ -290,12 +288,10 @@ async fn a_refused_status_write_is_retried_until_the_final_status_lands() {
         .await;
     let runs = ns.api::<Run>();
     let labelled = |name: &str| -> Run {
-        serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Run",
-            "metadata": {"name": name, "labels": {"flowline.io/test-freeze": "true"}},
-            "spec": {"workflowRef": wf}
-        }))
-        .unwrap()
+        RunBuilder::of(&wf)
+            .name(name)
+            .label("flowline.io/test-freeze", "true")
+            .object()
     };
 
     let freeze = StatusFreeze::apply(&ns.name);
