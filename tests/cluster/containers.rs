@@ -5,9 +5,11 @@
 
 use std::time::Duration;
 
-use flowline_core::crd::{Run, RunPhase, StepPhase, Workflow};
+use flowline_core::crd::{Run, RunPhase, StepPhase};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{ListParams, PostParams};
+
+use crate::builders::{RunBuilder, WorkflowBuilder};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -61,27 +63,15 @@ async fn node_with(
 impl Node {
     /// A workflow of `steps`, run as Jobs, and one run of it; its name.
     async fn run(&self, name: &str, steps: Value) -> String {
-        let wf: Workflow = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": name},
-            "spec": {"name": name, "executor": "job", "steps": steps}
-        }))
-        .unwrap();
-        self.ns
-            .api::<Workflow>()
-            .create(&PostParams::default(), &wf)
+        self.run_of(WorkflowBuilder::new(name).executor("job").steps(steps))
             .await
-            .unwrap();
-        let run: Run = serde_json::from_value(json!({
-            "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": name},
-            "spec": {"workflowRef": name, "payload": {}}
-        }))
-        .unwrap();
+    }
+
+    async fn run_of(&self, wf: WorkflowBuilder) -> String {
+        self.ns.create_workflow(&wf).await;
         self.ns
-            .api::<Run>()
-            .create(&PostParams::default(), &run)
+            .create_run(&RunBuilder::of(&wf).name(wf.name()))
             .await
-            .unwrap();
-        name.to_string()
     }
 
     async fn finished(&self, name: &str) -> Run {
@@ -269,24 +259,13 @@ async fn twenty_container_steps_run_at_once() {
         json!({"id": "all", "action": "transform", "with": {"value": "done"},
                       "needs": (0..20).map(|i| format!("s{i}")).collect::<Vec<_>>()}),
     );
-    let wf: Workflow = serde_json::from_value(json!({
-        "apiVersion": "flowline.io/v1", "kind": "Workflow", "metadata": {"name": "many"},
-        "spec": {"name": "many", "executor": "job", "parallelism": 20, "steps": graph}
-    }))
-    .unwrap();
-    n.ns.api::<Workflow>()
-        .create(&PostParams::default(), &wf)
-        .await
-        .unwrap();
-    let run: Run = serde_json::from_value(json!({
-        "apiVersion": "flowline.io/v1", "kind": "Run", "metadata": {"name": "many"},
-        "spec": {"workflowRef": "many", "payload": {}}
-    }))
-    .unwrap();
-    n.ns.api::<Run>()
-        .create(&PostParams::default(), &run)
-        .await
-        .unwrap();
+    n.run_of(
+        WorkflowBuilder::new("many")
+            .executor("job")
+            .parallelism(20)
+            .steps(Value::Array(graph)),
+    )
+    .await;
     // At some moment, several of them run at the same time on the node.
     let pods = n.ns.api::<Pod>();
     eventually(
