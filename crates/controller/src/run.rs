@@ -14,6 +14,7 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use super::backoff::{ReconcileBackoff, object_key};
 use super::queue::Queue;
 use super::run_cache::RunCache;
 use super::shard::Shards;
@@ -66,6 +67,8 @@ pub struct Context {
     /// How many runs an account may execute here at once (shared by the contexts of
     /// every namespace of this process).
     account_bound: Arc<AccountBound>,
+    /// When each run whose reconcile failed is tried again.
+    backoff: ReconcileBackoff,
 }
 
 /// What admission gave a run that is ready to execute.
@@ -152,6 +155,7 @@ impl Context {
             queue: Queue::default(),
             shards: Arc::new(Shards::all()),
             account_bound: Arc::default(),
+            backoff: ReconcileBackoff::default(),
         })
     }
 
@@ -192,6 +196,7 @@ impl Context {
             queue: Queue::default(),
             shards,
             account_bound: self.account_bound.clone(),
+            backoff: ReconcileBackoff::default(),
         })
     }
 
@@ -755,14 +760,18 @@ async fn write_once(api: Api<Run>, run: &Run, mut status: RunStatus) {
         .await;
 }
 
-fn error_policy(_run: Arc<Lenient<Run>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+/// A failed reconcile is tried again after the run's own backoff ([`ReconcileBackoff`]),
+/// which a successful one resets.
+fn error_policy(run: Arc<Lenient<Run>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.engine
         .telemetry
         .reconcile_errors
         .get_or_create(&ControllerLabel { controller: "run" })
         .inc();
-    tracing::warn!(error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    let key = object_key(run.namespace().as_deref(), &run.name_any());
+    let retry_in = ctx.backoff.failed(&key, Instant::now());
+    tracing::warn!(run = %key, error = %err, ?retry_in, "run reconcile failed; retrying");
+    Action::requeue(retry_in)
 }
 
 /// The deletions of `K` objects in the controller's scope, as [`Deleted`], from a
@@ -904,11 +913,14 @@ async fn control_loop(
         .reconcile_all_on(ctx.shards.gains())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(
-            |run, ctx| {
-                ctx.engine
-                    .telemetry
-                    .reconcile_timer("run")
-                    .time(reconcile(run, ctx.clone()))
+            |run, ctx| async move {
+                let key = object_key(run.namespace().as_deref(), &run.name_any());
+                let timer = ctx.engine.telemetry.reconcile_timer("run");
+                let result = timer.time(reconcile(run, ctx.clone())).await;
+                if result.is_ok() {
+                    ctx.backoff.succeeded(&key);
+                }
+                result
             },
             error_policy,
             ctx,
