@@ -469,16 +469,15 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         flowline_core::clock::now_ms(),
     );
     loop {
-        // What changed while the previous step awaited: an execution that ended.
-        observed.executing = ctx.token(&uid).is_some();
-        observed.now = flowline_core::clock::now_ms();
         let decision = triage(&observed);
+        tracing::trace!(run = %object.name_any(), ?decision, "run triaged");
         let Some(run) = cached else {
             // Undecodable: left alone (the watchers report it).
             return Ok(Action::await_change());
         };
-        // None: the decision learns or brings something in line; triage again.
-        let then = is_final(&decision).then(|| action(look_again(&decision, run)));
+        let then = decision
+            .is_final()
+            .then(|| action(look_again(&decision, run)));
         match decision {
             Decision::Upkeep(upkeep) => {
                 keep_up(&ctx, run, &uid, upkeep).await?;
@@ -504,18 +503,13 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         if let Some(then) = then {
             return Ok(then);
         }
+        // What changed while that step awaited: an execution that ended.
+        observed.executing = ctx.token(&uid).is_some();
+        observed.now = flowline_core::clock::now_ms();
     }
 }
 
-/// Whether `decision` ends a reconcile (the others learn or bring something in line,
-/// then triage again).
-fn is_final(decision: &Decision) -> bool {
-    !matches!(
-        decision,
-        Decision::Upkeep(_) | Decision::AskSlot | Decision::Read
-    )
-}
-
+/// The controller's action for `look_again`.
 fn action(look_again: LookAgain) -> Action {
     match look_again {
         LookAgain::WhenChanged => Action::await_change(),

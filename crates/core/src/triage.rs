@@ -124,6 +124,18 @@ pub enum Decision {
     Act(Need),
 }
 
+impl Decision {
+    /// Whether the reconcile ends with this decision; the others learn something or
+    /// bring something in line, then [`triage`] is asked again. Each of those sets the
+    /// fact it was asked for, so a reconcile triages at most four times.
+    pub fn is_final(&self) -> bool {
+        !matches!(
+            self,
+            Decision::Upkeep(_) | Decision::AskSlot | Decision::Read
+        )
+    }
+}
+
 /// What the first look at a run brings in line before anything is decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Upkeep {
@@ -572,6 +584,88 @@ mod tests {
         ];
         for (name, observed, expected) in rows {
             assert_eq!(triage(&observed), expected, "{name}");
+        }
+    }
+
+    /// Reconcile's loop, answering each question as `slot` and `fresh` say: the
+    /// decisions in order, the last one final.
+    fn walk(
+        cached: &Run,
+        executing: bool,
+        slot: bool,
+        fresh: Option<Run>,
+        workflow: WorkflowRead,
+    ) -> Vec<Decision> {
+        let mut observed = Observed::first_look(Some(cached), true, executing, at(NOW));
+        let mut seen = Vec::new();
+        loop {
+            let decision = triage(&observed);
+            seen.push(decision.clone());
+            match decision {
+                Decision::Upkeep(_) => observed.kept_up = true,
+                Decision::AskSlot => observed.waits_for_slot = Some(slot),
+                Decision::Read => {
+                    observed.read = Some(Read {
+                        run: fresh.clone().map(Arc::new),
+                        workflow: workflow.clone(),
+                    });
+                }
+                last => {
+                    assert!(last.is_final(), "{last:?}");
+                    return seen;
+                }
+            }
+            assert!(seen.len() < 4, "no final decision after {seen:?}");
+        }
+    }
+
+    #[test]
+    fn a_reconcile_reaches_a_final_decision_in_at_most_four_steps() {
+        let active = workflow("active", None);
+        let found = || WorkflowRead::Found(Arc::new(active.clone()));
+        let new = pinned(run(Value::Null, false), &active);
+        let running = pinned(run(json!({"phase": "running"}), false), &active);
+        let upkeep = Decision::Upkeep(Upkeep::default());
+        let labels = Decision::Upkeep(Upkeep {
+            sync_labels: true,
+            ..Upkeep::default()
+        });
+        let rows = [
+            (
+                "a new run with a free slot: upkeep, slot, read, execute",
+                walk(&new, false, false, Some(new.clone()), found()),
+                vec![
+                    upkeep.clone(),
+                    Decision::AskSlot,
+                    Decision::Read,
+                    Decision::Act(Need::Execute),
+                ],
+            ),
+            (
+                "a new run of a full group: upkeep, slot, marked queued",
+                walk(&new, false, true, None, found()),
+                vec![upkeep, Decision::AskSlot, Decision::MarkQueued],
+            ),
+            (
+                "a run executing here: upkeep, nothing",
+                walk(&running, true, false, None, found()),
+                vec![
+                    Decision::Upkeep(Upkeep {
+                        sync_labels: true,
+                        release_slot: false,
+                        offer_approvals: true,
+                    }),
+                    Decision::Act(Need::Nothing),
+                ],
+            ),
+            (
+                "a running run deleted meanwhile: upkeep, read, left alone",
+                walk(&running, false, false, None, found()),
+                vec![labels, Decision::Read, Decision::LeaveAlone],
+            ),
+        ];
+        for (name, walked, expected) in rows {
+            assert_eq!(walked, expected, "{name}");
         }
     }
 
