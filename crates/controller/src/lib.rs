@@ -1,6 +1,7 @@
 //! Reconcilers (kube-runtime controllers). Each is split into pure decisions
 //! (unit-tested with fixtures) and a thin layer that applies them.
 
+pub mod backoff;
 pub mod leader;
 pub mod queue;
 pub mod run;

@@ -14,6 +14,7 @@ use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use super::backoff::{ReconcileBackoff, object_key};
 use super::queue::Queue;
 use super::run_cache::RunCache;
 use super::shard::Shards;
@@ -21,18 +22,18 @@ use flowline_core::admission::account_bound::{AccountBound, Take};
 use flowline_core::admission::{self, Admission};
 use flowline_core::crd::{
     ApprovalDecision, ConcurrencyPolicy, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow,
-    WorkflowSnapshot, WorkflowState,
+    WorkflowSnapshot,
 };
-use flowline_core::engine::waiting;
+use flowline_core::triage::{
+    Decision, LookAgain, Need, Observed, Read, Upkeep, WorkflowRead, look_again, triage,
+};
 use flowline_engine::runner::{self, Engine};
 use flowline_engine::status_writer::StatusWriter;
 use flowline_kube::lenient::Lenient;
 use flowline_kube::name_index::SharedNameIndex;
 use flowline_telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
-/// How often an unfinished run is reconciled without a watch event: the backstop that
-/// picks up a run no process is executing (say, one whose only watch event was lost).
-pub const RESYNC_UNFINISHED: Duration = Duration::from_secs(10);
+pub use flowline_core::triage::RESYNC_UNFINISHED;
 
 /// How long a run finished here counts as finished without the cache confirming it.
 const ENDED_MEMORY: Duration = Duration::from_secs(300);
@@ -41,75 +42,6 @@ const ENDED_MEMORY: Duration = Duration::from_secs(300);
 pub enum ReconcileError {
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
-}
-
-/// What a Run needs now. Decided from the Run, its Workflow and whether this
-/// process is already executing it; pure.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// Finished, or in hand: nothing to do.
-    Nothing,
-    /// Stop the execution in progress.
-    StopExecution,
-    /// Record the cancellation: nothing is executing.
-    MarkCancelled,
-    /// It cannot run; fail it with this error.
-    Fail(String),
-    /// Record the workflow version it will execute: a Run created (with kubectl, say)
-    /// without `spec.workflow`.
-    Pin,
-    /// Start (or resume) executing it.
-    Execute,
-}
-
-pub fn decide(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Decision {
-    let phase = run.status.as_ref().map(|s| s.phase).unwrap_or_default();
-    if phase.is_finished() {
-        return Decision::Nothing;
-    }
-    if run.spec.cancel {
-        return if executing {
-            Decision::StopExecution
-        } else {
-            Decision::MarkCancelled
-        };
-    }
-    if executing {
-        return Decision::Nothing;
-    }
-    let Some(wf) = workflow else {
-        return Decision::Fail(format!("workflow {} does not exist", run.spec.workflow_ref));
-    };
-    let never_started = !has_started(run);
-    if wf.spec.state == WorkflowState::Paused && never_started {
-        return Decision::Fail(format!(
-            "workflow {} is paused; runs cannot start",
-            wf.name_any()
-        ));
-    }
-    if run.spec.workflow.is_some() {
-        return Decision::Execute;
-    }
-    // Unpinned: a Run created without its workflow version, or one that started
-    // before runs were pinned (it recorded the generation it started with).
-    let started_with = run.status.as_ref().and_then(|s| s.workflow_generation);
-    if never_started || started_with == wf.metadata.generation {
-        return Decision::Pin;
-    }
-    Decision::Fail(format!(
-        "workflow {} changed (generation {} to {}) while this run was in flight; it \
-         started before runs recorded their workflow version and cannot resume safely",
-        wf.name_any(),
-        started_with.unwrap_or_default(),
-        wf.metadata.generation.unwrap_or_default()
-    ))
-}
-
-/// Whether any step of `run` has started.
-fn has_started(run: &Run) -> bool {
-    run.status
-        .as_ref()
-        .is_some_and(|s| s.steps.iter().any(|r| r.status != StepPhase::Pending))
 }
 
 /// Reconciles in flight at once. Unbounded, a start-up over 10,000 runs spawned one
@@ -135,6 +67,8 @@ pub struct Context {
     /// How many runs an account may execute here at once (shared by the contexts of
     /// every namespace of this process).
     account_bound: Arc<AccountBound>,
+    /// When each run whose reconcile failed is tried again.
+    backoff: ReconcileBackoff,
 }
 
 /// What admission gave a run that is ready to execute.
@@ -221,6 +155,7 @@ impl Context {
             queue: Queue::default(),
             shards: Arc::new(Shards::all()),
             account_bound: Arc::default(),
+            backoff: ReconcileBackoff::default(),
         })
     }
 
@@ -261,6 +196,7 @@ impl Context {
             queue: Queue::default(),
             shards,
             account_bound: self.account_bound.clone(),
+            backoff: ReconcileBackoff::default(),
         })
     }
 
@@ -490,28 +426,6 @@ pub fn stops_for(deleted: &Deleted, uid: &str, namespace: &str, workflow: &str) 
     }
 }
 
-/// A run's workflow as read from the API server.
-#[derive(Debug)]
-pub enum WorkflowRead {
-    Missing,
-    Found(Arc<Workflow>),
-    /// It exists but cannot be decoded: the reason.
-    Undecodable(String),
-}
-
-/// [`decide`] for a workflow read: one that cannot be decoded counts as missing, with
-/// its reason (decoding is deterministic, so this version of it can never run). Pure.
-pub fn decide_read(run: &Run, workflow: &WorkflowRead, executing: bool) -> Decision {
-    match workflow {
-        WorkflowRead::Found(wf) => decide(run, Some(wf), executing),
-        WorkflowRead::Missing => decide(run, None, executing),
-        WorkflowRead::Undecodable(reason) => match decide(run, None, executing) {
-            Decision::Fail(_) => Decision::Fail(reason.clone()),
-            other => other,
-        },
-    }
-}
-
 /// The run `name` as the API server has it now: None when it is gone or cannot be
 /// decoded (the watchers report that).
 async fn read_run(
@@ -542,189 +456,196 @@ async fn read_workflow(
     })
 }
 
-/// When to look at a parked run again (`wake`: its earliest wake time), at the latest
-/// after [`RESYNC_UNFINISHED`]. Looking costs no request: [`waiting::still_parked`]
-/// decides from the cached Run.
-fn requeue_parked(wake: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Action {
-    let until = wake.map_or(RESYNC_UNFINISHED, |t| {
-        Duration::from_millis((t.as_millisecond() - now.as_millisecond()).max(0) as u64)
-    });
-    // A few milliseconds late rather than early: the wake time is then due.
-    Action::requeue(until.min(RESYNC_UNFINISHED) + Duration::from_millis(5))
-}
-
-/// When to look at a run again without a watch event.
-fn requeue_for(run: &Run) -> Action {
-    if run.phase().is_finished() {
-        Action::await_change()
-    } else {
-        Action::requeue(RESYNC_UNFINISHED)
-    }
-}
-
+/// Applies what [`triage`] decides, step by step, until it reaches a final decision.
+/// Every failure is returned: the controller looks at the run again after a backoff
+/// ([`error_policy`]).
 async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    // An undecodable run is reported by the watchers and left alone until it changes.
-    let Some(run) = object.decoded() else {
-        return Ok(Action::await_change());
-    };
-    // Another replica's shard: left alone, and looked at again if this process ever
-    // gains that shard (every run is then reconciled).
-    if !ctx.shards.owns(run) {
-        return Ok(Action::await_change());
-    }
-    let next = requeue_for(run);
-    // A run waiting for a slot is relabelled `queued` only while it stays waiting (below):
-    // one about to start would pay that write on its way out of the queue, just before
-    // its label changes again.
-    let awaiting_slot = run.status.is_none() || run.phase() == RunPhase::Queued;
-    if !awaiting_slot {
-        super::run_labels::sync(&ctx.client, run).await?;
-    }
-    let namespace = run.namespace().unwrap_or_default();
-    let uid = run.uid().unwrap_or_default();
-    if run.phase().is_finished() {
-        // Its slot is free (the cache shows it finished): the next queued runs may start.
-        ctx.ended_lock().remove(&uid);
-        ctx.hand_over(run);
-    }
-    let token = ctx.token(&uid);
-    if token.is_some() {
-        ctx.offer_approvals(&uid, run);
-    }
-    // A run that has to wait, judged from the cache alone: a queued run whose group is
-    // still full costs no request (the periodic resync of every queued run); a new run
-    // of a full group is recorded `queued` without reading the workflow or the run again
-    // (1 request instead of 3, which matters when many runs arrive at once). That write
-    // is conditional on the cached version, so a stale cache costs a conflict and a
-    // fresh look, never a wrong status; the paused check comes when its turn does.
-    if token.is_none() && !run.spec.cancel && awaiting_slot && ctx.still_queued(run) {
-        if run.status.is_none() {
-            mark_queued(&ctx, run).await;
-        } else {
-            super::run_labels::sync(&ctx.client, run).await?;
-        }
-        return Ok(next);
-    }
-    // A parked run (its steps wait for a time or a decision) with nothing due: no
-    // request, no write; looked at again when its earliest step is due (a decision or a
-    // cancel comes as a watch event).
-    let now = flowline_core::clock::now_ms();
-    if token.is_none()
-        && let Some(wake) = waiting::still_parked(run, now)
-    {
-        return Ok(requeue_parked(wake, now));
-    }
-    // decide() needs the workflow only for a run that is neither finished nor
-    // executing here, and such a run always gets a decision that writes (execute, pin,
-    // mark cancelled, fail). The watch cache may still show a status this process has
-    // since replaced (a run that just finished here looks "running, not executing"), so
-    // that decision is taken on a fresh read of the run, made alongside the workflow's:
-    // one round trip before a run starts, not two.
-    let (run, workflow, decision) = if run.phase().is_finished() || token.is_some() {
-        let decision = decide(run, None, token.is_some());
-        (run.clone(), WorkflowRead::Missing, decision)
-    } else {
-        let name = run.name_any();
-        let (workflow, fresh) = tokio::try_join!(
-            read_workflow(&ctx, &namespace, &run.spec.workflow_ref),
-            read_run(&ctx, &namespace, &name),
-        )?;
-        let Some(fresh) = fresh else {
-            // Gone, or changed into something undecodable (reported by the watchers).
+    let cached = object.decoded();
+    let uid = cached.and_then(|run| run.uid()).unwrap_or_default();
+    let mut observed = Observed::first_look(
+        cached.map(|run| &**run),
+        cached.is_some_and(|run| ctx.shards.owns(run)),
+        ctx.token(&uid).is_some(),
+        flowline_core::clock::now_ms(),
+    );
+    loop {
+        let decision = triage(&observed);
+        tracing::trace!(run = %object.name_any(), ?decision, "run triaged");
+        let Some(run) = cached else {
+            // Undecodable: left alone (the watchers report it).
             return Ok(Action::await_change());
         };
-        let decision = decide_read(&fresh, &workflow, ctx.token(&uid).is_some());
-        if decision == Decision::Execute
-            && let Some(wake) = waiting::still_parked(&fresh, now)
-        {
-            return Ok(requeue_parked(wake, now));
+        let then = decision
+            .is_final()
+            .then(|| action(look_again(&decision, run)));
+        match decision {
+            Decision::Upkeep(upkeep) => {
+                keep_up(&ctx, run, &uid, upkeep).await?;
+                observed.kept_up = true;
+            }
+            Decision::AskSlot => observed.waits_for_slot = Some(ctx.still_queued(run)),
+            Decision::Read => observed.read = Some(read(&ctx, run).await?),
+            Decision::MarkQueued => mark_queued(&ctx, run).await,
+            Decision::SyncQueuedLabels => super::run_labels::sync(&ctx.client, run).await?,
+            Decision::Act(need) => {
+                // The run as last read: fresh when it was read.
+                let (current, workflow) = match &observed.read {
+                    Some(read) => (
+                        read.run.clone().unwrap_or_else(|| run.clone()),
+                        read.workflow.found().cloned(),
+                    ),
+                    None => (run.clone(), None),
+                };
+                act(&ctx, current, workflow.as_deref(), &uid, need).await?;
+            }
+            Decision::LeaveAlone | Decision::LookAgainAfter(_) => {}
         }
-        (fresh, workflow, decision)
-    };
-    let workflow = match workflow {
-        WorkflowRead::Found(wf) => Some(wf),
-        _ => None,
-    };
-    match decision {
-        Decision::Nothing => {}
-        Decision::StopExecution => {
-            if let Some(t) = token {
+        if let Some(then) = then {
+            return Ok(then);
+        }
+        // What changed while that step awaited: an execution that ended.
+        observed.executing = ctx.token(&uid).is_some();
+        observed.now = flowline_core::clock::now_ms();
+    }
+}
+
+/// The controller's action for `look_again`.
+fn action(look_again: LookAgain) -> Action {
+    match look_again {
+        LookAgain::WhenChanged => Action::await_change(),
+        LookAgain::After(wait) => Action::requeue(wait),
+    }
+}
+
+/// Brings in line what follows from the cached `run` ([`Upkeep`]).
+async fn keep_up(
+    ctx: &Arc<Context>,
+    run: &Run,
+    uid: &str,
+    upkeep: Upkeep,
+) -> Result<(), ReconcileError> {
+    if upkeep.sync_labels {
+        super::run_labels::sync(&ctx.client, run).await?;
+    }
+    if upkeep.release_slot {
+        ctx.ended_lock().remove(uid);
+        ctx.hand_over(run);
+    }
+    if upkeep.offer_approvals {
+        ctx.offer_approvals(uid, run);
+    }
+    Ok(())
+}
+
+/// The run and its workflow as the API server has them, read together: one round
+/// trip before a run starts, not two.
+async fn read(ctx: &Context, run: &Run) -> Result<Read, ReconcileError> {
+    let (namespace, name) = (run.namespace().unwrap_or_default(), run.name_any());
+    let (workflow, fresh) = tokio::try_join!(
+        read_workflow(ctx, &namespace, &run.spec.workflow_ref),
+        read_run(ctx, &namespace, &name),
+    )?;
+    Ok(Read {
+        run: fresh,
+        workflow,
+    })
+}
+
+/// Does what `run` needs (its `workflow` as read, if it was).
+async fn act(
+    ctx: &Arc<Context>,
+    run: Arc<Run>,
+    workflow: Option<&Workflow>,
+    uid: &str,
+    need: Need,
+) -> Result<(), ReconcileError> {
+    match need {
+        Need::Nothing => {}
+        Need::StopExecution => {
+            if let Some(t) = ctx.token(uid) {
                 t.cancel();
             }
         }
-        Decision::MarkCancelled => {
-            end_without_executing(&ctx, &run, workflow.as_deref(), RunPhase::Cancelled, None).await;
+        Need::MarkCancelled => {
+            end_without_executing(ctx, &run, workflow, RunPhase::Cancelled, None).await;
         }
-        Decision::Fail(error) => {
+        Need::Fail(error) => {
             tracing::info!(run = %run.name_any(), %error, "run cannot execute");
-            end_without_executing(
-                &ctx,
-                &run,
-                workflow.as_deref(),
-                RunPhase::Failed,
-                Some(error),
-            )
-            .await;
+            end_without_executing(ctx, &run, workflow, RunPhase::Failed, Some(error)).await;
         }
-        Decision::Pin => {
+        Need::Pin => {
             if let Some(wf) = workflow {
-                pin(&ctx.client, &run, &wf).await?;
+                pin(&ctx.client, &run, wf).await?;
             }
             // Its own watch event brings the pinned run back here to execute.
         }
-        Decision::Execute => match ctx.admit(&run, &uid) {
-            Admitted::Start {
-                registration,
-                cancel,
-                approvals,
-                cancel_others,
-            } => {
-                for name in cancel_others {
-                    request_cancel(&ctx.client, &namespace, &name).await?;
-                }
-                let engine = ctx.engine.clone();
-                let ctx = ctx.clone();
-                tokio::spawn(async move {
-                    let landed =
-                        runner::execute(engine.clone(), (*run).clone(), cancel, approvals).await;
-                    if landed.as_ref().is_some_and(|s| !s.phase.is_finished()) {
-                        // Parked: it keeps its slot (it is `running`), holds no task, and
-                        // is looked at again at once (a decision may have arrived while it
-                        // executed), then when a step is due.
-                        drop(registration);
-                        ctx.queue.wake(&run);
-                        return;
-                    }
-                    if landed.is_some() {
-                        ctx.note_ended(&uid);
-                    }
-                    drop(registration);
-                    // Hand its slot on now, not when the cache shows it finished: the
-                    // next queued run starts one watch round trip sooner.
-                    ctx.hand_over(&run);
-                    if let Some(status) = landed {
-                        runner::report(&engine, &run, &status).await;
-                    }
-                });
-            }
-            Admitted::Queue {
-                cancel_others,
-                mark,
-            } => {
-                for name in cancel_others {
-                    request_cancel(&ctx.client, &namespace, &name).await?;
-                }
-                if mark {
-                    mark_queued(&ctx, &run).await;
-                }
-            }
-            Admitted::End(phase, error) => {
-                tracing::info!(run = %run.name_any(), %error, "run not admitted");
-                end_without_executing(&ctx, &run, workflow.as_deref(), phase, Some(error)).await;
-            }
-        },
+        Need::Execute => execute_admitted(ctx, run, workflow, uid).await?,
     }
-    Ok(next)
+    Ok(())
+}
+
+/// Executes `run` as concurrency control admits it: now (in a task of its own), after
+/// it waits for a slot, or not at all.
+async fn execute_admitted(
+    ctx: &Arc<Context>,
+    run: Arc<Run>,
+    workflow: Option<&Workflow>,
+    uid: &str,
+) -> Result<(), ReconcileError> {
+    let namespace = run.namespace().unwrap_or_default();
+    match ctx.admit(&run, uid) {
+        Admitted::Start {
+            registration,
+            cancel,
+            approvals,
+            cancel_others,
+        } => {
+            for name in cancel_others {
+                request_cancel(&ctx.client, &namespace, &name).await?;
+            }
+            let engine = ctx.engine.clone();
+            let ctx = ctx.clone();
+            let uid = uid.to_string();
+            tokio::spawn(async move {
+                let landed =
+                    runner::execute(engine.clone(), (*run).clone(), cancel, approvals).await;
+                if landed.as_ref().is_some_and(|s| !s.phase.is_finished()) {
+                    // Parked: it keeps its slot (it is `running`), holds no task, and
+                    // is looked at again at once (a decision may have arrived while it
+                    // executed), then when a step is due.
+                    drop(registration);
+                    ctx.queue.wake(&run);
+                    return;
+                }
+                if landed.is_some() {
+                    ctx.note_ended(&uid);
+                }
+                drop(registration);
+                // Hand its slot on now, not when the cache shows it finished: the
+                // next queued run starts one watch round trip sooner.
+                ctx.hand_over(&run);
+                if let Some(status) = landed {
+                    runner::report(&engine, &run, &status).await;
+                }
+            });
+        }
+        Admitted::Queue {
+            cancel_others,
+            mark,
+        } => {
+            for name in cancel_others {
+                request_cancel(&ctx.client, &namespace, &name).await?;
+            }
+            if mark {
+                mark_queued(ctx, &run).await;
+            }
+        }
+        Admitted::End(phase, error) => {
+            tracing::info!(run = %run.name_any(), %error, "run not admitted");
+            end_without_executing(ctx, &run, workflow, phase, Some(error)).await;
+        }
+    }
+    Ok(())
 }
 
 /// Records the workflow version a Run created without one executes. The write is
@@ -833,14 +754,18 @@ async fn write_once(api: Api<Run>, run: &Run, mut status: RunStatus) {
         .await;
 }
 
-fn error_policy(_run: Arc<Lenient<Run>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+/// A failed reconcile is tried again after the run's own backoff ([`ReconcileBackoff`]),
+/// which a successful one resets.
+fn error_policy(run: Arc<Lenient<Run>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.engine
         .telemetry
         .reconcile_errors
         .get_or_create(&ControllerLabel { controller: "run" })
         .inc();
-    tracing::warn!(error = %err, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    let key = object_key(run.namespace().as_deref(), &run.name_any());
+    let retry_in = ctx.backoff.failed(&key, Instant::now());
+    tracing::warn!(run = %key, error = %err, ?retry_in, "run reconcile failed; retrying");
+    Action::requeue(retry_in)
 }
 
 /// The deletions of `K` objects in the controller's scope, as [`Deleted`], from a
@@ -982,11 +907,14 @@ async fn control_loop(
         .reconcile_all_on(ctx.shards.gains())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(
-            |run, ctx| {
-                ctx.engine
-                    .telemetry
-                    .reconcile_timer("run")
-                    .time(reconcile(run, ctx.clone()))
+            |run, ctx| async move {
+                let key = object_key(run.namespace().as_deref(), &run.name_any());
+                let timer = ctx.engine.telemetry.reconcile_timer("run");
+                let result = timer.time(reconcile(run, ctx.clone())).await;
+                if result.is_ok() {
+                    ctx.backoff.succeeded(&key);
+                }
+                result
             },
             error_policy,
             ctx,
@@ -1013,12 +941,6 @@ mod tests {
             "status": status,
         }))
         .unwrap()
-    }
-
-    /// `r` pinned to `wf`'s version, as the API creates runs.
-    fn pinned(mut r: Run, wf: &Workflow) -> Run {
-        r.spec.workflow = Some(WorkflowSnapshot::of(wf));
-        r
     }
 
     fn workflow(state: &str, executor: Option<&str>) -> Workflow {
@@ -1099,98 +1021,6 @@ mod tests {
     }
 
     #[test]
-    fn finished_runs_need_nothing() {
-        let r = run(json!({"phase": "succeeded"}), true);
-        assert_eq!(decide(&r, None, false), Decision::Nothing);
-    }
-
-    #[test]
-    fn cancel_stops_or_marks() {
-        let r = run(json!(null), true);
-        assert_eq!(
-            decide(&r, Some(&workflow("active", None)), true),
-            Decision::StopExecution
-        );
-        assert_eq!(
-            decide(&r, Some(&workflow("active", None)), false),
-            Decision::MarkCancelled
-        );
-    }
-
-    #[test]
-    fn runs_that_cannot_start_fail_with_a_clear_error() {
-        let r = run(json!(null), false);
-        assert_eq!(
-            decide(&r, None, false),
-            Decision::Fail("workflow wf does not exist".into())
-        );
-        assert_eq!(
-            decide(&r, Some(&workflow("paused", None)), false),
-            Decision::Fail("workflow wf is paused; runs cannot start".into())
-        );
-    }
-
-    #[test]
-    fn both_executors_execute() {
-        let job = workflow("active", Some("job"));
-        let r = pinned(run(json!(null), false), &job);
-        assert_eq!(decide(&r, Some(&job), false), Decision::Execute);
-        let inline = workflow("active", None);
-        let r = pinned(run(json!(null), false), &inline);
-        assert_eq!(decide(&r, Some(&inline), false), Decision::Execute);
-    }
-
-    #[test]
-    fn unpinned_runs_are_pinned_before_they_execute() {
-        let wf = workflow("active", None);
-        // Created with kubectl, nothing executed yet: pin to the current version.
-        assert_eq!(
-            decide(&run(json!(null), false), Some(&wf), false),
-            Decision::Pin
-        );
-        // Started before runs were pinned, under the version that is still current.
-        let started = json!({"phase": "running", "workflowGeneration": 4,
-            "steps": [{"stepId": "a", "name": "a", "status": "running", "attempts": 1}]});
-        assert_eq!(
-            decide(&run(started.clone(), false), Some(&wf), false),
-            Decision::Pin
-        );
-        // ... under a version since edited: its steps are gone, it cannot resume.
-        let mut edited = wf.clone();
-        edited.metadata.generation = Some(5);
-        match decide(&run(started, false), Some(&edited), false) {
-            Decision::Fail(e) => assert!(e.contains("generation 4 to 5"), "{e}"),
-            other => panic!("expected Fail, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_pinned_run_executes_its_own_version_whatever_the_workflow_is_now() {
-        let wf = workflow("active", None);
-        let r = pinned(
-            run(
-                json!({"phase": "running", "workflowGeneration": 4,
-            "steps": [{"stepId": "a", "name": "a", "status": "running", "attempts": 1}]}),
-                false,
-            ),
-            &wf,
-        );
-        let mut edited = wf.clone();
-        edited.metadata.generation = Some(9);
-        edited.spec.steps.clear();
-        assert_eq!(decide(&r, Some(&edited), false), Decision::Execute);
-        // Pausing stops only runs that have not started.
-        let mut paused = edited.clone();
-        paused.spec.state = WorkflowState::Paused;
-        assert_eq!(decide(&r, Some(&paused), false), Decision::Execute);
-        let fresh = pinned(run(json!(null), false), &wf);
-        assert!(matches!(
-            decide(&fresh, Some(&paused), false),
-            Decision::Fail(_)
-        ));
-    }
-
-    #[test]
     fn deletions_stop_the_runs_they_own() {
         let run_gone = Deleted::Run { uid: "u1".into() };
         assert!(stops_for(&run_gone, "u1", "n", "wf"));
@@ -1205,37 +1035,5 @@ mod tests {
             "same name, other namespace"
         );
         assert!(!stops_for(&wf_gone, "u1", "n", "wf2"));
-    }
-
-    #[test]
-    fn an_undecodable_workflow_fails_its_runs_with_the_reason() {
-        let why = WorkflowRead::Undecodable("workflow wf cannot be decoded: too deep".into());
-        assert_eq!(
-            decide_read(&run(json!(null), false), &why, false),
-            Decision::Fail("workflow wf cannot be decoded: too deep".into())
-        );
-        // Cancelling and finished runs are decided as before.
-        assert_eq!(
-            decide_read(&run(json!(null), true), &why, false),
-            Decision::MarkCancelled
-        );
-        assert_eq!(
-            decide_read(&run(json!({"phase": "failed"}), false), &why, false),
-            Decision::Nothing
-        );
-        let wf = workflow("active", None);
-        let found = WorkflowRead::Found(Arc::new(wf.clone()));
-        assert_eq!(
-            decide_read(&pinned(run(json!(null), false), &wf), &found, false),
-            Decision::Execute
-        );
-    }
-
-    #[test]
-    fn runnable_runs_execute_once() {
-        let draft = workflow("draft", None);
-        let r = pinned(run(json!(null), false), &draft);
-        assert_eq!(decide(&r, Some(&draft), false), Decision::Execute);
-        assert_eq!(decide(&r, Some(&draft), true), Decision::Nothing);
     }
 }

@@ -404,15 +404,23 @@ async fn reconcile(
     })
 }
 
-fn error_policy(_wf: Arc<Lenient<Workflow>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+/// A failed reconcile is tried again after the workflow's own backoff
+/// ([`super::backoff`]). Its successes are not seen here: its series ends once it has
+/// not failed for a while, as after a success.
+fn error_policy(wf: Arc<Lenient<Workflow>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    // Shared by the controllers of every namespace: keys name the namespace.
+    static BACKOFF: std::sync::LazyLock<super::backoff::ReconcileBackoff> =
+        std::sync::LazyLock::new(Default::default);
     ctx.telemetry
         .reconcile_errors
         .get_or_create(&ControllerLabel {
             controller: "workflow",
         })
         .inc();
-    tracing::warn!(error = %err, "workflow reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    let key = super::backoff::object_key(wf.namespace().as_deref(), &wf.name_any());
+    let retry_in = BACKOFF.failed(&key, std::time::Instant::now());
+    tracing::warn!(workflow = %key, error = %err, ?retry_in, "workflow reconcile failed; retrying");
+    Action::requeue(retry_in)
 }
 
 /// The controller until `shutdown`, reading the runs of its namespace from `runs` (the

@@ -1,7 +1,7 @@
 //! Flowline's core: the custom resources (`crd`), limits, ids, the clock, and every
 //! pure decision the controllers and the API make (`engine`, `delivery`, `admission`,
-//! `leader`, `cron`). No Kubernetes client, no async runtime, no HTTP: what is here can
-//! be tested alone, and the crates above can only point down to it.
+//! `leader`, `cron`, `triage`). No Kubernetes client, no async runtime, no HTTP: what
+//! is here can be tested alone, and the crates above can only point down to it.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -14,3 +14,4 @@ pub mod ids;
 pub mod leader;
 pub mod limits;
 pub mod reference;
+pub mod triage;

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::secrets::{ROTATED_ANNOTATION, SecretCache};
 use super::sender::{Attempted, Outgoing, SendError, Sender};
 use flowline_core::crd::{DeliveryAttempt, Run, Webhook, WebhookStatus, Workflow};
+use flowline_core::delivery::after_attempt::{self, Decision};
 use flowline_core::delivery::lane::Lane;
 use flowline_core::delivery::ledger::{Ledger, SETTLE};
 use flowline_core::delivery::outbox::{self, Event};
@@ -557,42 +558,41 @@ impl Worker {
         s.last_delivery_at = Some(now);
         s.last_status_code = status_code;
         state.dirty = true;
-        if outcome == "delivered" {
+        let decision = after_attempt::decide(
+            &after_attempt::Attempt {
+                status_code,
+                retry_after,
+                number: job.attempt,
+                redelivery: job.redelivery,
+                failing_since: s.failing_since,
+                now,
+                jitter: rand::random(),
+            },
+            &self.settings.schedule,
+        );
+        if decision.is_failure() {
+            s.consecutive_failures += 1;
+            s.failing_since.get_or_insert(now);
+        } else {
             s.consecutive_failures = 0;
             s.failing_since = None;
-            if !job.redelivery {
-                state.ledger.settle(&job.event.id);
-            }
-        } else {
-            s.consecutive_failures += 1;
-            let since = *s.failing_since.get_or_insert(now);
-            if status_code.is_some_and(schedule::disables_endpoint) {
-                disable(state, "the endpoint answered 410 Gone");
-            } else if schedule::should_disable_after_failures(since, now) {
-                disable(state, "every delivery failed for 5 days");
-            } else if !job.redelivery {
-                let next = job.attempt + 1;
-                let jitter: f64 = rand::random();
-                match self
-                    .settings
-                    .schedule
-                    .delay_before(next, retry_after, jitter)
-                {
-                    Some(wait) => {
-                        let at = now + jiff::SignedDuration::try_from(wait).unwrap_or_default();
-                        state.ledger.failed(&job.event.id, at);
-                        let retry = Job {
-                            attempt: next,
-                            ..job
-                        };
-                        self.schedule(&key, wait, retry);
-                    }
-                    None => {
-                        tracing::warn!(webhook = %key, event = %job.event.id, attempts = job.attempt, "retries exhausted; the delivery series failed");
-                        state.ledger.settle(&job.event.id);
-                    }
+        }
+        match decision {
+            Decision::Delivered { settle } => {
+                if settle {
+                    state.ledger.settle(&job.event.id);
                 }
             }
+            Decision::Disable(reason) => disable(state, reason),
+            Decision::Retry { attempt, wait, at } => {
+                state.ledger.failed(&job.event.id, at);
+                self.schedule(&key, wait, Job { attempt, ..job });
+            }
+            Decision::GiveUp => {
+                tracing::warn!(webhook = %key, event = %job.event.id, attempts = job.attempt, "retries exhausted; the delivery series failed");
+                state.ledger.settle(&job.event.id);
+            }
+            Decision::Recorded => {}
         }
     }
 

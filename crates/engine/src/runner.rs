@@ -25,7 +25,8 @@ use flowline_core::crd::{
     MAX_PARALLELISM, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, WorkflowSnapshot,
 };
 use flowline_core::engine::expr;
-use flowline_core::engine::graph::{self, Graph, Outcome, State};
+use flowline_core::engine::graph::{self, Graph, State};
+use flowline_core::engine::lifecycle::{self, Event, Outcome, transition};
 use flowline_core::engine::output;
 use flowline_core::engine::redact::Redactor;
 use flowline_core::engine::retry;
@@ -123,15 +124,6 @@ fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, visible: &[bool
     })
 }
 
-#[derive(Debug)]
-enum StepOutcome {
-    Done,
-    /// A `wait` or `approval` step that waits: it holds no task.
-    Parked,
-    Failed(String),
-    Cancelled,
-}
-
 /// What the step tasks of one run share.
 #[derive(Clone)]
 struct Shared {
@@ -145,24 +137,15 @@ struct Shared {
 }
 
 /// What a step task tells the run's task, which alone owns the status (and so needs
-/// no lock around it).
+/// no lock around it). A message, not a state: progress, then the step's
+/// [`Outcome`] at its end.
 enum Report {
     /// The step's record changed.
     Record(usize, StepRecord),
     /// Secret values the step read: redacted from every output recorded after it.
     Secrets(Vec<String>),
     /// The step ended, with its final record.
-    Ended(usize, StepRecord, StepOutcome),
-}
-
-/// How the steps of a run ended.
-enum Ending {
-    Succeeded,
-    Failed(String),
-    /// A cancel or the run timeout.
-    Stopped,
-    /// Every step that can make progress waits (`wait`, `approval`): the run is parked.
-    Parked,
+    Ended(usize, StepRecord, Outcome),
 }
 
 /// Executes the remaining steps of `run` as its pinned workflow version
@@ -278,16 +261,20 @@ async fn execute_steps(
         wf: Arc::new(wf),
         namespace,
     };
-    let ending = match Graph::of(&shared.wf.steps) {
+    let outcome = match Graph::of(&shared.wf.steps) {
         Ok(graph) => schedule(&shared, &graph, &mut status, &writer, &stop, &mut approvals).await,
         // Needs that name unknown steps or form a cycle (a Run written with kubectl):
         // no step can be ordered, none runs.
-        Err(error) => Ending::Failed(error),
+        Err(error) => Outcome::Failed(error),
     };
     let (run, wf) = (&*shared.run, &*shared.wf);
     // Ends the deadline task of a run that finished in time.
     stop.cancel();
-    if let Ending::Parked = ending {
+    let timed_out_after = timed_out
+        .is_cancelled()
+        .then(|| wf.timeout_ms.unwrap_or_default());
+    let Some(end) = lifecycle::run_end(&outcome, timed_out_after) else {
+        // Every step that can make progress waits (`wait`, `approval`): parked.
         status.parked = true;
         output::enforce_run_budget(&mut status.steps);
         if !writer.finish(&status).await {
@@ -296,27 +283,8 @@ async fn execute_steps(
         }
         tracing::info!(run = %run.name_any(), "run parked: its steps wait for a time or a decision");
         return Some(status);
-    }
-    match ending {
-        // Stopped by its timeout, not by a user: the run failed.
-        Ending::Stopped if timed_out.is_cancelled() => finish(
-            &mut status,
-            RunPhase::Failed,
-            Some(flowline_core::engine::deadline::timed_out_error(
-                wf.timeout_ms.unwrap_or_default(),
-            )),
-            StepPhase::Cancelled,
-        ),
-        Ending::Stopped => finish(&mut status, RunPhase::Cancelled, None, StepPhase::Cancelled),
-        Ending::Failed(error) => finish(
-            &mut status,
-            RunPhase::Failed,
-            Some(error),
-            StepPhase::Pending,
-        ),
-        Ending::Succeeded => finish(&mut status, RunPhase::Succeeded, None, StepPhase::Pending),
-        Ending::Parked => unreachable!("handled above"),
-    }
+    };
+    finish(&mut status, end.phase, end.error, end.unfinished_steps);
     if let Some(kind) = flowline_core::engine::events::final_kind(status.phase) {
         flowline_core::engine::events::record(&mut status, kind, run, &wf.name);
     }
@@ -330,6 +298,7 @@ async fn execute_steps(
 /// Runs the steps as [`graph::decide`] says: each step in a task of its own that
 /// reports its record back, at most `parallelism` at once (one at a time in a chain).
 /// The first failure cancels the running steps and starts nothing new; so does `stop`.
+/// Returns how the steps ended ([`lifecycle::of_run`]).
 async fn schedule(
     shared: &Shared,
     graph: &Graph,
@@ -337,7 +306,7 @@ async fn schedule(
     writer: &StatusWriter,
     stop: &CancellationToken,
     approvals: &mut watch::Receiver<Vec<ApprovalDecision>>,
-) -> Ending {
+) -> Outcome {
     let mut shared = shared.clone();
     let steps = &shared.wf.steps.clone();
     let mut approvals_open = true;
@@ -374,7 +343,7 @@ async fn schedule(
             branches.cancel();
         }
         for index in decision.start {
-            states[index] = State::Running;
+            states[index] = transition(states[index], &Event::Started);
             let ctx = context(&shared.run, &shared.wf, status, &graph.ancestors(index));
             let task = step_task(
                 shared.clone(),
@@ -389,21 +358,8 @@ async fn schedule(
             let handle = tasks.spawn(task.instrument(tracing::Span::current()));
             task_steps.insert(handle.id(), index);
         }
-        match decision.outcome {
-            None => {}
-            Some(Outcome::Succeeded) => return Ending::Succeeded,
-            Some(Outcome::Stopped) => return Ending::Stopped,
-            Some(Outcome::Parked) => return Ending::Parked,
-            Some(Outcome::Failed) => {
-                return Ending::Failed(failure.unwrap_or_else(|| "a step failed".into()));
-            }
-            Some(Outcome::Stuck(waiting)) => {
-                let ids: Vec<&str> = waiting.iter().map(|&i| steps[i].id.as_str()).collect();
-                return Ending::Failed(format!(
-                    "steps {} can never start: what they need did not succeed",
-                    ids.join(", ")
-                ));
-            }
+        if let Some(verdict) = decision.outcome {
+            return lifecycle::of_run(verdict, failure, |i| steps[i].id.as_str());
         }
         let next_wake = earliest_wake(&states, status);
         tokio::select! {
@@ -416,15 +372,10 @@ async fn schedule(
                     }
                     Report::Ended(index, record, outcome) => {
                         status.steps[index] = record;
-                        states[index] = match outcome {
-                            StepOutcome::Done => State::Done,
-                            StepOutcome::Failed(error) => {
-                                failure.get_or_insert(error);
-                                State::Failed
-                            }
-                            StepOutcome::Cancelled => State::Cancelled,
-                            StepOutcome::Parked => State::Parked,
-                        };
+                        states[index] = transition(states[index], &Event::Ended(&outcome));
+                        if let Outcome::Failed(error) = outcome {
+                            failure.get_or_insert(error);
+                        }
                     }
                 }
                 output::enforce_run_budget(&mut status.steps);
@@ -442,7 +393,7 @@ async fn schedule(
                     record.status = StepPhase::Failed;
                     record.finished_at = Some(now_ms());
                     failure.get_or_insert(error);
-                    states[index] = State::Failed;
+                    states[index] = transition(states[index], &Event::TaskLost);
                     writer.update(status);
                 }
             }
@@ -455,10 +406,8 @@ async fn schedule(
                 }
                 let latest = approvals.borrow_and_update().clone();
                 for (i, state) in states.iter_mut().enumerate() {
-                    if *state == State::Parked
-                        && flowline_core::engine::waiting::decision_for(&latest, &steps[i].id).is_some()
-                    {
-                        *state = State::Waiting;
+                    if flowline_core::engine::waiting::decision_for(&latest, &steps[i].id).is_some() {
+                        *state = transition(*state, &Event::Due);
                     }
                 }
                 shared.approvals = Arc::new(latest);
@@ -467,10 +416,8 @@ async fn schedule(
             _ = sleep_until(next_wake), if next_wake.is_some() => {
                 let now = now_ms();
                 for (i, state) in states.iter_mut().enumerate() {
-                    if *state == State::Parked
-                        && status.steps[i].wake_at.is_some_and(|t| t <= now)
-                    {
-                        *state = State::Waiting;
+                    if status.steps[i].wake_at.is_some_and(|t| t <= now) {
+                        *state = transition(*state, &Event::Due);
                     }
                 }
             }
@@ -569,13 +516,13 @@ async fn stop_at_deadline(left: Duration, stop: CancellationToken, timed_out: Ca
 
 /// Marks `record` failed with `reason` (which holds no secret value: already redacted,
 /// or none read) and returns the run's error naming the step.
-fn fail_record(record: &mut StepRecord, step: &Step, reason: String) -> StepOutcome {
+fn fail_record(record: &mut StepRecord, step: &Step, reason: String) -> Outcome {
     let at = now_ms();
     record.status = StepPhase::Failed;
     record.finished_at = Some(at);
     record.duration_ms = record.started_at.map(|s| millis_between(s, at));
     record.error = Some(reason.clone());
-    StepOutcome::Failed(format!(
+    Outcome::Failed(format!(
         "step {} ({}) failed: {reason}",
         step.id,
         step.action.as_str()
@@ -583,13 +530,13 @@ fn fail_record(record: &mut StepRecord, step: &Step, reason: String) -> StepOutc
 }
 
 /// Marks `record` cancelled (by a cancel, the run timeout or a failure elsewhere).
-fn cancel_record(record: &mut StepRecord) -> StepOutcome {
+fn cancel_record(record: &mut StepRecord) -> Outcome {
     record.status = StepPhase::Cancelled;
     record.next_attempt_at = None;
     if record.started_at.is_some() {
         record.finished_at = Some(now_ms());
     }
-    StepOutcome::Cancelled
+    Outcome::Cancelled
 }
 
 async fn run_step(
@@ -600,7 +547,7 @@ async fn run_step(
     mut redactor: Redactor,
     tx: &mpsc::UnboundedSender<Report>,
     cancel: &CancellationToken,
-) -> StepOutcome {
+) -> Outcome {
     let step = &shared.wf.steps[index];
     let update = |record: &StepRecord| {
         let _ = tx.send(Report::Record(index, record.clone()));
@@ -640,7 +587,7 @@ async fn run_step(
             Ok(true) => {}
             Ok(false) => {
                 record.status = StepPhase::Skipped;
-                return StepOutcome::Done;
+                return Outcome::Done;
             }
             Err(e) => {
                 let reason = format!("`when` could not be evaluated: {e}");
@@ -665,10 +612,11 @@ async fn run_step(
     match result {
         Ok(out) => {
             succeed(record, out);
-            StepOutcome::Done
+            Outcome::Done
         }
-        Err(Stop::Failed(reason)) => fail_record(record, step, reason),
-        Err(Stop::Cancelled) => cancel_record(record),
+        Err(Outcome::Failed(reason)) => fail_record(record, step, reason),
+        // Attempts end cancelled, never done without an output nor parked.
+        Err(Outcome::Cancelled | Outcome::Done | Outcome::Parked) => cancel_record(record),
     }
 }
 
@@ -681,7 +629,7 @@ fn start_waiting(
     record: &mut StepRecord,
     ctx: &Value,
     redactor: &Redactor,
-) -> StepOutcome {
+) -> Outcome {
     if step.for_each.is_some() {
         let reason = format!("forEach is not supported on {} steps", step.action.as_str());
         return fail_record(record, step, reason);
@@ -720,26 +668,19 @@ fn succeed(record: &mut StepRecord, out: Value) {
 }
 
 /// What a waiting step is now ([`flowline_core::engine::waiting::resume`]), applied to its record.
-fn settle_waiting(shared: &Shared, step: &Step, record: &mut StepRecord) -> StepOutcome {
+fn settle_waiting(shared: &Shared, step: &Step, record: &mut StepRecord) -> Outcome {
     use flowline_core::engine::waiting::Resumed;
     match flowline_core::engine::waiting::resume(step, record, &shared.approvals, now_ms()) {
-        Resumed::Waiting(_) => StepOutcome::Parked,
+        Resumed::Waiting(_) => Outcome::Parked,
         Resumed::Succeeded(out) => {
             succeed(record, out);
-            StepOutcome::Done
+            Outcome::Done
         }
         Resumed::Failed(reason) => {
             record.wake_at = None;
             fail_record(record, step, reason)
         }
     }
-}
-
-/// Why attempts stopped without an output.
-enum Stop {
-    /// Failed for good: the reason, redacted.
-    Failed(String),
-    Cancelled,
 }
 
 /// What executing the attempts of one step (or one iteration of it) needs.
@@ -753,15 +694,16 @@ struct Attempts<'a> {
 
 impl Attempts<'_> {
     /// Executes attempts until one succeeds (its output, redacted) or the retry policy
-    /// is spent, recording each in `record`. `key` names the attempt's Job and
-    /// `Idempotency-Key` (the step id, or the step id and the iteration).
+    /// is spent (Err: [`Outcome::Failed`] with the reason, redacted, or
+    /// [`Outcome::Cancelled`]), recording each in `record`. `key` names the attempt's
+    /// Job and `Idempotency-Key` (the step id, or the step id and the iteration).
     async fn run(
         &self,
         key: &str,
         record: &mut StepRecord,
         ctx: &mut Value,
         update: &(dyn Fn(&StepRecord) + Sync),
-    ) -> Result<Value, Stop> {
+    ) -> Result<Value, Outcome> {
         let (shared, step, redactor, cancel) = (self.shared, self.step, self.redactor, self.cancel);
         let engine = &shared.engine;
         let policy = step.retry.clone().unwrap_or_default();
@@ -780,7 +722,7 @@ impl Attempts<'_> {
                 retry::NextAttempt::Reattach { number } => number,
                 retry::NextAttempt::Exhausted => {
                     // Redacted when it was recorded.
-                    return Err(Stop::Failed(
+                    return Err(Outcome::Failed(
                         record
                             .error
                             .clone()
@@ -789,7 +731,7 @@ impl Attempts<'_> {
                 }
                 retry::NextAttempt::TooManyInterruptions => {
                     let times = record.interruptions + 1;
-                    return Err(Stop::Failed(retry::interrupted_error(times)));
+                    return Err(Outcome::Failed(retry::interrupted_error(times)));
                 }
             };
             record.attempts = attempt;
@@ -809,7 +751,7 @@ impl Attempts<'_> {
             ) {
                 Ok(prepared) => prepared,
                 // Rendering and building are deterministic: retrying cannot help.
-                Err(e) => return Err(Stop::Failed(redactor.text(&e))),
+                Err(e) => return Err(Outcome::Failed(redactor.text(&e))),
             };
             let timeout = step_timeout.unwrap_or(Duration::from_secs(24 * 3600));
             let attempt_started = std::time::Instant::now();
@@ -832,7 +774,7 @@ impl Attempts<'_> {
                     if in_job {
                         job::delete_run_jobs(&engine.client, &shared.namespace, &shared.run.name_any()).await;
                     }
-                    return Err(Stop::Cancelled);
+                    return Err(Outcome::Cancelled);
                 }
                 r = tokio::time::timeout(timeout, work.instrument(span.clone())) => r,
             };
@@ -860,13 +802,13 @@ impl Attempts<'_> {
             // Ends the attempt's span before the wait for the next attempt.
             drop(span);
             let Some(delay) = retry::delay_before(&policy, attempt + 1, rand::random()) else {
-                return Err(Stop::Failed(error));
+                return Err(Outcome::Failed(error));
             };
             record.error = Some(error);
             record.next_attempt_at = Timestamp::now().checked_add(delay).ok();
             update(record);
             tokio::select! {
-                _ = cancel.cancelled() => return Err(Stop::Cancelled),
+                _ = cancel.cancelled() => return Err(Outcome::Cancelled),
                 _ = tokio::time::sleep(delay) => {}
             }
         }
@@ -883,24 +825,24 @@ async fn for_each(
     record: &mut StepRecord,
     ctx: &Value,
     update: &(dyn Fn(&StepRecord) + Sync),
-) -> Result<Value, Stop> {
+) -> Result<Value, Outcome> {
     let step = attempts.step;
     let items = match template::render(&Value::String(template.to_owned()), ctx) {
         Ok(Value::Array(items)) => items,
         Ok(other) => {
-            return Err(Stop::Failed(format!(
+            return Err(Outcome::Failed(format!(
                 "forEach must render to a JSON array; it rendered to {}",
                 json_type(&other)
             )));
         }
         Err(e) => {
-            return Err(Stop::Failed(
+            return Err(Outcome::Failed(
                 attempts.redactor.text(&format!("forEach: {e}")),
             ));
         }
     };
     if items.len() > MAX_FOR_EACH_ITEMS {
-        return Err(Stop::Failed(format!(
+        return Err(Outcome::Failed(format!(
             "forEach rendered {} elements; the limit is {MAX_FOR_EACH_ITEMS}",
             items.len()
         )));
@@ -957,19 +899,21 @@ async fn for_each(
             siblings.cancel();
         }
         for index in decision.start {
-            states[index] = State::Running;
+            states[index] = transition(states[index], &Event::Started);
             // Started in order: the next element is this one.
             let item = items.next().unwrap_or(Value::Null);
             running.push(iteration(index, item));
         }
+        // Iterations are independent and never park: the step succeeds with every
+        // output, fails with the first failure, or was stopped.
         match decision.outcome {
             None => {}
-            Some(Outcome::Succeeded) => return Ok(Value::Array(outputs)),
-            Some(Outcome::Failed) => {
-                return Err(Stop::Failed(failure.unwrap_or_default()));
+            Some(graph::Outcome::Succeeded) => return Ok(Value::Array(outputs)),
+            Some(graph::Outcome::Failed) => {
+                return Err(Outcome::Failed(failure.unwrap_or_default()));
             }
-            Some(Outcome::Stopped | Outcome::Stuck(_) | Outcome::Parked) => {
-                return Err(Stop::Cancelled);
+            Some(graph::Outcome::Stopped | graph::Outcome::Stuck(_) | graph::Outcome::Parked) => {
+                return Err(Outcome::Cancelled);
             }
         }
         tokio::select! {
@@ -988,23 +932,25 @@ async fn for_each(
                 }
                 let at = now_ms();
                 done.finished_at = Some(at);
-                states[index] = match result {
+                let outcome = match result {
                     Ok(out) => {
                         done.status = StepPhase::Succeeded;
                         outputs[index] = out;
-                        State::Done
+                        Outcome::Done
                     }
-                    Err(Stop::Failed(reason)) => {
+                    Err(Outcome::Failed(reason)) => {
                         done.status = StepPhase::Failed;
                         done.error = Some(reason.clone());
                         failure.get_or_insert(format!("iteration {index}: {reason}"));
-                        State::Failed
+                        Outcome::Failed(reason)
                     }
-                    Err(Stop::Cancelled) => {
+                    // Attempts end cancelled, never done without an output nor parked.
+                    Err(Outcome::Cancelled | Outcome::Done | Outcome::Parked) => {
                         done.status = StepPhase::Cancelled;
-                        State::Cancelled
+                        Outcome::Cancelled
                     }
                 };
+                states[index] = transition(states[index], &Event::Ended(&outcome));
                 if let Some(it) = record.iterations.get_mut(index) {
                     copy_iteration(it, &done);
                 }
@@ -1036,7 +982,7 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
-/// What one attempt runs.
+/// What one attempt runs: its input, not a state or an outcome of the step.
 enum Prepared {
     /// Rendered inputs, secret values included, for the inline executor.
     Inline(Value),

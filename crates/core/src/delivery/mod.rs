@@ -1,6 +1,8 @@
-//! Webhook delivery's pure parts: the retry schedule, the ledger of attempts, signing
-//! and which events are settled. The worker and sender are in flowline-delivery.
+//! Webhook delivery's pure parts: the retry schedule, what follows an attempt, the
+//! ledger of attempts, signing and which events are settled. The worker and sender are
+//! in flowline-delivery.
 
+pub mod after_attempt;
 pub mod lane;
 pub mod ledger;
 pub mod outbox;

@@ -1,12 +1,13 @@
-//! The engine's pure parts: templates, expressions, the step graph, spec checks, retry,
-//! outputs, waiting and the write-failure decisions. The parts that talk to the cluster
-//! are in flowline-engine.
+//! The engine's pure parts: templates, expressions, the step graph and lifecycle, spec
+//! checks, retry, outputs, waiting and the write-failure decisions. The parts that talk
+//! to the cluster are in flowline-engine.
 
 pub mod concurrency_key;
 pub mod deadline;
 pub mod events;
 pub mod expr;
 pub mod graph;
+pub mod lifecycle;
 pub mod output;
 pub mod redact;
 pub mod retry;
