@@ -209,7 +209,7 @@ async fn a_timeout_stops_a_sleeping_container() {
     let error = step_error(&run);
     assert_eq!(run.status.as_ref().unwrap().phase, RunPhase::Failed);
     assert!(
-        error.contains("timeout") || error.contains("timed out"),
+        error.contains("did not finish within its timeout"),
         "{error}"
     );
     // The process is stopped, not left sleeping: its pod ends.

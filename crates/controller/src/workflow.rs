@@ -257,6 +257,8 @@ pub struct Context {
     /// For whether events are settled (retention, the event cap).
     pub webhooks: DecodedStore<Webhook>,
     pub telemetry: EngineTelemetry,
+    /// Each workflow's series of failed reconciles, ended by a success.
+    pub backoff: super::backoff::ReconcileBackoff,
 }
 
 /// The scheduled run of one tick has a name derived from the workflow's uid and the
@@ -405,12 +407,8 @@ async fn reconcile(
 }
 
 /// A failed reconcile is tried again after the workflow's own backoff
-/// ([`super::backoff`]). Its successes are not seen here: its series ends once it has
-/// not failed for a while, as after a success.
+/// ([`super::backoff`]); a success ends the series.
 fn error_policy(wf: Arc<Lenient<Workflow>>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
-    // Shared by the controllers of every namespace: keys name the namespace.
-    static BACKOFF: std::sync::LazyLock<super::backoff::ReconcileBackoff> =
-        std::sync::LazyLock::new(Default::default);
     ctx.telemetry
         .reconcile_errors
         .get_or_create(&ControllerLabel {
@@ -418,7 +416,7 @@ fn error_policy(wf: Arc<Lenient<Workflow>>, err: &ReconcileError, ctx: Arc<Conte
         })
         .inc();
     let key = super::backoff::object_key(wf.namespace().as_deref(), &wf.name_any());
-    let retry_in = BACKOFF.failed(&key, std::time::Instant::now());
+    let retry_in = ctx.backoff.failed(&key, std::time::Instant::now());
     tracing::warn!(workflow = %key, error = %err, ?retry_in, "workflow reconcile failed; retrying");
     Action::requeue(retry_in)
 }
@@ -476,6 +474,7 @@ async fn control_loop(
         runs_by_workflow: runs.by_workflow,
         webhooks: webhooks.clone(),
         telemetry,
+        backoff: Default::default(),
     });
     // Bounded like the run controller's: unbounded, a start-up spawns one task per
     // workflow at once.
@@ -490,10 +489,14 @@ async fn control_loop(
     }
     controller
         .run(
-            |wf, ctx| {
-                ctx.telemetry
-                    .reconcile_timer("workflow")
-                    .time(reconcile(wf, ctx.clone()))
+            |wf, ctx| async move {
+                let key = super::backoff::object_key(wf.namespace().as_deref(), &wf.name_any());
+                let timer = ctx.telemetry.reconcile_timer("workflow");
+                let result = timer.time(reconcile(wf, ctx.clone())).await;
+                if result.is_ok() {
+                    ctx.backoff.succeeded(&key);
+                }
+                result
             },
             error_policy,
             ctx,

@@ -49,6 +49,10 @@ const OUTPUT_VOLUME_SIZE: &str = "1Mi";
 /// How long a finished step Job (its pod and log) is kept by default.
 pub const DEFAULT_JOB_TTL: Duration = Duration::from_secs(3600);
 
+/// How much longer than a Job's deadline the engine waits for it: time for the
+/// kubelet to stop the pod and the Job to be marked failed.
+pub const DEADLINE_GRACE: Duration = Duration::from_secs(10);
+
 /// How long reading a step pod's log may take before the engine gives up on it.
 const LOG_READ_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -753,7 +753,15 @@ impl Attempts<'_> {
                 // Rendering and building are deterministic: retrying cannot help.
                 Err(e) => return Err(Outcome::Failed(redactor.text(&e))),
             };
-            let timeout = step_timeout.unwrap_or(Duration::from_secs(24 * 3600));
+            // A Job's own deadline (`activeDeadlineSeconds`) stops its pod; the engine
+            // waits a little longer, so the step's error says the deadline stopped it
+            // rather than that the engine gave up watching.
+            let timeout = step_timeout.unwrap_or(Duration::from_secs(24 * 3600))
+                + if in_job {
+                    job::DEADLINE_GRACE
+                } else {
+                    Duration::ZERO
+                };
             let attempt_started = std::time::Instant::now();
             let span = attempt_span(step, attempt, in_job);
             let work = async {
@@ -877,8 +885,7 @@ async fn for_each(
         let mut ctx = ctx.clone();
         ctx["item"] = item;
         ctx["index"] = json!(index);
-        let base: String = step.id.chars().take(58).collect();
-        let key = format!("{base}.{index}");
+        let key = flowline_core::engine::step_pod::attempt_key(&step.id, Some(index));
         async move {
             let this = Attempts {
                 cancel: &siblings,

@@ -124,11 +124,12 @@ pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
     format!("{}-{attempt}-{digest}", readable.trim_end_matches('-'))
 }
 
-/// The key of one attempt's Job: the step id, or `<step id>.<index>` for an iteration
-/// of a `forEach` step.
+/// The key of one attempt's Job (its `flowline.io/step` label): the step id, or
+/// `<step id>.<index>` for an iteration of a `forEach` step, the id cut to 58
+/// characters so the key stays a label value (at most 63).
 pub fn attempt_key(step: &str, iteration: Option<usize>) -> String {
     match iteration {
-        Some(index) => format!("{step}.{index}"),
+        Some(index) => format!("{}.{index}", step.chars().take(58).collect::<String>()),
         None => step.to_owned(),
     }
 }
@@ -199,6 +200,7 @@ mod tests {
     fn an_iteration_has_a_key_of_its_own() {
         assert_eq!(attempt_key("s", None), "s");
         assert_eq!(attempt_key("s", Some(3)), "s.3");
+        assert_eq!(attempt_key(&"x".repeat(63), Some(999)).len(), 62);
         assert_ne!(
             job_name("r", "s", 1),
             job_name("r", &attempt_key("s", Some(0)), 1)
