@@ -27,7 +27,7 @@
 #      `kubectl apply --server-side --force-conflicts` upgrades them
 #
 # Needs KUBECONFIG, helm and kubectl (.flowline/bin is searched first), curl, python3,
-# openssl, and a built flowline binary (target/debug/flowline, or FLOWLINE_BIN);
+# openssl, and a built flowline binary (target/debug/flowline, or FLOWLINE_BIN_PATH);
 # hack/helm-docs.sh builds helm-docs (once, cached) when it is missing, which needs go.
 # Everything it creates is deleted on exit, failed or not. Nothing is skipped: a check
 # that cannot run fails the script.
@@ -59,8 +59,13 @@ kubectl get --raw /readyz >/dev/null 2>&1 || die "the cluster in $KUBECONFIG is 
 for crd in workflows runs webhooks; do
   kubectl get crd "$crd.flowline.io" >/dev/null 2>&1 || die "CRD $crd.flowline.io is not installed (make install-crds)"
 done
-flowline_src=${FLOWLINE_BIN:-$repo/target/debug/flowline}
-[ -x "$flowline_src" ] || die "no flowline binary at $flowline_src (make build, or set FLOWLINE_BIN)"
+# FLOWLINE_BIN_PATH, as for hack/images.sh. FLOWLINE_BIN is read only when it names a
+# file: `make cluster` (hack/k8s/build.sh) takes FLOWLINE_BIN as its binaries' directory.
+flowline_src=${FLOWLINE_BIN_PATH:-}
+if [ -z "$flowline_src" ] && [ -f "${FLOWLINE_BIN:-}" ]; then flowline_src=$FLOWLINE_BIN; fi
+flowline_src=${flowline_src:-$repo/target/debug/flowline}
+[ -f "$flowline_src" ] && [ -x "$flowline_src" ] ||
+  die "no flowline binary at $flowline_src (make build, or set FLOWLINE_BIN_PATH)"
 
 # One chart test at a time per checkout: they share cluster-scoped fixtures.
 mkdir -p "$repo/.flowline"
@@ -663,11 +668,11 @@ for verb in create get list watch delete deletecollection; do
 done
 # Step logs: the pods of Jobs listed by label, their logs read; nothing else on pods.
 can_i yes "$ns_rel" "$sa_api" list pods -n "$ns_other"
-can_i yes "$ns_rel" "$sa_api" get pods/log -n "$ns_other"
+can_i yes "$ns_rel" "$sa_api" get pods --subresource log -n "$ns_other"
 for verb in create get watch delete deletecollection; do
   can_i no "$ns_rel" "$sa_api" "$verb" pods -n "$ns_other"
 done
-can_i no "$ns_rel" "$sa_api" create pods/exec -n "$ns_other"
+can_i no "$ns_rel" "$sa_api" create pods --subresource exec -n "$ns_other"
 can_i no "$ns_rel" "$sa_api" create events.events.k8s.io -n "$ns_other"
 can_i no "$ns_rel" "$sa_api" create leases.coordination.k8s.io -n "$ns_rel"
 can_i no "$ns_rel" "$sa_api" get "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
@@ -689,7 +694,7 @@ can_i no "$ns_rel" "$sa_ctl" create workflows.flowline.io -n "$ns_other"
 for verb in create list watch deletecollection; do can_i yes "$ns_rel" "$sa_ctl" "$verb" jobs.batch -n "$ns_other"; done
 can_i yes "$ns_rel" "$sa_ctl" list pods -n "$ns_other"
 can_i no "$ns_rel" "$sa_ctl" create pods -n "$ns_other"
-can_i yes "$ns_rel" "$sa_ctl" get pods/log -n "$ns_other"
+can_i yes "$ns_rel" "$sa_ctl" get pods --subresource log -n "$ns_other"
 for verb in get create; do can_i yes "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done
 for verb in list watch patch update delete; do can_i no "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done
 for verb in create patch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" events.events.k8s.io -n "$ns_other"; done
