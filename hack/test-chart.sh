@@ -4,8 +4,15 @@
 #
 #   1. the chart's copy of the CRDs equals crds/flowline.yaml; the image's build context holds what cargo reads;
 #      charts/flowline/README.md equals what helm-docs generates now, and every value has a `# --` description
-#   2. helm lint --strict and helm template of every value set; wrong values are refused
-#   3. server-side dry run of every rendering (strict field validation)
+#   2. helm lint --strict and helm template of every value set; every value reaches the
+#      objects it is meant for (per-component pod settings over the shared ones,
+#      topology spread, a brought ServiceAccount, commonLabels, extraObjects, egress
+#      NetworkPolicy, ServiceMonitor and PodMonitor); wrong values are refused
+#   3. server-side dry run of every rendering (strict field validation); kubeconform
+#      -strict of every rendering, of examples/ and of the CRDs, against JSON schemas
+#      generated from this API server's OpenAPI document and from the CRDs (Flowline's
+#      from crds/flowline.yaml); kube-score of every value set (the checks it skips are
+#      explained there)
 #   4. helm install, cluster mode, every option on; the Deployments become available;
 #      the built-in view and edit roles include Flowline's kinds (aggregated ClusterRoles)
 #   5. every file in examples/ is applied for real and accepted
@@ -27,8 +34,9 @@
 #      `kubectl apply --server-side --force-conflicts` upgrades them
 #
 # Needs KUBECONFIG, helm and kubectl (.flowline/bin is searched first), curl, python3,
-# openssl, and a built flowline binary (target/debug/flowline, or FLOWLINE_BIN);
-# hack/helm-docs.sh builds helm-docs (once, cached) when it is missing, which needs go.
+# openssl, and a built flowline binary (target/debug/flowline, or FLOWLINE_BIN_PATH);
+# hack/helm-docs.sh builds helm-docs, and this script kubeconform and kube-score (each
+# once, with go install from the Go module proxy, cached by version), which needs go.
 # Everything it creates is deleted on exit, failed or not. Nothing is skipped: a check
 # that cannot run fails the script.
 #
@@ -54,13 +62,46 @@ step() { log "== $*"; }
 for tool in helm kubectl curl python3 openssl flock; do
   command -v "$tool" >/dev/null || die "$tool not found (run make cluster, which builds helm and kubectl into .flowline/bin)"
 done
+
+# kubeconform and kube-score, pinned: built once with `go install` from the Go module
+# proxy into the version-keyed cache ($FLOWLINE_CACHE, default ~/.cache/flowline/), as
+# hack/helm-docs.sh does for helm-docs, and linked into .flowline/bin. A fresh machine
+# (.ci/run) needs only go; later runs only refresh the links.
+KUBECONFORM_VERSION=v0.8.0
+KUBE_SCORE_VERSION=v1.20.0
+cache_root=${FLOWLINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flowline}
+go_tool() { # name module version
+  local name=$1 module=$2 version=$3 dir="$cache_root/$1-$3"
+  mkdir -p "$dir" "$repo/.flowline/bin"
+  (
+    exec 8>"$dir/.lock" # concurrent checkouts build it once
+    flock 8
+    [ -x "$dir/$name" ] && exit 0
+    command -v go >/dev/null || die "go is needed to build $name $version (https://go.dev/dl)"
+    log "building $name $version with go install (first time only)"
+    GOBIN="$dir" GOFLAGS= GOSUMDB=off GOTOOLCHAIN=local GOCACHE=${GOCACHE:-$cache_root/go-build} \
+      go install -trimpath -ldflags "-s -w" "$module@$version" >"$dir/build.log" 2>&1 ||
+      { cat "$dir/build.log" >&2; die "go install $module@$version failed"; }
+  ) || exit 1
+  ln -sfn "$dir/$name" "$repo/.flowline/bin/$name"
+}
+go_tool kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION"
+go_tool kube-score github.com/zegl/kube-score/cmd/kube-score "$KUBE_SCORE_VERSION"
+kubeconform=$repo/.flowline/bin/kubeconform
+kube_score=$repo/.flowline/bin/kube-score
+
 [ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG is not set (make chart-test sets it)"
 kubectl get --raw /readyz >/dev/null 2>&1 || die "the cluster in $KUBECONFIG is not reachable (make cluster)"
 for crd in workflows runs webhooks; do
   kubectl get crd "$crd.flowline.io" >/dev/null 2>&1 || die "CRD $crd.flowline.io is not installed (make install-crds)"
 done
-flowline_src=${FLOWLINE_BIN:-$repo/target/debug/flowline}
-[ -x "$flowline_src" ] || die "no flowline binary at $flowline_src (make build, or set FLOWLINE_BIN)"
+# FLOWLINE_BIN_PATH, as for hack/images.sh. FLOWLINE_BIN is read only when it names a
+# file: `make cluster` (hack/k8s/build.sh) takes FLOWLINE_BIN as its binaries' directory.
+flowline_src=${FLOWLINE_BIN_PATH:-}
+if [ -z "$flowline_src" ] && [ -f "${FLOWLINE_BIN:-}" ]; then flowline_src=$FLOWLINE_BIN; fi
+flowline_src=${flowline_src:-$repo/target/debug/flowline}
+[ -f "$flowline_src" ] && [ -x "$flowline_src" ] ||
+  die "no flowline binary at $flowline_src (make build, or set FLOWLINE_BIN_PATH)"
 
 # One chart test at a time per checkout: they share cluster-scoped fixtures.
 mkdir -p "$repo/.flowline"
@@ -81,6 +122,7 @@ fullname="$rel-flowline"
 fullname_ns="$reln-flowline"
 crd_group="ct$id.flowline.io"
 servicemonitor_crd_created=
+podmonitor_crd_created=
 httproute_crd_created=
 pids=()
 releases=()
@@ -101,6 +143,9 @@ cleanup() {
     log "note: the CRD copies under $crd_group are still terminating (left to the apiserver)"
   if [ -n "$servicemonitor_crd_created" ]; then
     kubectl delete crd servicemonitors.monitoring.coreos.com --ignore-not-found >/dev/null 2>&1
+  fi
+  if [ -n "$podmonitor_crd_created" ]; then
+    kubectl delete crd podmonitors.monitoring.coreos.com --ignore-not-found >/dev/null 2>&1
   fi
   if [ -n "$httproute_crd_created" ]; then
     kubectl delete crd httproutes.gateway.networking.k8s.io --ignore-not-found >/dev/null 2>&1
@@ -196,8 +241,9 @@ for ns in "$ns_rel" "$ns_a" "$ns_b" "$ns_other" "$ns_restricted"; do quiet "crea
 quiet "label $ns_restricted" kubectl label namespace "$ns_restricted" \
   pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest
 
-# The local cluster has no Prometheus Operator. A ServiceMonitor CRD reduced to the
-# fields the chart sets (no unknown fields allowed) stands in for it while the test runs.
+# The local cluster has no Prometheus Operator. ServiceMonitor and PodMonitor CRDs
+# reduced to the fields the chart sets (no unknown fields allowed; types, enums and
+# patterns as in monitoring.coreos.com/v1) stand in for it while the test runs.
 if ! kubectl get crd servicemonitors.monitoring.coreos.com >/dev/null 2>&1; then
   servicemonitor_crd_created=1
   quiet "install a stand-in ServiceMonitor CRD" kubectl apply -f - <<'YAML'
@@ -237,10 +283,92 @@ spec:
                   properties:
                     port: {type: string}
                     path: {type: string}
-                    interval: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
+                    interval: &duration {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
+                    scrapeTimeout: *duration
+                    relabelings: &relabelings
+                      type: array
+                      items:
+                        type: object
+                        properties:
+                          action:
+                            type: string
+                            default: replace
+                            enum: [replace, Replace, keep, Keep, drop, Drop, hashmod, HashMod, labelmap, LabelMap, labeldrop,
+                              LabelDrop, labelkeep, LabelKeep, lowercase, Lowercase, uppercase, Uppercase, keepequal, KeepEqual,
+                              dropequal, DropEqual]
+                          modulus: {type: integer, format: int64}
+                          regex: {type: string}
+                          replacement: {type: string}
+                          separator: {type: string}
+                          sourceLabels: {type: array, items: {type: string, pattern: '^[a-zA-Z_][a-zA-Z0-9_]*$'}}
+                          targetLabel: {type: string}
+                    metricRelabelings: *relabelings
 YAML
   quiet "ServiceMonitor CRD established" kubectl wait --for condition=Established --timeout 30s crd/servicemonitors.monitoring.coreos.com
   log "installed a stand-in ServiceMonitor CRD (deleted on exit)"
+fi
+if ! kubectl get crd podmonitors.monitoring.coreos.com >/dev/null 2>&1; then
+  podmonitor_crd_created=1
+  quiet "install a stand-in PodMonitor CRD" kubectl apply -f - <<'YAML'
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: podmonitors.monitoring.coreos.com
+  labels: {flowline.io/chart-test: stand-in}
+spec:
+  group: monitoring.coreos.com
+  names: {kind: PodMonitor, plural: podmonitors, singular: podmonitor, listKind: PodMonitorList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [selector]
+            properties:
+              selector:
+                type: object
+                properties:
+                  matchLabels: {type: object, additionalProperties: {type: string}}
+              namespaceSelector:
+                type: object
+                properties:
+                  matchNames: {type: array, items: {type: string}}
+              podMetricsEndpoints:
+                type: array
+                items:
+                  type: object
+                  properties:
+                    port: {type: string}
+                    path: {type: string}
+                    interval: &duration {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
+                    scrapeTimeout: *duration
+                    relabelings: &relabelings
+                      type: array
+                      items:
+                        type: object
+                        properties:
+                          action:
+                            type: string
+                            default: replace
+                            enum: [replace, Replace, keep, Keep, drop, Drop, hashmod, HashMod, labelmap, LabelMap, labeldrop,
+                              LabelDrop, labelkeep, LabelKeep, lowercase, Lowercase, uppercase, Uppercase, keepequal, KeepEqual,
+                              dropequal, DropEqual]
+                          modulus: {type: integer, format: int64}
+                          regex: {type: string}
+                          replacement: {type: string}
+                          separator: {type: string}
+                          sourceLabels: {type: array, items: {type: string, pattern: '^[a-zA-Z_][a-zA-Z0-9_]*$'}}
+                          targetLabel: {type: string}
+                    metricRelabelings: *relabelings
+YAML
+  quiet "PodMonitor CRD established" kubectl wait --for condition=Established --timeout 30s crd/podmonitors.monitoring.coreos.com
+  log "installed a stand-in PodMonitor CRD (deleted on exit)"
 fi
 # Nor Gateway API: an HTTPRoute CRD reduced to the fields the chart sets stands in.
 if ! kubectl get crd httproutes.gateway.networking.k8s.io >/dev/null 2>&1; then
@@ -309,10 +437,13 @@ fi
 # ---------------------------------------------------------------------------------------
 step "2. helm lint --strict and helm template of every value set"
 # name and helm flags of each value set; the namespaced one uses throwaway namespaces.
-sets=(default full namespaced gateway)
+sets=(default full namespaced gateway components)
+# The ServiceMonitor and PodMonitor of components and gateway go to another namespace
+# than the release's: a throwaway one here.
 declare -A set_flags=(
   [default]=""
-  [gateway]="-f $chart/ci/gateway-values.yaml"
+  [gateway]="-f $chart/ci/gateway-values.yaml --set podMonitor.namespace=$ns_other"
+  [components]="-f $chart/ci/components-values.yaml --set serviceMonitor.namespace=$ns_other"
   [full]="-f $chart/ci/full-values.yaml --set delivery.allowCidrs={10.0.0.0/8,fd00::/8} --set delivery.concurrency=32
     --set delivery.caBundle.configMap=corp-ca --set delivery.caBundle.key=bundle.pem
     --set api.trustedProxies={10.0.0.0/8,192.168.1.1} --set api.unauthenticatedRequestsPerMinute=30"
@@ -472,7 +603,7 @@ PY
 # (grep reads render_doc's output to the end: `grep -q` would break its pipe).
 for d in api controller; do
   render_doc "$tmp/render-gateway.yaml" Deployment "$fullname-$d" >"$tmp/$d-gateway.yaml"
-  for want in 'team: automation' 'annotations:' 'example.com/scrape-logs: "true"' '- name: FLOWLINE_CHART_TEST' \
+  for want in 'example.com/tier: ' 'annotations:' 'example.com/scrape-logs: "true"' '- name: FLOWLINE_CHART_TEST' \
     'value: extra-env' 'name: scratch' 'mountPath: /scratch' 'sizeLimit: 16Mi' \
     'failureThreshold: 20' 'periodSeconds: 15' 'timeoutSeconds: 2' 'failureThreshold: 3'; do
     grep -qF -- "$want" "$tmp/$d-full.yaml" || die "the full $d Deployment lacks \"$want\" (podLabels, podAnnotations, extraEnv, extraVolumes, probes)"
@@ -520,6 +651,213 @@ done
 grep -q '^kind: Service$' "$tmp/render-gateway.yaml" || die "the gateway rendering has no Service for the route"
 log "pod metadata, ServiceAccount annotations, extra env/args/volumes, probes, PDBs, image digest, priorityClassName, HTTPRoute and aggregated roles render as set"
 
+# Per-component pod settings over the shared ones, topology spread, ServiceAccounts
+# (brought or named), commonLabels, extraObjects, egress NetworkPolicy, ServiceMonitor
+# and PodMonitor: where each value lands, object by object (the renderings as JSON).
+for s in "${sets[@]}"; do
+  kubectl create --dry-run=client --validate=false -o json -f "$tmp/render-$s.yaml" >"$tmp/render-$s.json" ||
+    die "kubectl could not read the $s rendering"
+done
+python3 - "$tmp" "$rel" "$fullname" "$ns_rel" "$ns_other" <<'PY' || die "per-component settings, ServiceAccounts, commonLabels, extraObjects, egress or monitors (above)"
+import json, sys
+tmp, rel, fullname, ns_rel, ns_other = sys.argv[1:6]
+def documents(path):
+    text, at, decoder = open(path).read(), 0, json.JSONDecoder()
+    while text[at:].strip():
+        doc, at = decoder.raw_decode(text, len(text) - len(text[at:].lstrip()))
+        yield from doc["items"] if doc.get("kind", "").endswith("List") else [doc]
+render = {s: list(documents(f"{tmp}/render-{s}.json")) for s in ("default", "full", "namespaced", "gateway", "components")}
+failures = []
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+def objects(s, kind, name=None):
+    return [o for o in render[s] if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+def one(s, kind, name):
+    found = objects(s, kind, name)
+    check(len(found) == 1, f"{s}: {len(found)} {kind} {name}, want 1")
+    return found[0] if found else {"metadata": {}, "spec": {}}
+def pod(s, component):
+    return one(s, "Deployment", f"{fullname}-{component}")["spec"]["template"]
+def selector(component, instance=True):
+    labels = {"app.kubernetes.io/name": "flowline", "app.kubernetes.io/component": component}
+    if instance:
+        labels["app.kubernetes.io/instance"] = rel
+    return {"matchLabels": labels}
+def soft_spread(component, key="kubernetes.io/hostname"):
+    return {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector(component)}
+def same(s, what, got, want):
+    check(got == want, f"{s}: {what} is {json.dumps(got)}, want {json.dumps(want)}")
+defaults = {
+    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+    "container": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
+}
+
+# Defaults: both Deployments spread softly over nodes, the shared security contexts, no
+# placement, ingress-only NetworkPolicies, the chart's ServiceAccounts, no monitors.
+for c in ("api", "controller"):
+    t = pod("default", c)["spec"]
+    same("default", f"{c} topologySpreadConstraints", t.get("topologySpreadConstraints"), [soft_spread(c)])
+    same("default", f"{c} pod securityContext", t.get("securityContext"), defaults["securityContext"])
+    same("default", f"{c} container securityContext", t["containers"][0].get("securityContext"), defaults["container"])
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        check(key not in t, f"default: the {c} pods have a {key}")
+    same("default", f"{c} serviceAccountName", t["serviceAccountName"], f"{fullname}-{c}")
+    one("default", "ServiceAccount", f"{fullname}-{c}")
+    np = one("default", "NetworkPolicy", f"{fullname}-{c}")["spec"]
+    same("default", f"{c} NetworkPolicy policyTypes", np.get("policyTypes"), ["Ingress"])
+    check("egress" not in np, f"default: the {c} NetworkPolicy has egress rules")
+for kind in ("PodMonitor", "ServiceMonitor"):
+    check(not objects("default", kind), f"default: a {kind} (off by default)")
+
+# full (installed by step 4): the controller replaces the shared placement and container
+# securityContext, the API its pod securityContext; labels and annotations merge.
+ctl, api = pod("full", "controller"), pod("full", "api")
+same("full", "controller nodeSelector", ctl["spec"].get("nodeSelector"), {"kubernetes.io/arch": "amd64"})
+same("full", "API nodeSelector (shared)", api["spec"].get("nodeSelector"), {"kubernetes.io/os": "linux"})
+same("full", "controller tolerations", ctl["spec"].get("tolerations"),
+     [{"key": "dedicated", "operator": "Equal", "value": "flowline-controller", "effect": "NoSchedule"}])
+same("full", "API tolerations (shared)", api["spec"].get("tolerations"),
+     [{"key": "dedicated", "operator": "Equal", "value": "flowline", "effect": "NoSchedule"}])
+check(list(ctl["spec"].get("affinity", {})) == ["podAntiAffinity"], "full: the controller's affinity is not its podAntiAffinity")
+check("affinity" not in api["spec"], "full: the API pods got an affinity")
+same("full", "controller topologySpreadConstraints", ctl["spec"].get("topologySpreadConstraints"),
+     [soft_spread("controller", "topology.kubernetes.io/zone")])
+same("full", "API topologySpreadConstraints", api["spec"].get("topologySpreadConstraints"), [soft_spread("api")])
+same("full", "controller container securityContext", ctl["spec"]["containers"][0].get("securityContext"),
+     dict(defaults["container"], runAsNonRoot=True))
+same("full", "API container securityContext (shared)", api["spec"]["containers"][0].get("securityContext"), defaults["container"])
+same("full", "controller pod securityContext (shared)", ctl["spec"].get("securityContext"), defaults["securityContext"])
+same("full", "API pod securityContext", api["spec"].get("securityContext"), dict(defaults["securityContext"], fsGroup=65532))
+for c, t, team, tier in (("controller", ctl, "control-plane", "control"), ("api", api, "automation", "edge")):
+    labels = t["metadata"]["labels"]
+    same("full", f"{c} pod label team", labels.get("team"), team)
+    same("full", f"{c} pod label example.com/tier", labels.get("example.com/tier"), tier)
+    same("full", f"{c} pod label example.com/cost-center (commonLabels)", labels.get("example.com/cost-center"), "4242")
+    same("full", f"{c} pod annotation example.com/scrape-logs (shared)", t["metadata"].get("annotations", {}).get("example.com/scrape-logs"), "true")
+same("full", "controller pod annotation", ctl["metadata"]["annotations"].get("example.com/component-note"), "controller")
+check("example.com/component-note" not in api["metadata"].get("annotations", {}), "full: the API pods got the controller's annotation")
+same("full", "controller ServiceAccount annotations", one("full", "ServiceAccount", f"{fullname}-controller")["metadata"].get("annotations"),
+     {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/flowline", "example.com/identity": "controller"})
+same("full", "API ServiceAccount annotations", one("full", "ServiceAccount", f"{fullname}-api")["metadata"].get("annotations"),
+     {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/flowline"})
+# commonLabels on every object the chart templates; extraObjects rendered with tpl.
+for o in render["full"]:
+    labels = o["metadata"].get("labels", {})
+    if labels.get("app.kubernetes.io/instance") == rel:
+        same("full", f"{o['kind']} {o['metadata']['name']} label example.com/cost-center", labels.get("example.com/cost-center"), "4242")
+        same("full", f"{o['kind']} {o['metadata']['name']} label app.kubernetes.io/part-of", labels.get("app.kubernetes.io/part-of"), "flowline")
+extra = one("full", "ConfigMap", f"{fullname}-extra")
+same("full", "extraObjects ConfigMap", (extra["metadata"].get("namespace"), extra.get("data")), (ns_rel, {"release": rel}))
+# Egress: DNS, the API server, extraRules for both; destinations for the controller alone.
+dns = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+       "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+               "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]}
+apiserver = {"to": [{"ipBlock": {"cidr": "127.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}
+otlp = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}], "ports": [{"port": 4318, "protocol": "TCP"}]}
+deliveries = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"]}}],
+              "ports": [{"port": 443, "protocol": "TCP"}]}
+for c, want in (("api", [dns, apiserver, otlp]), ("controller", [dns, apiserver, otlp, deliveries])):
+    np = one("full", "NetworkPolicy", f"{fullname}-{c}")["spec"]
+    same("full", f"{c} NetworkPolicy policyTypes", np.get("policyTypes"), ["Ingress", "Egress"])
+    same("full", f"{c} NetworkPolicy egress", np.get("egress"), want)
+sm = one("full", "ServiceMonitor", fullname)
+same("full", "ServiceMonitor namespace", sm["metadata"].get("namespace"), ns_rel)
+same("full", "ServiceMonitor annotations", sm["metadata"].get("annotations"), {"example.com/dashboard": "flowline"})
+same("full", "ServiceMonitor label release", sm["metadata"]["labels"].get("release"), "kube-prometheus-stack")
+same("full", "ServiceMonitor endpoints", sm["spec"]["endpoints"], [{
+    "port": "http", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s",
+    "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}],
+    "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "flowline_http_request_duration_seconds_bucket", "action": "drop"}]}])
+
+# components: a brought ServiceAccount for the controller (no object of the chart's, every
+# binding names it), a named one for the API; the controller replaces every shared pod
+# setting, the API keeps them.
+sa_ctl, sa_api = "flowline-controller-byo", "flowline-api-sa"
+check(not [o for o in objects("components", "ServiceAccount")
+           if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "controller"],
+      "components: the chart created a ServiceAccount for the controller (serviceAccount.create=false)")
+check(not objects("components", "ServiceAccount", f"{fullname}-controller") and not objects("components", "ServiceAccount", f"{fullname}-api"),
+      "components: a ServiceAccount of the default names was rendered")
+same("components", "API ServiceAccount annotations", one("components", "ServiceAccount", sa_api)["metadata"].get("annotations"),
+     {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/flowline",
+      "iam.gke.io/gcp-service-account": "flowline-api@example.iam.gserviceaccount.com"})
+same("components", "the brought ServiceAccount (extraObjects)", one("components", "ServiceAccount", sa_ctl)["metadata"].get("namespace"), ns_rel)
+bindings = {"controller": [("ClusterRoleBinding", f"{fullname}-controller"), ("ClusterRoleBinding", f"{fullname}-controller-cluster"),
+                           ("RoleBinding", f"{fullname}-leader-election")],
+            "api": [("ClusterRoleBinding", f"{fullname}-api"), ("ClusterRoleBinding", f"{fullname}-api-cluster")]}
+for c, sa in (("controller", sa_ctl), ("api", sa_api)):
+    for kind, name in bindings[c]:
+        same("components", f"{kind} {name} subjects", one("components", kind, name).get("subjects"),
+             [{"kind": "ServiceAccount", "name": sa, "namespace": ns_rel}])
+    same("components", f"{c} serviceAccountName", pod("components", c)["spec"]["serviceAccountName"], sa)
+ctl, api = pod("components", "controller")["spec"], pod("components", "api")["spec"]
+same("components", "controller priorityClassName", ctl.get("priorityClassName"), "flowline-critical")
+same("components", "API priorityClassName (shared)", api.get("priorityClassName"), "flowline-default")
+same("components", "controller nodeSelector", ctl.get("nodeSelector"), {"example.com/pool": "control"})
+same("components", "API nodeSelector (shared)", api.get("nodeSelector"), {"kubernetes.io/os": "linux"})
+same("components", "controller tolerations", ctl.get("tolerations"), [{"key": "example.com/control", "operator": "Exists", "effect": "NoSchedule"}])
+same("components", "API tolerations (shared)", api.get("tolerations"), [{"key": "dedicated", "operator": "Equal", "value": "flowline", "effect": "NoSchedule"}])
+check(list(ctl.get("affinity", {})) == ["podAntiAffinity"], "components: the controller's affinity is not its own (podAntiAffinity alone)")
+check(list(api.get("affinity", {})) == ["nodeAffinity"], "components: the API's affinity is not the shared one (nodeAffinity)")
+check("topologySpreadConstraints" not in ctl, "components: controller.topologySpreadConstraints=[] still spreads")
+same("components", "API topologySpreadConstraints", api.get("topologySpreadConstraints"), [
+    soft_spread("api", "topology.kubernetes.io/zone"),
+    {"maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector("api", instance=False)}])
+same("components", "controller pod securityContext", ctl.get("securityContext"),
+     {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}})
+same("components", "API pod securityContext", api.get("securityContext"), {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}})
+same("components", "controller container securityContext", ctl["containers"][0].get("securityContext"), dict(defaults["container"], privileged=False))
+same("components", "API container securityContext (shared)", api["containers"][0].get("securityContext"), defaults["container"])
+for c, team, note in (("controller", "control-plane", "controller"), ("api", "automation", "shared")):
+    meta = pod("components", c)["metadata"]
+    same("components", f"{c} pod label team", meta["labels"].get("team"), team)
+    same("components", f"{c} pod annotations", meta.get("annotations"), {"example.com/shared": "yes", "example.com/overridden": note})
+for o in render["components"]:
+    labels = o["metadata"].get("labels", {})
+    if labels.get("app.kubernetes.io/instance") == rel and labels.get("app.kubernetes.io/name") == "flowline":
+        same("components", f"{o['kind']} {o['metadata']['name']} label app.kubernetes.io/part-of (commonLabels)",
+             labels.get("app.kubernetes.io/part-of"), "automation-platform")
+for c in ("controller", "api"):
+    same("components", f"{c} pod label app.kubernetes.io/part-of", pod("components", c)["metadata"]["labels"].get("app.kubernetes.io/part-of"), "automation-platform")
+same("components", "extraObjects PriorityClass (a string, through tpl)", one("components", "PriorityClass", "flowline-critical").get("description"),
+     f"Flowline's controller ({ns_rel}/{fullname})")
+np = {c: one("components", "NetworkPolicy", f"{fullname}-{c}")["spec"].get("egress") for c in ("api", "controller")}
+local_dns = {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}]}
+apiservers = {"to": [{"ipBlock": {"cidr": "10.0.0.2/32"}}, {"ipBlock": {"cidr": "10.0.0.3/32"}}], "ports": [{"port": 6443, "protocol": "TCP"}]}
+same("components", "API egress", np["api"], [local_dns, apiservers])
+same("components", "controller egress", np["controller"], [local_dns, apiservers, {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+     "ports": [{"port": 443, "protocol": "TCP"}, {"port": 8443, "endPort": 8450, "protocol": "TCP"}]}])
+sm = one("components", "ServiceMonitor", fullname)
+same("components", "ServiceMonitor namespace and namespaceSelector", (sm["metadata"].get("namespace"), sm["spec"].get("namespaceSelector")),
+     (ns_other, {"matchNames": [ns_rel]}))
+check("scrapeTimeout" not in sm["spec"]["endpoints"][0], "components: an empty serviceMonitor.scrapeTimeout was rendered")
+
+# gateway: a PodMonitor (in another namespace), no ServiceMonitor nor headless Service.
+check(not objects("gateway", "ServiceMonitor") and not objects("gateway", "Service", f"{fullname}-controller"),
+      "gateway: a ServiceMonitor or the controller's headless Service beside the PodMonitor")
+pm = one("gateway", "PodMonitor", fullname)
+same("gateway", "PodMonitor namespace", pm["metadata"].get("namespace"), ns_other)
+same("gateway", "PodMonitor spec", pm.get("spec"), {
+    "selector": {"matchLabels": {"app.kubernetes.io/name": "flowline", "app.kubernetes.io/instance": rel}},
+    "namespaceSelector": {"matchNames": [ns_rel]},
+    "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": "1m", "scrapeTimeout": "20s",
+        "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"], "targetLabel": "component"}],
+        "metricRelabelings": [{"regex": "pod_template_hash", "action": "labeldrop"}]}]})
+same("gateway", "PodMonitor label release", pm["metadata"]["labels"].get("release"), "kube-prometheus-stack")
+# namespaced: the default names in every RoleBinding.
+for o in objects("namespaced", "RoleBinding"):
+    for subject in o.get("subjects", []):
+        check(subject["name"] in (f"{fullname}-api", f"{fullname}-controller"), f"namespaced: RoleBinding {o['metadata']['name']} binds {subject['name']}")
+
+if failures:
+    print("\n".join(failures), file=sys.stderr)
+    sys.exit(1)
+PY
+log "per-component pod settings over the shared ones (placement, priority, security contexts, metadata), topology spread"
+log "  (default, replaced, none), brought and named ServiceAccounts bound by every binding, commonLabels on every object,"
+log "  extraObjects through tpl, egress rules (DNS, API server, destinations, extraRules), ServiceMonitor and PodMonitor render as set"
+
 # Wrong values fail at install time, with a message that says why.
 bad_values=(
   "controller.replicas=-1|minimum: got -1, want 0"
@@ -547,6 +885,20 @@ bad_values=(
   "probes.liveness.periodSeconds=0|minimum: got 0, want 1"
   "controller.shards=0|minimum: got 0, want 1"
   "controller.shards=65|maximum: got 65, want 64"
+  "controller.serviceAccount.name=Flowline_SA|does not match pattern"
+  "api.serviceAccount.create=no|got string, want boolean"
+  "controller.topologySpreadConstraints[0].whenUnsatisfiable=Sometimes|value must be one of"
+  "api.priorityClassName=Top_Priority|does not match pattern"
+  "controller.podLabels.app\\.kubernetes\\.io/component=other|controller.podLabels may not set app.kubernetes.io/component"
+  "commonLabels.app\\.kubernetes\\.io/instance=other|commonLabels may not set app.kubernetes.io/instance"
+  "commonLabels.team=two words|does not match pattern"
+  "extraObjects={42}|extraObjects/0"
+  "networkPolicy.egress.enabled=true|networkPolicy.egress.enabled needs networkPolicy.egress.kubeAPIServer.cidrs"
+  "networkPolicy.egress.kubeAPIServer.cidrs={10.0.0.1}|does not match pattern"
+  "networkPolicy.enabled=false,networkPolicy.egress.enabled=true|networkPolicy.egress.enabled needs networkPolicy.enabled"
+  "serviceMonitor.scrapeTimeout=soon|does not match pattern"
+  "podMonitor.relabelings[0].action=explode|value must be one of"
+  "serviceMonitor.enabled=true,podMonitor.enabled=true|enable one"
 )
 for entry in "${bad_values[@]}"; do
   refused "helm template --set ${entry%%|*}" "${entry#*|}" \
@@ -560,13 +912,187 @@ refused "a bootstrap key outside watchNamespaces" "is not one of watchNamespaces
 log "${#bad_values[@]} + 2 wrong value sets refused with their reason"
 
 # ---------------------------------------------------------------------------------------
-step "3. server-side dry run of every rendering"
+step "3. server-side dry run, kubeconform -strict and kube-score of every rendering"
 for s in "${sets[@]}"; do
   quiet "server-side dry run ($s values)" kubectl apply --dry-run=server --validate=strict -f "$tmp/render-$s.yaml"
 done
 quiet "the documented CRD upgrade command (dry run)" \
   kubectl apply --server-side --force-conflicts --dry-run=server -f "$chart/crds/"
 log "all renderings and the chart's CRDs accepted by the API server"
+
+# kubeconform, offline: JSON schemas of every kind this API server serves, generated
+# from its /openapi/v2 document, in the "-strict" flavour kubeconform's -strict asks for
+# (no property a schema does not list). Custom resources from their CRDs' own
+# openAPIV3Schema instead (the v2 document only approximates those): Flowline's from
+# crds/flowline.yaml, so examples/ is validated against the CRDs the chart ships, and
+# the stand-in monitoring and Gateway API CRDs above. No kind is skipped and a kind
+# without a schema fails.
+kubectl get --raw /openapi/v2 >"$tmp/openapi-v2.json" || die "kubectl get --raw /openapi/v2"
+kubectl get crd -o json >"$tmp/cluster-crds.json" || die "kubectl get crd"
+kubectl create --dry-run=client --validate=false -o json -f "$repo/crds/flowline.yaml" >"$tmp/flowline-crds.json" ||
+  die "kubectl could not read crds/flowline.yaml"
+python3 - "$tmp/openapi-v2.json" "$tmp/schemas" "$tmp/flowline-crds.json" "$tmp/cluster-crds.json" <<'PY' >"$tmp/out" 2>&1 ||
+import copy, json, os, sys
+
+# argv: openapi-v2.json out-dir crds.json... (CustomResourceDefinitions as JSON; for
+# a kind in several files, the first file's)
+openapi, out, crd_files = sys.argv[1], sys.argv[2], sys.argv[3:]
+defs = json.load(open(openapi))["definitions"]
+META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+def strict(node):
+    """kubeconform's -strict looks for the -strict flavour of a schema: every object
+    schema that lists its properties gets additionalProperties: false (as
+    openapi2jsonschema --strict does), unless it keeps unknown fields. Also JSON
+    Schema for OpenAPI's nullable and int-or-string."""
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    for kw in ("properties", "patternProperties", "definitions"):
+        if isinstance(node.get(kw), dict):
+            node[kw] = {k: strict(v) for k, v in node[kw].items()}
+    for kw in ("items", "additionalProperties", "not"):
+        if isinstance(node.get(kw), dict):
+            node[kw] = strict(node[kw])
+        elif isinstance(node.get(kw), list):
+            node[kw] = [strict(v) for v in node[kw]]
+    for kw in ("allOf", "anyOf", "oneOf"):
+        if isinstance(node.get(kw), list):
+            node[kw] = [strict(v) for v in node[kw]]
+    if node.pop("x-kubernetes-int-or-string", False) or node.get("format") == "int-or-string":
+        node.pop("type", None)
+        node.pop("format", None)
+        node["oneOf"] = [{"type": "string"}, {"type": "integer"}]
+    if node.pop("nullable", False) and isinstance(node.get("type"), str):
+        node["type"] = [node["type"], "null"]
+    if ("properties" in node and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")):
+        node["additionalProperties"] = False
+    return node
+
+# A Quantity is a string or a number in YAML; the v2 document says string only.
+defs["io.k8s.apimachinery.pkg.api.resource.Quantity"] = {"oneOf": [{"type": "string"}, {"type": "number"}]}
+defs = {name: strict(d) for name, d in defs.items()}
+
+def refs(node, found):
+    if isinstance(node, dict):
+        r = node.get("$ref")
+        if isinstance(r, str) and r.startswith("#/definitions/"):
+            name = r[len("#/definitions/"):]
+            if name not in found:
+                found.add(name)
+                refs(defs[name], found)
+        for v in node.values():
+            refs(v, found)
+    elif isinstance(node, list):
+        for v in node:
+            refs(v, found)
+    return found
+
+written = {}
+def write(group, version, kind, schema, source):
+    """<out>/<group>/<kind>_<version>.json, the layout of the schema location
+    {{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json; the core group is
+    "v1" there (kubeconform's .Group of apiVersion v1)."""
+    path = os.path.join(out, group or version, f"{kind.lower()}_{version}.json")
+    schema = dict(schema)
+    schema["definitions"] = {n: defs[n] for n in sorted(refs(schema, set()))}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(schema, f)
+    written[path] = source
+
+# Built-in kinds (and whatever else the API server serves), from /openapi/v2.
+for name, d in defs.items():
+    for gvk in d.get("x-kubernetes-group-version-kind", []):
+        write(gvk["group"], gvk["version"], gvk["kind"], d, "openapi")
+
+# CRDs from their own openAPIV3Schema, which the v2 document only approximates
+# (it drops nullable, int-or-string and types under them). They replace what the
+# v2 document gave for the same kinds.
+def documents(path):
+    """The objects of `kubectl create --dry-run=client -o json`: one JSON document per
+    object, one after the other (or a List)."""
+    text, at, decoder = open(path).read(), 0, json.JSONDecoder()
+    while text[at:].strip():
+        doc, end = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+        yield from doc["items"] if doc.get("kind", "").endswith("List") else [doc]
+        at = end
+
+from_crds = set()
+for crd in (c for path in crd_files for c in documents(path)):
+    spec = crd["spec"]
+    if (spec["group"], spec["names"]["kind"]) in from_crds:
+        continue
+    from_crds.add((spec["group"], spec["names"]["kind"]))
+    for v in spec["versions"]:
+        schema = strict(copy.deepcopy(v["schema"]["openAPIV3Schema"]))
+        props = schema.setdefault("properties", {})
+        props["apiVersion"] = {"type": "string", "enum": [f"{spec['group']}/{v['name']}"]}
+        props["kind"] = {"type": "string", "enum": [spec["names"]["kind"]]}
+        props["metadata"] = {"$ref": f"#/definitions/{META}"}
+        schema["additionalProperties"] = False
+        write(spec["group"], v["name"], spec["names"]["kind"], schema, "crd")
+
+print(f"{len(written)} schemas ({sum(1 for s in written.values() if s == 'crd')} from CRDs)")
+PY
+  { cat "$tmp/out" >&2; die "could not generate the JSON schemas"; }
+log "kubeconform schemas: $(cat "$tmp/out")"
+kubeconform_files=("$tmp"/render-*.yaml "$repo"/examples/*.yaml "$repo/crds/flowline.yaml")
+"$kubeconform" -strict -summary -n 4 \
+  -schema-location "$tmp/schemas/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json" \
+  "${kubeconform_files[@]}" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; die "kubeconform -strict"; }
+grep -qE 'Invalid: 0, Errors: 0, Skipped: 0$' "$tmp/out" || { cat "$tmp/out" >&2; die "kubeconform skipped a resource"; }
+log "kubeconform $KUBECONFORM_VERSION -strict: $(tail -n 1 "$tmp/out") (${#kubeconform_files[@]} files: every rendering, examples/, the CRDs)"
+
+# kube-score on each value set, failing on warnings too. What it is told to skip, and why:
+#   --ignore-container-cpu-limit: no CPU limit by default, on purpose. CFS throttling
+#     delays a busy controller's Lease renewals, and a leader that misses them exits
+#     (status 3); the CPU request reserves what the pods need. controller.resources and
+#     api.resources accept a limit. (Memory requests and limits and the CPU request are
+#     still checked.)
+#   container-ephemeral-storage-request-and-limit: the containers write nothing to the
+#     node's disk (read-only root filesystem, no emptyDir unless extraVolumes adds one);
+#     their only ephemeral storage is the container log, which the kubelet's log rotation
+#     bounds, not the chart. A limit would get the pods evicted on nodes whose rotation
+#     keeps more. resources accept ephemeral-storage.
+#   deployment-has-host-podantiaffinity: the Deployments spread over nodes with
+#     topologySpreadConstraints (controller.* and api.*; kube-score's own
+#     pod-topology-spread-constraints check passes); this check looks at podAntiAffinity
+#     only. A hard anti-affinity is one value away (controller.affinity, api.affinity).
+# Per value set:
+#   container-image-pull-policy (all but full, which sets image.pullPolicy=Always):
+#     IfNotPresent is the default because the image is pinned (the chart's appVersion as
+#     the tag, or image.digest), so a pull cannot change what runs, and pods restart
+#     while the registry is unreachable. kube-score wants Always so that imagePullSecrets
+#     are checked at every start; image.pullPolicy=Always does that.
+#   pod-networkpolicy (default, namespaced, gateway): egress rules are off by default
+#     (networkPolicy.egress.enabled): deliveries and http.request steps go to URLs users
+#     choose. Ingress is restricted, and the value sets with egress on (full,
+#     components) are scored on both.
+#   deployment-has-poddisruptionbudget (gateway): the set turns PDBs off on purpose
+#     (podDisruptionBudget.enabled=false).
+#   container-security-context-user-group-id (components): its API pods leave the UID
+#     and GID to OpenShift's restricted SCC (which picks them from the namespace's
+#     range, above 10000), as documented for OpenShift.
+kube_score_common=(--output-format ci --exit-one-on-warning --ignore-container-cpu-limit
+  --ignore-test container-ephemeral-storage-request-and-limit --ignore-test deployment-has-host-podantiaffinity
+  --enable-optional-test container-seccomp-profile --enable-optional-test container-ports-check)
+declare -A kube_score_skip=(
+  [default]="container-image-pull-policy pod-networkpolicy"
+  [full]=""
+  [namespaced]="container-image-pull-policy pod-networkpolicy"
+  [gateway]="container-image-pull-policy pod-networkpolicy deployment-has-poddisruptionbudget"
+  [components]="container-image-pull-policy container-security-context-user-group-id"
+)
+for s in "${sets[@]}"; do
+  skip=()
+  for t in ${kube_score_skip[$s]}; do skip+=(--ignore-test "$t"); done
+  "$kube_score" score "${kube_score_common[@]}" "${skip[@]}" "$tmp/render-$s.yaml" >"$tmp/out" 2>&1 ||
+    { grep -vE '^\[(OK|SKIPPED)\]' "$tmp/out" >&2; die "kube-score ($s values)"; }
+  grep -q '^\[OK\]' "$tmp/out" || { cat "$tmp/out" >&2; die "kube-score ($s values) checked nothing"; }
+done
+log "kube-score $KUBE_SCORE_VERSION: every value set passes (warnings included; the skipped checks are explained in this script)"
 
 # ---------------------------------------------------------------------------------------
 step "4. helm install, cluster mode, every option on (admission policy: step 9)"
@@ -599,7 +1125,7 @@ for obj in "serviceaccount/$fullname-api" "serviceaccount/$fullname-controller" 
   "horizontalpodautoscaler/$fullname-api" "ingress/$fullname" "servicemonitor/$fullname" \
   "poddisruptionbudget/$fullname-api" "poddisruptionbudget/$fullname-controller" "networkpolicy/$fullname-api" "networkpolicy/$fullname-controller" \
   "secret/$fullname-admin-key" "secret/$fullname-admin" "role/$fullname-leader-election" \
-  "rolebinding/$fullname-leader-election"; do
+  "rolebinding/$fullname-leader-election" "configmap/$fullname-extra"; do
   kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
 done
 cluster_objects=()
@@ -610,6 +1136,21 @@ for obj in "${cluster_objects[@]}"; do
   kubectl get "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
 done
 log "installed: controller and API Deployments available, every optional object present"
+# commonLabels on every object of the release, pods included; each Deployment's pods
+# carry their own labels and placement (controller.*, api.*) and were scheduled.
+unlabelled=$(kubectl get -n "$ns_rel" deployments,services,serviceaccounts,networkpolicies,poddisruptionbudgets,horizontalpodautoscalers,ingresses,servicemonitors,roles,rolebindings,secrets,pods \
+  -l "app.kubernetes.io/instance=$rel,example.com/cost-center!=4242" -o name)
+[ -z "$unlabelled" ] || die "objects of the release without commonLabels: $unlabelled"
+pods_with() { kubectl get pods -n "$ns_rel" -l "app.kubernetes.io/instance=$rel,$1" --field-selector spec.nodeName!= -o name | wc -l; }
+[ "$(pods_with app.kubernetes.io/component=controller,team=control-plane,example.com/tier=control,example.com/cost-center=4242)" -ge 2 ] ||
+  die "the controller pods lack their labels (controller.podLabels over podLabels, commonLabels) or were not scheduled"
+[ "$(pods_with app.kubernetes.io/component=api,team=automation,example.com/tier=edge,example.com/cost-center=4242)" -ge 2 ] ||
+  die "the API pods lack their labels (api.podLabels, podLabels, commonLabels) or were not scheduled"
+[ "$(kubectl get deployment -n "$ns_rel" "$fullname-controller" -o jsonpath='{.spec.template.spec.nodeSelector}{.spec.template.spec.topologySpreadConstraints[0].topologyKey}')" = \
+  '{"kubernetes.io/arch":"amd64"}topology.kubernetes.io/zone' ] || die "the controller Deployment lacks its own nodeSelector or topology spread"
+[ "$(kubectl get configmap -n "$ns_rel" "$fullname-extra" -o jsonpath='{.data.release}')" = "$rel" ] ||
+  die "the extraObjects ConfigMap was not rendered with tpl"
+log "commonLabels on every object and pod; per-component pod labels and placement scheduled; extraObjects installed"
 # The aggregated ClusterRoles: a user bound to the built-in view (edit) role in a
 # namespace may read (also write) its Workflows, Runs and Webhooks; the
 # clusterrole-aggregation controller fills the built-in roles in, so wait for it.
@@ -663,11 +1204,11 @@ for verb in create get list watch delete deletecollection; do
 done
 # Step logs: the pods of Jobs listed by label, their logs read; nothing else on pods.
 can_i yes "$ns_rel" "$sa_api" list pods -n "$ns_other"
-can_i yes "$ns_rel" "$sa_api" get pods/log -n "$ns_other"
+can_i yes "$ns_rel" "$sa_api" get pods --subresource log -n "$ns_other"
 for verb in create get watch delete deletecollection; do
   can_i no "$ns_rel" "$sa_api" "$verb" pods -n "$ns_other"
 done
-can_i no "$ns_rel" "$sa_api" create pods/exec -n "$ns_other"
+can_i no "$ns_rel" "$sa_api" create pods --subresource exec -n "$ns_other"
 can_i no "$ns_rel" "$sa_api" create events.events.k8s.io -n "$ns_other"
 can_i no "$ns_rel" "$sa_api" create leases.coordination.k8s.io -n "$ns_rel"
 can_i no "$ns_rel" "$sa_api" get "leases.coordination.k8s.io/$fullname-controller" -n "$ns_rel"
@@ -689,7 +1230,7 @@ can_i no "$ns_rel" "$sa_ctl" create workflows.flowline.io -n "$ns_other"
 for verb in create list watch deletecollection; do can_i yes "$ns_rel" "$sa_ctl" "$verb" jobs.batch -n "$ns_other"; done
 can_i yes "$ns_rel" "$sa_ctl" list pods -n "$ns_other"
 can_i no "$ns_rel" "$sa_ctl" create pods -n "$ns_other"
-can_i yes "$ns_rel" "$sa_ctl" get pods/log -n "$ns_other"
+can_i yes "$ns_rel" "$sa_ctl" get pods --subresource log -n "$ns_other"
 for verb in get create; do can_i yes "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done
 for verb in list watch patch update delete; do can_i no "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done
 for verb in create patch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" events.events.k8s.io -n "$ns_other"; done
@@ -1047,6 +1588,7 @@ done
 left=$(kubectl get -n "$ns_rel" deployments,services,serviceaccounts,secrets,roles,rolebindings,networkpolicies,poddisruptionbudgets,horizontalpodautoscalers,ingresses,servicemonitors \
   -l "app.kubernetes.io/instance=$rel" -o name)
 [ -z "$left" ] || die "left behind by helm uninstall: $left"
+kubectl get configmap -n "$ns_rel" "$fullname-extra" >/dev/null 2>&1 && die "the extraObjects ConfigMap survived helm uninstall"
 quiet "the CRDs stay after uninstall" kubectl get crd workflows.flowline.io runs.flowline.io webhooks.flowline.io
 log "uninstalled: no object of the release is left; the CRDs (and workflows) stay"
 

@@ -24,12 +24,50 @@ app.kubernetes.io/name: {{ include "flowline.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The labels of every object: the chart's, then commonLabels, which may replace the
+chart's informational ones (helm.sh/chart, app.kubernetes.io/version, managed-by,
+part-of) but not the selector labels. */}}
 {{- define "flowline.labels" -}}
+{{- include "flowline.labelLines" . | trim }}
+{{- end }}
+
+{{- define "flowline.labelLines" -}}
+{{- $common := include "flowline.commonLabels" . | fromYaml }}
+{{- if not (hasKey $common "helm.sh/chart") }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
 {{ include "flowline.selectorLabels" . }}
+{{- if not (hasKey $common "app.kubernetes.io/version") }}
 app.kubernetes.io/version: {{ include "flowline.tag" . | quote }}
+{{- end }}
+{{- if not (hasKey $common "app.kubernetes.io/managed-by") }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+{{- if not (hasKey $common "app.kubernetes.io/part-of") }}
 app.kubernetes.io/part-of: flowline
+{{- end }}
+{{- with $common }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* commonLabels, checked: the selector labels, and the labels templates add
+(flowline.io/, the aggregation labels), are the chart's. */}}
+{{- define "flowline.commonLabels" -}}
+{{- range $key, $value := .Values.commonLabels }}
+{{- if or (has $key (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component")) (hasPrefix "flowline.io/" $key) (hasPrefix "rbac.authorization.k8s.io/" $key) }}
+{{- fail (printf "commonLabels may not set %s: the chart sets it" $key) }}
+{{- end }}
+{{- end }}
+{{- with .Values.commonLabels }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The settings of one component (controller or api); call with (dict "root" $
+"component" "api"). */}}
+{{- define "flowline.serviceAccountName" -}}
+{{- dig "serviceAccount" "name" "" (index .root.Values .component) | default (printf "%s-%s" (include "flowline.fullname" .root) .component) }}
 {{- end }}
 
 {{- define "flowline.tag" -}}
@@ -46,21 +84,28 @@ app.kubernetes.io/part-of: flowline
 {{- end }}
 
 {{/* The pod template's metadata of a Deployment; call with (dict "root" $
-"component" "api"). podLabels may add labels but not replace the selector's. */}}
+"component" "api"). Labels: commonLabels, podLabels, then <component>.podLabels, each
+winning over the ones before; none may replace the selector's. Annotations:
+podAnnotations, then <component>.podAnnotations. */}}
 {{- define "flowline.podMetadata" -}}
 {{- $root := .root -}}
+{{- $c := index $root.Values .component -}}
+{{- range $source, $map := dict "podLabels" $root.Values.podLabels (printf "%s.podLabels" .component) $c.podLabels }}
 {{- range $key := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" }}
-{{- if hasKey $root.Values.podLabels $key }}
-{{- fail (printf "podLabels may not set %s: the Deployments select their pods by it" $key) }}
+{{- if hasKey ($map | default dict) $key }}
+{{- fail (printf "%s may not set %s: the Deployments select their pods by it" $source $key) }}
 {{- end }}
-{{- end -}}
+{{- end }}
+{{- end }}
+{{- $labels := mergeOverwrite (include "flowline.commonLabels" $root | fromYaml) ($root.Values.podLabels | default dict) ($c.podLabels | default dict) }}
+{{- $annotations := mergeOverwrite (dict) ($root.Values.podAnnotations | default dict) ($c.podAnnotations | default dict) -}}
 labels:
   {{- include "flowline.selectorLabels" $root | nindent 2 }}
   app.kubernetes.io/component: {{ .component }}
-  {{- with $root.Values.podLabels }}
+  {{- with $labels }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
-{{- with $root.Values.podAnnotations }}
+{{- with $annotations }}
 annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -160,20 +205,24 @@ leader-election Lease, the step Jobs, and webhook deliveries. */}}
 {{- end }}
 
 {{/* The pod spec both Deployments share; call with (dict "root" $ "component" "api"),
-plus "delivers" true for the controller (delivery flags and the CA bundle mount). */}}
+plus "delivers" true for the controller (delivery flags and the CA bundle mount).
+Pod settings: the component's (controller.*, api.*) when set, else the shared ones. */}}
 {{- define "flowline.podSpec" -}}
 {{- $root := .root -}}
+{{- $c := index $root.Values .component -}}
 # Each process its own ServiceAccount (rbac.yaml): the API's may not run Jobs.
-serviceAccountName: {{ include "flowline.fullname" $root }}-{{ .component }}
-{{- with $root.Values.priorityClassName }}
+serviceAccountName: {{ include "flowline.serviceAccountName" . }}
+{{- with $c.priorityClassName | default $root.Values.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with $c.podSecurityContext | default $root.Values.podSecurityContext }}
 securityContext:
-  {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 containers:
 - name: {{ .component }}
   image: {{ include "flowline.image" $root | quote }}
@@ -220,8 +269,10 @@ containers:
     {{- toYaml $root.Values.probes.readiness | nindent 4 }}
   resources:
     {{- toYaml .resources | nindent 4 }}
+  {{- with $c.securityContext | default $root.Values.securityContext }}
   securityContext:
-    {{- toYaml $root.Values.securityContext | nindent 4 }}
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   {{- $caBundle := and .delivers $root.Values.delivery.caBundle.configMap }}
   {{- if or $caBundle $root.Values.extraVolumeMounts }}
   volumeMounts:
@@ -247,16 +298,76 @@ volumes:
 {{- toYaml . | nindent 0 }}
 {{- end }}
 {{- end }}
-{{- with $root.Values.nodeSelector }}
+{{- with $c.nodeSelector | default $root.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $root.Values.tolerations }}
+{{- with $c.tolerations | default $root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $root.Values.affinity }}
+{{- with $c.affinity | default $root.Values.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- /* A constraint without a labelSelector counts this component's pods. */}}
+{{- $selector := include "flowline.selectorLabels" $root | fromYaml }}
+{{- $_ := set $selector "app.kubernetes.io/component" .component }}
+{{- $spread := list }}
+{{- range $c.topologySpreadConstraints }}
+{{- $constraint := deepCopy . }}
+{{- if not $constraint.labelSelector }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+{{- $spread = append $spread $constraint }}
+{{- end }}
+{{- with $spread }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The egress rules both Deployments' pods get with networkPolicy.egress.enabled:
+DNS, the Kubernetes API server, and extraRules. */}}
+{{- define "flowline.egressRules" -}}
+{{- $egress := .Values.networkPolicy.egress -}}
+# DNS.
+- ports:
+    {{- toYaml $egress.dns.ports | nindent 4 }}
+  {{- with $egress.dns.to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+# The Kubernetes API server (networkPolicy.egress.kubeAPIServer).
+- to:
+  {{- range $egress.kubeAPIServer.cidrs }}
+  - ipBlock: {cidr: {{ . | quote }}}
+  {{- end }}
+  ports:
+  {{- range $egress.kubeAPIServer.ports }}
+  - {port: {{ . | int }}, protocol: TCP}
+  {{- end }}
+{{- with $egress.extraRules }}
+# networkPolicy.egress.extraRules.
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end }}
+
+{{/* What a ServiceMonitor endpoint and a PodMonitor podMetricsEndpoint share; call
+with the serviceMonitor or podMonitor values. */}}
+{{- define "flowline.scrapeEndpoint" -}}
+- port: http
+  path: /metrics
+  interval: {{ .interval }}
+  {{- with .scrapeTimeout }}
+  scrapeTimeout: {{ . }}
+  {{- end }}
+  {{- with .relabelings }}
+  relabelings:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .metricRelabelings }}
+  metricRelabelings:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end }}
