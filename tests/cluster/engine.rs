@@ -445,7 +445,7 @@ async fn a_failed_step_job_fails_the_step_with_its_message() {
         .await;
     assert_eq!(
         run.status.as_ref().unwrap().error.as_deref(),
-        Some("step box (container) failed: image pull said no")
+        Some("step box (container) failed: the container exited with code 3: image pull said no")
     );
     let job =
         e.ns.api::<k8s_openapi::api::batch::v1::Job>()
