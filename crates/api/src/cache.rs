@@ -16,7 +16,8 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::auth::SECRET_TYPE;
+use crate::plumbing::auth::SECRET_TYPE;
+use crate::plumbing::idempotency;
 use flowline_core::crd::{EventDetail, Run, Webhook, Workflow};
 use flowline_kube::lenient::{self, DecodedStore, Lenient};
 use flowline_kube::name_index::{self, SharedNameIndex};
@@ -179,9 +180,9 @@ fn summarize_run(run: &mut Run) {
     // A kubectl-applied run's idempotency digest is that of its payload: keep the
     // digest, not the payload.
     if run.spec.idempotency_key.is_some() {
-        let digest = super::idempotency::digest_of(run);
+        let digest = idempotency::digest_of(run);
         run.annotations_mut()
-            .insert(super::idempotency::DIGEST_ANNOTATION.into(), digest);
+            .insert(idempotency::DIGEST_ANNOTATION.into(), digest);
     }
     run.drop_details(EventDetail::IdentityOnly);
 }
@@ -225,8 +226,8 @@ impl Caches {
     /// listed.
     pub fn start(client: Client, scope: &WatchScope, shutdown: CancellationToken) -> Caches {
         let keys_config = watcher::Config::default().fields(&format!("type={SECRET_TYPE}"));
-        let hook_config =
-            watcher::Config::default().fields(&format!("type={}", super::hook_secret::SECRET_TYPE));
+        let hook_config = watcher::Config::default()
+            .fields(&format!("type={}", crate::hooks::secret::SECRET_TYPE));
         let each = scope.each();
         fn per_namespace<K>(
             client: &Client,
@@ -401,17 +402,17 @@ mod tests {
                 "reason": "Failed", "lastTransitionTime": "2026-11-23T08:00:00Z"}]},
         }))
         .unwrap();
-        let digest = super::super::idempotency::digest_of(&run);
-        let listed = crate::views::RunListItem::from(&run);
+        let digest = idempotency::digest_of(&run);
+        let listed = crate::runs::views::RunListItem::from(&run);
         summarize_run(&mut run);
-        let summary = crate::views::RunListItem::from(&run);
+        let summary = crate::runs::views::RunListItem::from(&run);
         assert_eq!(
             serde_json::to_value(&summary).unwrap(),
             serde_json::to_value(&listed).unwrap(),
             "a list shows the same"
         );
         assert_eq!(
-            super::super::idempotency::digest_of(&run),
+            idempotency::digest_of(&run),
             digest,
             "same idempotency digest"
         );
