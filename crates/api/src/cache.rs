@@ -323,6 +323,60 @@ impl Caches {
     }
 }
 
+#[cfg(test)]
+impl Caches {
+    /// Caches that have listed `objects` and nothing else (`secrets`: API keys and hook
+    /// secrets, told apart by type), synced: the API's state for in-process tests
+    /// (`crate::testing`), with no watch behind it. Each store keeps its objects as
+    /// the watch would (runs as summaries), and its index is fed the same events.
+    pub(crate) fn listed(
+        workflows: Vec<Workflow>,
+        runs: Vec<Run>,
+        webhooks: Vec<Webhook>,
+        secrets: Vec<Secret>,
+        namespaces: Vec<PartialObjectMeta<Namespace>>,
+    ) -> Caches {
+        fn listed<K: flowline_kube::lenient::Watched>(
+            objects: Vec<K>,
+            compact: fn(&mut K),
+            index: SharedNameIndex<K>,
+        ) -> ScopedStore<K> {
+            let (reader, mut writer) = kube::runtime::reflector::store();
+            let events = std::iter::once(watcher::Event::Init)
+                .chain(objects.into_iter().map(|mut object| {
+                    compact(&mut object);
+                    watcher::Event::InitApply(Lenient::Decoded(Arc::new(object)))
+                }))
+                .chain(std::iter::once(watcher::Event::InitDone));
+            for event in events {
+                index.apply(&event);
+                writer.apply_watcher_event(&event);
+            }
+            vec![(DecodedStore::from(reader), index)].into()
+        }
+        let (api_keys, hook_secrets): (Vec<Secret>, Vec<Secret>) = secrets
+            .into_iter()
+            .partition(|s| s.type_.as_deref() == Some(SECRET_TYPE));
+        Caches {
+            workflows: listed(
+                workflows,
+                whole,
+                SharedNameIndex::with_homes(name_index::by_namespace),
+            ),
+            runs: listed(
+                runs,
+                summarize_run,
+                SharedNameIndex::new(name_index::by_workflow),
+            ),
+            webhooks: listed(webhooks, whole, namespace_index()),
+            api_keys: listed(api_keys, whole, namespace_index()),
+            hook_secrets: listed(hook_secrets, whole, namespace_index()),
+            namespaces: listed(namespaces, whole, namespace_index()),
+            synced: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}
+
 /// Looks up one object of a namespace in a store.
 pub fn get<K>(store: &ScopedStore<K>, namespace: &str, name: &str) -> Option<Arc<K>>
 where

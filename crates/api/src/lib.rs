@@ -15,6 +15,9 @@ pub mod state;
 pub mod webhooks;
 pub mod workflows;
 
+#[cfg(test)]
+mod testing;
+
 use axum::Router;
 use axum::middleware::from_fn_with_state;
 use axum::response::IntoResponse;

@@ -12,11 +12,14 @@ pub mod secret;
 pub mod verify;
 pub mod views;
 
+#[cfg(test)]
+mod error_paths;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
@@ -29,6 +32,7 @@ use self::views::HookAccepted;
 use crate::cache;
 use crate::plumbing::error::{ApiError, ApiResult, write_error};
 use crate::plumbing::json::read_body_any_type;
+use crate::plumbing::path::Path;
 use crate::state::ApiState;
 use flowline_core::clock::now_ms;
 use flowline_core::crd::{Run, RunTrigger, TriggerType, Workflow, WorkflowState};

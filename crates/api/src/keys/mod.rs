@@ -3,10 +3,13 @@
 pub mod input;
 pub mod views;
 
+#[cfg(test)]
+mod error_paths;
+
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use k8s_openapi::api::core::v1::Secret;
@@ -24,6 +27,7 @@ use crate::plumbing::auth::{
 use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as};
 use crate::plumbing::json::Valid;
 use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
 use crate::state::{ApiState, FIELD_MANAGER};
 use crate::workflows::location;
 use flowline_core::clock::{format_ts, now_ms};

@@ -11,6 +11,7 @@ pub mod json;
 pub mod key_index;
 pub(crate) mod middleware;
 pub mod pagination;
+pub mod path;
 pub mod ratelimit;
 pub mod time;
 pub mod validation;

@@ -3,7 +3,7 @@
 //! patches too). The engine reads it: the watch event wakes the parked run.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -17,6 +17,7 @@ use crate::cache;
 use crate::plumbing::auth::{Authorized, Principal, needs};
 use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as};
 use crate::plumbing::json::Valid;
+use crate::plumbing::path::Path;
 use crate::state::ApiState;
 use flowline_core::crd::{Action, ApprovalDecision, Run, StepPhase, Verdict};
 

@@ -8,8 +8,11 @@ mod keyed_start;
 pub mod retry;
 pub mod views;
 
+#[cfg(test)]
+mod error_paths;
+
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kube::api::Patch;
@@ -26,6 +29,7 @@ use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as, write_e
 use crate::plumbing::idempotency::IdempotencyKey;
 use crate::plumbing::json::Valid;
 use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
 use crate::state::ApiState;
 use crate::workflows::{find as find_workflow, location};
 use flowline_core::clock::now_ms;

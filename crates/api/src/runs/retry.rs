@@ -2,7 +2,7 @@
 //! same workflow version — that keeps the results of the steps that succeeded before
 //! the first failure, or starts over.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use jiff::Timestamp;
@@ -16,6 +16,7 @@ use super::{answer, check_spec_size, create, read_whole};
 use crate::plumbing::auth::{Authorized, needs};
 use crate::plumbing::error::{ApiError, ApiResult, write_error};
 use crate::plumbing::json::Valid;
+use crate::plumbing::path::Path;
 use crate::state::ApiState;
 use crate::workflows::find as find_workflow;
 use flowline_core::clock::now_ms;

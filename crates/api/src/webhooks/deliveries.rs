@@ -2,7 +2,7 @@
 //! status), redelivery requests, and secret rotation.
 
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Patch;
@@ -16,6 +16,7 @@ use super::views::{DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView}
 use crate::plumbing::auth::{Authorized, needs};
 use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as};
 use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
 use crate::plumbing::time::ApiTime;
 use crate::state::ApiState;
 use flowline_core::clock::{format_ts, now_ms};

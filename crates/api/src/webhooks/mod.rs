@@ -5,8 +5,11 @@ pub mod deliveries;
 pub mod input;
 pub mod views;
 
+#[cfg(test)]
+mod error_paths;
+
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use k8s_openapi::api::core::v1::Secret;
@@ -22,6 +25,7 @@ use crate::plumbing::auth::{Authorized, needs};
 use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use crate::plumbing::json::Valid;
 use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
 use crate::state::ApiState;
 use crate::workflows::{find as find_workflow, location};
 use flowline_core::clock::now_ms;

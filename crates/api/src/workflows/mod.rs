@@ -4,8 +4,11 @@
 pub mod input;
 pub mod views;
 
+#[cfg(test)]
+mod error_paths;
+
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kube::api::{DeleteParams, Patch};
@@ -22,6 +25,7 @@ use crate::plumbing::auth::{Authorized, needs};
 use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use crate::plumbing::json::Valid;
 use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
 use crate::state::ApiState;
 use flowline_core::clock::{format_ts, now_ms};
 use flowline_core::crd::timestamps::{UPDATED_AT_ANNOTATION, created_at, creation_annotations};
