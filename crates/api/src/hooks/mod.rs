@@ -5,7 +5,7 @@
 //! Everything before the run is created is answered from the watch caches, so a flood
 //! of bad requests costs a cache lookup and one HMAC each and never reaches the API
 //! server. The per-address budget of unauthenticated requests applies (see
-//! [`crate::plumbing::middleware::limit_by_address`]).
+//! `plumbing::middleware::limit_by_address`).
 
 pub mod input;
 pub mod secret;
@@ -95,7 +95,7 @@ pub fn run_name(namespace: &str, workflow: &str, webhook_id: &str) -> String {
 }
 
 /// The allow-listed headers of a request, lowercase names, values cut to
-/// [`MAX_HEADER_VALUE`] bytes; values that are not visible ASCII are left out.
+/// `MAX_HEADER_VALUE` bytes; values that are not visible ASCII are left out.
 pub fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
     RECORDED_HEADERS
         .iter()
