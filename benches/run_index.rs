@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowline_api::pagination::{self, ListQuery, SortKey};
-use flowline_api::views::RunListItem;
+use flowline_api::plumbing::pagination::{self, ListQuery, SortKey};
+use flowline_api::runs::views::RunListItem;
 use flowline_core::crd::Run;
 use flowline_core::crd::timestamps::created_at;
 use flowline_kube::lenient::Lenient;

@@ -295,7 +295,7 @@ async fn main() {
         client.clone(),
         &ns,
         "bench",
-        &[flowline_api::auth::Scope::Read],
+        &[flowline_api::plumbing::auth::Scope::Read],
     )
     .await
     .unwrap()

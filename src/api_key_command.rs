@@ -6,9 +6,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
 use crate::cli::{ApiKeyCommand, OutputFormat};
-use flowline_api::auth::{KeyRecord, Scope, hash_key};
+use flowline_api::keys::views::ApiKeyView;
 use flowline_api::keys::{create_key, list_keys};
-use flowline_api::views::ApiKeyView;
+use flowline_api::plumbing::auth::{KeyRecord, Scope, hash_key};
 use flowline_kube::Connection;
 
 pub async fn run(command: ApiKeyCommand, connection: &Connection) -> anyhow::Result<()> {

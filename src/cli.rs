@@ -144,7 +144,7 @@ pub struct ApiArgs {
         default_value = "free",
         env = "FLOWLINE_DEFAULT_PLAN"
     )]
-    pub default_plan: flowline_api::ratelimit::Plan,
+    pub default_plan: flowline_api::plumbing::ratelimit::Plan,
     /// Requests per minute of the enterprise plan when the namespace does not say.
     #[arg(long, default_value = "6000")]
     pub enterprise_requests_per_minute: u32,
@@ -309,13 +309,13 @@ impl ApiArgs {
     pub fn api_config(&self) -> flowline_api::state::ApiConfig {
         flowline_api::state::ApiConfig {
             allow_http_webhooks: self.allow_http,
-            plans: flowline_api::ratelimit::PlanDefaults {
+            plans: flowline_api::plumbing::ratelimit::PlanDefaults {
                 plan: self.default_plan,
                 enterprise_requests: self.enterprise_requests_per_minute,
             },
             rate_limit_window_secs: self.rate_limit_window_seconds,
             unauthenticated_requests: self.unauthenticated_requests_per_minute,
-            trusted_proxies: flowline_api::client_ip::TrustedProxies::new(
+            trusted_proxies: flowline_api::plumbing::client_ip::TrustedProxies::new(
                 self.trusted_proxies.clone(),
             ),
             ..Default::default()
@@ -584,7 +584,10 @@ mod tests {
         assert!(api.allow_http && api.no_console);
         let config = api.api_config();
         assert!(config.allow_http_webhooks);
-        assert_eq!(config.plans.plan, flowline_api::ratelimit::Plan::Pro);
+        assert_eq!(
+            config.plans.plan,
+            flowline_api::plumbing::ratelimit::Plan::Pro
+        );
         assert_eq!(config.plans.enterprise_requests, 9000);
         assert_eq!(config.rate_limit_window_secs, 2);
         assert_eq!(config.unauthenticated_requests, 7);

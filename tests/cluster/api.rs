@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use flowline_api::auth::Scope;
+use flowline_api::plumbing::auth::Scope;
 use flowline_core::crd::{Run, RunPhase, RunStatus};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -596,8 +596,8 @@ async fn keys_and_scopes_guard_every_endpoint() {
         .items
         .into_iter()
         .find(|s| {
-            flowline_api::auth::KeyRecord::from_secret(s)
-                .is_some_and(|r| r.matches(&flowline_api::auth::hash_key(&read)))
+            flowline_api::plumbing::auth::KeyRecord::from_secret(s)
+                .is_some_and(|r| r.matches(&flowline_api::plumbing::auth::hash_key(&read)))
         })
         .unwrap()
         .metadata

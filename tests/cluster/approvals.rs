@@ -360,7 +360,8 @@ async fn decisions_are_refused_where_nothing_waits_for_one() {
     )
     .await;
     // A key without the execute scope.
-    let reader = crate::support::new_key(&api.ns, &[flowline_api::auth::Scope::Read]).await;
+    let reader =
+        crate::support::new_key(&api.ns, &[flowline_api::plumbing::auth::Scope::Read]).await;
     api.await_key(&reader).await;
     let res = api
         .send("POST", &reader, &decision_path(&run, "ok", "approve"), None)

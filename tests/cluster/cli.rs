@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output};
 
-use flowline_api::auth::Scope;
+use flowline_api::plumbing::auth::Scope;
 use kube::config::Kubeconfig;
 
 use crate::support::{TestNamespace, new_key, text};

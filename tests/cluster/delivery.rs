@@ -15,7 +15,7 @@ use sha2::Sha256;
 
 use crate::builders::{WorkflowBuilder, step};
 use crate::support::{Process, TestApi, assert_error, eventually, http_client, new_key, ready};
-use flowline_api::auth::Scope;
+use flowline_api::plumbing::auth::Scope;
 
 #[path = "../support/receiver.rs"]
 pub(crate) mod receiver;

@@ -239,7 +239,7 @@ async fn expired_deleted_and_kubectl_holders() {
         .get(&wf_id)
         .await
         .unwrap();
-    let head = flowline_api::idempotency::head_name(&wf_id, "old");
+    let head = flowline_api::plumbing::idempotency::head_name(&wf_id, "old");
     let day_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(25);
     let mut old =
         flowline_core::crd::Run::of_workflow(&wf, &head, Default::default(), None, day_ago);
@@ -250,7 +250,11 @@ async fn expired_deleted_and_kubectl_holders() {
     let fresh_id = fresh["id"].as_str().unwrap().to_string();
     assert_eq!(
         fresh_id,
-        flowline_api::idempotency::next_name(&wf_id, "old", old.metadata.uid.as_deref().unwrap())
+        flowline_api::plumbing::idempotency::next_name(
+            &wf_id,
+            "old",
+            old.metadata.uid.as_deref().unwrap()
+        )
     );
     assert_eq!(keyed_id(&api, &wf_id, "old").await, (200, fresh_id.clone()));
     // Retention deletes the expired head: the live run still answers.

@@ -207,7 +207,8 @@ async fn retries_that_cannot_start_are_refused() {
     )
     .await;
     assert_eq!(body["error"]["details"][0]["field"], "from");
-    let reader = crate::support::new_key(&api.ns, &[flowline_api::auth::Scope::Read]).await;
+    let reader =
+        crate::support::new_key(&api.ns, &[flowline_api::plumbing::auth::Scope::Read]).await;
     api.await_key(&reader).await;
     assert_error(
         retry(&api, &reader, &running, None).await,

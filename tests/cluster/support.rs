@@ -232,7 +232,7 @@ impl TestApi {
         also: &[String],
         tune: impl FnOnce(&mut flowline_api::state::ApiConfig),
     ) -> TestApi {
-        use flowline_api::ratelimit::{Plan, PlanDefaults};
+        use flowline_api::plumbing::ratelimit::{Plan, PlanDefaults};
         use flowline_api::state::{ApiConfig, ApiState};
         let ns = TestNamespace::new(prefix).await;
         annotate_namespace(&ns, &options.plan_annotations).await;
@@ -272,7 +272,7 @@ impl TestApi {
             ns.client.clone(),
             &ns.name,
             "test",
-            &[flowline_api::auth::Scope::Admin],
+            &[flowline_api::plumbing::auth::Scope::Admin],
         )
         .await
         .unwrap();
@@ -320,7 +320,7 @@ impl TestApi {
     pub async fn attach(ns: TestNamespace, port: u16) -> TestApi {
         annotate_namespace(&ns, &ApiOptions::default().plan_annotations).await;
         ready(port).await;
-        let admin_key = new_key(&ns, &[flowline_api::auth::Scope::Admin]).await;
+        let admin_key = new_key(&ns, &[flowline_api::plumbing::auth::Scope::Admin]).await;
         let api = TestApi {
             base: format!("http://127.0.0.1:{port}"),
             ns,
@@ -470,7 +470,7 @@ pub async fn created_id(res: reqwest::Response) -> String {
 }
 
 /// A new key for the namespace (not yet necessarily visible to a server).
-pub async fn new_key(ns: &TestNamespace, scopes: &[flowline_api::auth::Scope]) -> String {
+pub async fn new_key(ns: &TestNamespace, scopes: &[flowline_api::plumbing::auth::Scope]) -> String {
     flowline_api::keys::create_key(ns.client.clone(), &ns.name, "test", scopes)
         .await
         .unwrap()

@@ -16,7 +16,8 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::auth::SECRET_TYPE;
+use crate::plumbing::auth::SECRET_TYPE;
+use crate::plumbing::idempotency;
 use flowline_core::crd::{EventDetail, Run, Webhook, Workflow};
 use flowline_kube::lenient::{self, DecodedStore, Lenient};
 use flowline_kube::name_index::{self, SharedNameIndex};
@@ -179,9 +180,9 @@ fn summarize_run(run: &mut Run) {
     // A kubectl-applied run's idempotency digest is that of its payload: keep the
     // digest, not the payload.
     if run.spec.idempotency_key.is_some() {
-        let digest = super::idempotency::digest_of(run);
+        let digest = idempotency::digest_of(run);
         run.annotations_mut()
-            .insert(super::idempotency::DIGEST_ANNOTATION.into(), digest);
+            .insert(idempotency::DIGEST_ANNOTATION.into(), digest);
     }
     run.drop_details(EventDetail::IdentityOnly);
 }
@@ -225,8 +226,8 @@ impl Caches {
     /// listed.
     pub fn start(client: Client, scope: &WatchScope, shutdown: CancellationToken) -> Caches {
         let keys_config = watcher::Config::default().fields(&format!("type={SECRET_TYPE}"));
-        let hook_config =
-            watcher::Config::default().fields(&format!("type={}", super::hook_secret::SECRET_TYPE));
+        let hook_config = watcher::Config::default()
+            .fields(&format!("type={}", crate::hooks::secret::SECRET_TYPE));
         let each = scope.each();
         fn per_namespace<K>(
             client: &Client,
@@ -322,6 +323,60 @@ impl Caches {
     }
 }
 
+#[cfg(test)]
+impl Caches {
+    /// Caches that have listed `objects` and nothing else (`secrets`: API keys and hook
+    /// secrets, told apart by type), synced: the API's state for in-process tests
+    /// (`crate::testing`), with no watch behind it. Each store keeps its objects as
+    /// the watch would (runs as summaries), and its index is fed the same events.
+    pub(crate) fn listed(
+        workflows: Vec<Workflow>,
+        runs: Vec<Run>,
+        webhooks: Vec<Webhook>,
+        secrets: Vec<Secret>,
+        namespaces: Vec<PartialObjectMeta<Namespace>>,
+    ) -> Caches {
+        fn listed<K: flowline_kube::lenient::Watched>(
+            objects: Vec<K>,
+            compact: fn(&mut K),
+            index: SharedNameIndex<K>,
+        ) -> ScopedStore<K> {
+            let (reader, mut writer) = kube::runtime::reflector::store();
+            let events = std::iter::once(watcher::Event::Init)
+                .chain(objects.into_iter().map(|mut object| {
+                    compact(&mut object);
+                    watcher::Event::InitApply(Lenient::Decoded(Arc::new(object)))
+                }))
+                .chain(std::iter::once(watcher::Event::InitDone));
+            for event in events {
+                index.apply(&event);
+                writer.apply_watcher_event(&event);
+            }
+            vec![(DecodedStore::from(reader), index)].into()
+        }
+        let (api_keys, hook_secrets): (Vec<Secret>, Vec<Secret>) = secrets
+            .into_iter()
+            .partition(|s| s.type_.as_deref() == Some(SECRET_TYPE));
+        Caches {
+            workflows: listed(
+                workflows,
+                whole,
+                SharedNameIndex::with_homes(name_index::by_namespace),
+            ),
+            runs: listed(
+                runs,
+                summarize_run,
+                SharedNameIndex::new(name_index::by_workflow),
+            ),
+            webhooks: listed(webhooks, whole, namespace_index()),
+            api_keys: listed(api_keys, whole, namespace_index()),
+            hook_secrets: listed(hook_secrets, whole, namespace_index()),
+            namespaces: listed(namespaces, whole, namespace_index()),
+            synced: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}
+
 /// Looks up one object of a namespace in a store.
 pub fn get<K>(store: &ScopedStore<K>, namespace: &str, name: &str) -> Option<Arc<K>>
 where
@@ -401,17 +456,17 @@ mod tests {
                 "reason": "Failed", "lastTransitionTime": "2026-11-23T08:00:00Z"}]},
         }))
         .unwrap();
-        let digest = super::super::idempotency::digest_of(&run);
-        let listed = crate::views::RunListItem::from(&run);
+        let digest = idempotency::digest_of(&run);
+        let listed = crate::runs::views::RunListItem::from(&run);
         summarize_run(&mut run);
-        let summary = crate::views::RunListItem::from(&run);
+        let summary = crate::runs::views::RunListItem::from(&run);
         assert_eq!(
             serde_json::to_value(&summary).unwrap(),
             serde_json::to_value(&listed).unwrap(),
             "a list shows the same"
         );
         assert_eq!(
-            super::super::idempotency::digest_of(&run),
+            idempotency::digest_of(&run),
             digest,
             "same idempotency digest"
         );

@@ -1,39 +1,30 @@
 //! The `/v1` REST facade: reads from watch caches, writes to the API server.
-//! One router per resource, merged here behind authentication and rate limits.
+//! One folder per resource (`workflows`, `runs`, `webhooks`, `keys`, `hooks`), each with
+//! its router and handlers (`mod.rs`), its request bodies and their rules (`input.rs`)
+//! and its answers (`views.rs`); the HTTP parts they share are in `plumbing`. The
+//! routers are merged here behind authentication and rate limits.
 
-pub mod approvals;
-pub mod auth;
 pub mod cache;
-pub mod client_ip;
-pub(crate) mod deliveries;
-pub mod error;
-pub(crate) mod hook_secret;
-pub mod hook_verify;
-pub(crate) mod hooks;
-pub mod idempotency;
-pub mod input;
-pub mod json;
-pub mod key_index;
-mod keyed_start;
+pub mod hooks;
 pub mod keys;
-mod middleware;
 pub mod openapi;
-pub mod pagination;
-pub mod ratelimit;
+pub mod plumbing;
 pub mod rendered;
-pub(crate) mod retry;
-pub(crate) mod runs;
+pub mod runs;
 pub mod state;
-pub mod views;
-pub(crate) mod webhooks;
-pub(crate) mod workflows;
+pub mod webhooks;
+pub mod workflows;
+
+#[cfg(test)]
+mod testing;
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;
 use axum::response::IntoResponse;
 use utoipa_axum::router::OpenApiRouter;
 
-use self::error::ApiError;
+use self::plumbing::error::ApiError;
+use self::plumbing::middleware;
 use self::state::ApiState;
 
 /// The `/v1` routes as their handlers declare them: those that take an API key, and
@@ -43,12 +34,8 @@ pub(crate) fn declared() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
     let keyed = OpenApiRouter::new()
         .merge(workflows::router())
         .merge(runs::router())
-        .merge(retry::router())
-        .merge(approvals::router())
         .merge(webhooks::router())
-        .merge(deliveries::router())
-        .merge(keys::router())
-        .merge(hook_secret::router());
+        .merge(keys::router());
     (keyed, hooks::router())
 }
 

@@ -4,11 +4,15 @@ use std::sync::Arc;
 
 use kube::Client;
 
-use super::cache::Caches;
-use super::client_ip::TrustedProxies;
-use super::key_index::KeyIndex;
-use super::ratelimit::{DEFAULT_CAPACITY, FREE_REQUESTS, Plan, PlanDefaults, RateLimiter};
-use super::rendered::Rendered;
+use axum::extract::FromRef;
+
+use crate::cache::Caches;
+use crate::plumbing::client_ip::TrustedProxies;
+use crate::plumbing::key_index::KeyIndex;
+use crate::plumbing::ratelimit::{
+    DEFAULT_CAPACITY, FREE_REQUESTS, Plan, PlanDefaults, RateLimiter,
+};
+use crate::rendered::Rendered;
 use flowline_core::crd::Workflow;
 use flowline_telemetry::http_metrics::HttpMetrics;
 
@@ -76,6 +80,13 @@ pub struct Shared {
     /// Where the rate limiter's refusals are counted (registered nowhere unless
     /// [`ApiState::with_metrics`] says).
     pub metrics: HttpMetrics,
+}
+
+/// What [`crate::plumbing::json::Valid`] checks bodies against (`allow_http_webhooks`).
+impl FromRef<ApiState> for Arc<ApiConfig> {
+    fn from_ref(state: &ApiState) -> Self {
+        state.config.clone()
+    }
 }
 
 impl ApiState {

@@ -16,7 +16,7 @@ use crate::support::{
     ApiOptions, Process, TestApi, TestNamespace, assert_error, eventually, finished_run, kubectl,
     new_key, ready, text,
 };
-use flowline_api::auth::Scope;
+use flowline_api::plumbing::auth::Scope;
 
 use crate::delivery::receiver;
 

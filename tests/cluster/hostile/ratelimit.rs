@@ -24,7 +24,8 @@ async fn api(prefix: &str, trusted_proxies: &[&str]) -> TestApi {
         },
         |config| {
             config.unauthenticated_requests = BUDGET;
-            config.trusted_proxies = flowline_api::client_ip::TrustedProxies::new(proxies);
+            config.trusted_proxies =
+                flowline_api::plumbing::client_ip::TrustedProxies::new(proxies);
         },
     )
     .await;

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flowline_api::auth::Scope;
+use flowline_api::plumbing::auth::Scope;
 use flowline_core::crd::{EventKind, Run, RunPhase, StepPhase};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;

@@ -14,7 +14,14 @@
 //! - a path `steps.<id>…` (in `with` or `when`) where `<id>` is not a step whose output
 //!   the step can see: in a sequential workflow (no `needs` anywhere) an earlier step; in
 //!   a graph an ancestor through `needs`, so a result never depends on timing;
-//! - a `concurrency.key` the engine could not render ([`concurrency_key::check`]).
+//! - a `concurrency.key` the engine could not render ([`concurrency_key::check`]);
+//! - a built-in action's inputs it cannot do without, where they are written as literals
+//!   (a template is judged at run time): `http.request` without an `http(s)` `url`, or
+//!   with a `method` that is none of GET, POST, PUT, PATCH, DELETE, HEAD and OPTIONS
+//!   (the methods the API documents); `transform` without `value`; `delay` without a
+//!   non-negative integer `ms`; `container` without an `image`; `wait` without exactly
+//!   one of `ms` (at most a year) and `until` (an RFC 3339 time); `approval` with a
+//!   `timeout_ms` that is not from 1 ms to a year ([`action_inputs`]).
 //!
 //! What depends on a run's data (a missing path, a truncated output, a comparison of
 //! mismatched types, a Secret that is not readable) is left to run time. The executor
@@ -27,7 +34,9 @@ use super::concurrency_key;
 use super::expr;
 use super::graph::{self, Graph};
 use super::template;
-use crate::crd::{Step, WorkflowSpec};
+use super::waiting::MAX_WAIT_MS;
+use crate::crd::{Action, Step, WorkflowSpec};
+use serde_json::Value;
 
 /// One problem, on the field it is about: `steps[2].when`, `steps[1].with.url`,
 /// `concurrency.key`.
@@ -127,6 +136,7 @@ pub fn steps(steps: &[Step]) -> Vec<Problem> {
                 message: "is only allowed with for_each".into(),
             });
         }
+        action_inputs(step, &format!("{at}.with"), &mut problems);
         let Some(with) = &step.with else { continue };
         for parsed in template::parse(with, "with") {
             let path = format!("{at}.{}", parsed.location);
@@ -152,6 +162,85 @@ pub fn steps(steps: &[Step]) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// The methods an `http.request` step may name.
+pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+
+/// Problems of the inputs (`with`, at path `at`) that `step`'s action cannot do without.
+/// Values may be templates, rendered at run time: only their presence is checked, and
+/// the type and range of literals.
+pub fn action_inputs(step: &Step, at: &str, problems: &mut Vec<Problem>) {
+    let mut problem = |path: String, message: String| problems.push(Problem { path, message });
+    let get = |k: &str| step.with.as_ref().and_then(|w| w.get(k));
+    let is_template = |v: &Value| v.as_str().is_some_and(|s| s.contains("{{"));
+    match step.action {
+        Action::HttpRequest => {
+            match get("url") {
+                Some(u) if is_template(u) => {}
+                Some(Value::String(u))
+                    if url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) => {
+                }
+                _ => problem(
+                    format!("{at}.url"),
+                    "is required and must be an http(s) URL".into(),
+                ),
+            }
+            if let Some(m) = get("method") {
+                let ok = m
+                    .as_str()
+                    .is_some_and(|m| HTTP_METHODS.contains(&m.to_ascii_uppercase().as_str()));
+                if !ok && !is_template(m) {
+                    problem(format!("{at}.method"), "must be an HTTP method".into());
+                }
+            }
+        }
+        Action::Transform => {
+            if get("value").is_none() {
+                problem(format!("{at}.value"), "is required".into());
+            }
+        }
+        Action::Delay => match get("ms") {
+            Some(v) if v.as_u64().is_some() || is_template(v) => {}
+            _ => problem(
+                format!("{at}.ms"),
+                "is required and must be a non-negative integer".into(),
+            ),
+        },
+        Action::Fail => {}
+        Action::Container => match get("image") {
+            Some(Value::String(s)) if !s.trim().is_empty() => {}
+            _ => problem(format!("{at}.image"), "is required".into()),
+        },
+        Action::Wait => match (get("ms"), get("until")) {
+            (Some(v), None) if v.as_u64().is_some_and(|ms| ms <= MAX_WAIT_MS) || is_template(v) => {
+            }
+            (Some(_), None) => problem(
+                format!("{at}.ms"),
+                format!("must be an integer from 0 to {MAX_WAIT_MS} (a year)"),
+            ),
+            (None, Some(Value::String(u)))
+                if u.contains("{{") || u.parse::<jiff::Timestamp>().is_ok() => {}
+            (None, Some(_)) => problem(
+                format!("{at}.until"),
+                "must be an RFC 3339 time (2026-01-01T09:00:00Z) or a template".into(),
+            ),
+            _ => problem(
+                at.to_string(),
+                "wait needs exactly one of `ms` and `until`".into(),
+            ),
+        },
+        Action::Approval => match get("timeout_ms") {
+            None | Some(Value::Null) => {}
+            Some(v)
+                if v.as_u64().is_some_and(|ms| (1..=MAX_WAIT_MS).contains(&ms))
+                    || is_template(v) => {}
+            Some(_) => problem(
+                format!("{at}.timeout_ms"),
+                format!("must be an integer from 1 to {MAX_WAIT_MS} (a year)"),
+            ),
+        },
+    }
 }
 
 /// What step `index` may read of the others.
@@ -344,8 +433,7 @@ mod tests {
             json!({"headers": {"Authorization": "Bearer {{ secret.api.token }}"}}),
         ] {
             let run_error = template::render(&with, &json!({})).expect_err("fails");
-            let found =
-                steps(&spec(json!([{"id": "s", "action": "transform", "with": with}])).steps);
+            let found = steps(&spec(json!([{"id": "s", "action": "fail", "with": with}])).steps);
             assert_eq!(found.len(), 1, "{found:?}");
             assert_eq!(found[0].to_string(), format!("steps[0].{run_error}"));
         }
@@ -532,6 +620,179 @@ mod tests {
             "{found:?}"
         );
         assert_eq!(with_key("{{ trigger.payload").len(), 1);
+    }
+
+    /// What `/v1` refuses of an action's inputs (400 on the field), kubectl gets here
+    /// (`InvalidSpec`): one check for both doors.
+    #[test]
+    fn inputs_an_action_cannot_do_without_are_problems_on_their_fields() {
+        for (step, path, message) in [
+            (
+                json!({"action": "http.request"}),
+                "steps[0].with.url",
+                "is required and must be an http(s) URL",
+            ),
+            (
+                json!({"action": "http.request", "with": {"url": "ftp://x.test/"}}),
+                "steps[0].with.url",
+                "is required and must be an http(s) URL",
+            ),
+            (
+                json!({"action": "http.request", "with": {"url": "not a url"}}),
+                "steps[0].with.url",
+                "is required and must be an http(s) URL",
+            ),
+            (
+                json!({"action": "http.request", "with": {"url": 7}}),
+                "steps[0].with.url",
+                "is required and must be an http(s) URL",
+            ),
+            (
+                json!({"action": "http.request", "with": {"url": "https://x.test", "method": "FETCH"}}),
+                "steps[0].with.method",
+                "must be an HTTP method",
+            ),
+            (
+                json!({"action": "http.request", "with": {"url": "https://x.test", "method": 1}}),
+                "steps[0].with.method",
+                "must be an HTTP method",
+            ),
+            (
+                json!({"action": "transform"}),
+                "steps[0].with.value",
+                "is required",
+            ),
+            (
+                json!({"action": "transform", "with": {"val": 1}}),
+                "steps[0].with.value",
+                "is required",
+            ),
+            (
+                json!({"action": "delay"}),
+                "steps[0].with.ms",
+                "is required and must be a non-negative integer",
+            ),
+            (
+                json!({"action": "delay", "with": {"ms": -5}}),
+                "steps[0].with.ms",
+                "is required and must be a non-negative integer",
+            ),
+            (
+                json!({"action": "delay", "with": {"ms": "soon"}}),
+                "steps[0].with.ms",
+                "is required and must be a non-negative integer",
+            ),
+            (
+                json!({"action": "container"}),
+                "steps[0].with.image",
+                "is required",
+            ),
+            (
+                json!({"action": "container", "with": {"image": " "}}),
+                "steps[0].with.image",
+                "is required",
+            ),
+            (
+                json!({"action": "wait"}),
+                "steps[0].with",
+                "wait needs exactly one of `ms` and `until`",
+            ),
+            (
+                json!({"action": "wait", "with": {"ms": 1, "until": "2026-12-01T09:00:00Z"}}),
+                "steps[0].with",
+                "wait needs exactly one of `ms` and `until`",
+            ),
+            (
+                json!({"action": "wait", "with": {"ms": MAX_WAIT_MS + 1}}),
+                "steps[0].with.ms",
+                "must be an integer from 0 to 31622400000 (a year)",
+            ),
+            (
+                json!({"action": "wait", "with": {"ms": -5}}),
+                "steps[0].with.ms",
+                "must be an integer from 0 to 31622400000 (a year)",
+            ),
+            (
+                json!({"action": "wait", "with": {"until": "tomorrow"}}),
+                "steps[0].with.until",
+                "must be an RFC 3339 time (2026-01-01T09:00:00Z) or a template",
+            ),
+            (
+                json!({"action": "approval", "with": {"timeout_ms": 0}}),
+                "steps[0].with.timeout_ms",
+                "must be an integer from 1 to 31622400000 (a year)",
+            ),
+            (
+                json!({"action": "approval", "with": {"timeout_ms": "soon"}}),
+                "steps[0].with.timeout_ms",
+                "must be an integer from 1 to 31622400000 (a year)",
+            ),
+        ] {
+            let mut step = step;
+            step["id"] = json!("s");
+            assert_eq!(
+                problems(json!([step.clone()])),
+                [(path.to_string(), message.to_string())],
+                "{step}"
+            );
+            // The controller's check (Ready=False, InvalidSpec) is this one.
+            assert_eq!(
+                summary(&workflow(&spec(json!([step])))),
+                format!("{path}: {message}")
+            );
+        }
+    }
+
+    #[test]
+    fn literal_and_templated_inputs_that_can_work_are_no_problem() {
+        for step in [
+            json!({"action": "http.request", "with": {"url": "https://x.test/a"}}),
+            json!({"action": "http.request", "with": {"url": "http://x.test", "method": "post"}}),
+            json!({"action": "http.request", "with": {"url": "{{ trigger.payload.url }}",
+                                                      "method": "{{ trigger.payload.m }}"}}),
+            json!({"action": "transform", "with": {"value": null}}),
+            json!({"action": "delay", "with": {"ms": 0}}),
+            json!({"action": "delay", "with": {"ms": "{{ trigger.payload.ms }}"}}),
+            json!({"action": "fail"}),
+            json!({"action": "container", "with": {"image": "busybox"}}),
+            json!({"action": "wait", "with": {"ms": MAX_WAIT_MS}}),
+            json!({"action": "wait", "with": {"until": "2026-12-01T09:00:00Z"}}),
+            json!({"action": "wait", "with": {"until": "{{ trigger.payload.at }}"}}),
+            json!({"action": "approval"}),
+            json!({"action": "approval", "with": {"timeout_ms": null}}),
+            json!({"action": "approval", "with": {"timeout_ms": 60000}}),
+        ] {
+            let mut step = step;
+            step["id"] = json!("s");
+            assert!(problems(json!([step.clone()])).is_empty(), "{step}");
+        }
+    }
+
+    /// The example workflows the docs point at are sound under every check.
+    #[test]
+    fn the_examples_have_no_problems() {
+        for (name, text) in [
+            (
+                "approval",
+                include_str!("../../../../examples/approval.yaml"),
+            ),
+            (
+                "container-step",
+                include_str!("../../../../examples/container-step.yaml"),
+            ),
+            ("fan-out", include_str!("../../../../examples/fan-out.yaml")),
+            (
+                "http-relay",
+                include_str!("../../../../examples/http-relay.yaml"),
+            ),
+            (
+                "scheduled-report",
+                include_str!("../../../../examples/scheduled-report.yaml"),
+            ),
+        ] {
+            let wf: crate::crd::Workflow = serde_saphyr::from_str(text).expect(name);
+            assert_eq!(workflow(&wf.spec), [], "{name}");
+        }
     }
 
     #[test]

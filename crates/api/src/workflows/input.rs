@@ -1,28 +1,28 @@
-//! Request bodies. Each body is a type that serde reads (`deny_unknown_fields`, so an
-//! unknown field is refused) and utoipa documents: the type the handlers deserialize is
-//! the schema in `/v1/openapi.json`. A shape problem (unknown field, wrong type, unknown
-//! enum value) is a `validation_error` naming the field's path (`steps[1].action`); then
-//! the rules a schema cannot say (cron, time zones, DNS labels, an action's inputs,
-//! duplicates) are checked, every problem reported with its path.
+//! Bodies of `POST /v1/workflows` and `PATCH /v1/workflows/{id}`. Each is a type that
+//! serde reads (`deny_unknown_fields`, so an unknown field is refused) and utoipa
+//! documents: the type the handlers take is the schema in `/v1/openapi.json`. The rules
+//! a schema cannot say (cron, time zones, DNS labels, an action's inputs, duplicates) are
+//! its [`Validate`] impl; what would fail every run is the engine's own check
+//! ([`flowline_core::engine::spec_check`]), the one the workflow controller runs on
+//! workflows applied with kubectl.
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::auth::Scope;
-use super::error::{ApiError, FieldError};
+use crate::plumbing::validation::{
+    MAX_NAME, Problems, Validate, is_dns_label, nullable, present, text,
+};
+use crate::state::ApiConfig;
 use flowline_core::crd::{
-    Action, Concurrency, ConcurrencyPolicy, EventKind, Executor, MAX_CONCURRENCY_KEY,
-    MAX_CONCURRENCY_LIMIT, MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM,
-    MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
+    Action, Concurrency, ConcurrencyPolicy, Executor, MAX_CONCURRENCY_KEY, MAX_CONCURRENCY_LIMIT,
+    MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM, MAX_RUN_TIMEOUT_MS, MAX_STEPS,
+    RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
 };
 use flowline_core::cron::Schedule;
 
-pub const MAX_NAME: usize = 200;
 pub const MAX_DESCRIPTION: usize = 2000;
 pub const MAX_WHEN: usize = 1000;
-pub const MAX_WEBHOOK_URL: usize = 2048;
 pub const MAX_STEP_TIMEOUT_MS: u64 = 86_400_000;
 pub const MAX_ATTEMPTS: u32 = 20;
 pub const MAX_BACKOFF_MS: u64 = 3_600_000;
@@ -30,7 +30,6 @@ const _: () = assert!(
     MAX_NAME == 200
         && MAX_DESCRIPTION == 2000
         && MAX_WHEN == 1000
-        && MAX_WEBHOOK_URL == 2048
         && MAX_STEP_TIMEOUT_MS == 86_400_000
         && MAX_ATTEMPTS == 20
         && MAX_BACKOFF_MS == 3_600_000
@@ -204,185 +203,28 @@ pub struct ConcurrencyInput {
     pub policy: Option<ConcurrencyPolicy>,
 }
 
-/// Optional body of `POST /v1/workflows/{id}/runs`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(examples(json!({"payload": {"order_id": 42}})))]
-pub struct RunCreate {
-    /// Readable by the steps as `trigger.payload`.
-    #[schema(value_type = Option<Object>)]
-    pub payload: Option<Map<String, Value>>,
-}
-
-/// Optional body of `POST /v1/runs/{id}/retry`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(examples(json!({"from": "failed"})))]
-pub struct RetryCreate {
-    /// Default `failed`.
-    pub from: Option<RetryFrom>,
-}
-
-/// Optional body of `POST /v1/runs/{id}/steps/{step_id}/approve` and `/reject`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(examples(json!({"comment": "checked the diff; ship it"})))]
-pub struct DecisionCreate {
-    /// Why; at most 1000 characters. Recorded with the decision.
-    #[schema(max_length = 1000)]
-    pub comment: Option<String>,
-}
-
-/// The most characters a decision's comment may have.
-pub const MAX_DECISION_COMMENT: usize = 1000;
-
-/// The optional body of a decision on an approval step: its comment, if any; a JSON
-/// `null` is no body.
-pub fn decision_request(body: Option<Value>) -> Result<Option<String>, ApiError> {
-    let Some(body) = body.filter(|b| !b.is_null()) else {
-        return Ok(None);
-    };
-    let body: DecisionCreate = shaped(body)?;
-    match body.comment {
-        Some(c) if c.chars().count() > MAX_DECISION_COMMENT => Err(ApiError::field(
-            "comment",
-            format!("must be at most {MAX_DECISION_COMMENT} characters"),
-        )),
-        other => Ok(other),
-    }
-}
-
-/// Where a retry starts (`POST /v1/runs/{id}/retry`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[schema(as = RetryStart)]
-pub enum RetryFrom {
-    /// At the first step that did not succeed; the steps before it keep their results.
-    Failed,
-    /// At the first step: everything runs again.
-    Start,
-}
-
-/// Body of `POST /v1/webhooks`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(examples(json!({"url": "https://hooks.example/flowline", "events": ["run.failed", "run.succeeded"]})))]
-pub struct WebhookCreate {
-    /// `https://` address that receives the events.
-    #[schema(format = "uri", max_length = 2048)]
-    pub url: String,
-    /// Event kinds to deliver, each at most once.
-    #[schema(min_items = 1, max_items = 6)]
-    pub events: Vec<EventKind>,
-    /// Only this workflow's events; omit for all workflows.
-    #[schema(min_length = 1, max_length = 253)]
-    pub workflow_id: Option<String>,
-}
-
-/// Body of `POST /v1/api-keys`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(examples(json!({"name": "ci", "scopes": ["read", "execute"]})))]
-pub struct ApiKeyCreate {
-    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
-    pub name: String,
-    #[schema(min_items = 1)]
-    pub scopes: Vec<Scope>,
-}
-
-/// A field that may be absent but not `null` (`#[serde(default)]` gives `None` when
-/// absent; `null` is refused by `T`).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
-/// A field where `null` means something (`Some(None)`): absent is `None`.
-fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
-/// Reads `body` as `T`. The first shape problem is a `validation_error` on its path.
-/// serde quotes what it got (an unknown field's name, an unknown value), so path and
-/// message are capped like every error string sent.
-fn shaped<T: DeserializeOwned>(body: Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(body).map_err(|err| {
-        let path = err.path().to_string();
-        let message = flowline_core::limits::cap_error(err.into_inner().to_string());
-        ApiError::field(
-            flowline_core::limits::cap_error(field_of(&path, &message)),
-            message,
-        )
-    })
-}
-
-/// The path a shape error is about. serde_path_to_error's path ends at the offending
-/// field, but for a missing one it is the object's, and serde names the field only in
-/// its message.
-fn field_of(path: &str, message: &str) -> String {
-    let missing = message
-        .strip_prefix("missing field `")
-        .and_then(|rest| rest.split('`').next());
-    match (path, missing) {
-        (".", Some(name)) => name.to_string(),
-        (".", None) => "body".to_string(),
-        (path, Some(name)) => format!("{path}.{name}"),
-        (path, None) => path.to_string(),
-    }
-}
-
-/// Collects field problems while a body is checked.
-#[derive(Default)]
-struct Problems(Vec<FieldError>);
-
-impl Problems {
-    fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(FieldError::new(field, message));
-    }
-
-    fn has(&self, field: &str) -> bool {
-        self.0.iter().any(|e| e.field == field)
-    }
-
-    fn finish<T>(self, value: T) -> Result<T, ApiError> {
-        if self.0.is_empty() {
-            Ok(value)
-        } else {
-            Err(ApiError::fields(self.0))
+impl Validate for WorkflowCreate {
+    fn validate(&self, _: &ApiConfig) -> Result<(), Problems> {
+        let mut p = Problems::default();
+        text(&self.name, "name", MAX_NAME, true, &mut p);
+        if let Some(d) = &self.description {
+            text(d, "description", MAX_DESCRIPTION, false, &mut p);
         }
+        if let Some(t) = &self.trigger {
+            t.check(&mut p);
+        }
+        p.finish()
     }
 }
 
-/// Checks a text's length (in characters) and, when `required`, that it is not blank.
-fn text(s: &str, field: &str, max: usize, required: bool, p: &mut Problems) {
-    if required && s.trim().is_empty() {
-        p.add(field, "must not be empty");
-    } else if s.chars().count() > max {
-        p.add(field, format!("must be at most {max} characters"));
+impl WorkflowCreate {
+    /// The trigger to store (absent: `manual`).
+    pub fn stored_trigger(&self) -> Trigger {
+        self.trigger
+            .as_ref()
+            .map(TriggerInput::to_trigger)
+            .unwrap_or_default()
     }
-}
-
-pub struct CreateWorkflow {
-    pub name: String,
-    pub description: Option<String>,
-    /// Absent: `manual`.
-    pub trigger: Option<Trigger>,
-}
-
-pub fn create_workflow(body: Value) -> Result<CreateWorkflow, ApiError> {
-    let body: WorkflowCreate = shaped(body)?;
-    let mut p = Problems::default();
-    text(&body.name, "name", MAX_NAME, true, &mut p);
-    if let Some(d) = &body.description {
-        text(d, "description", MAX_DESCRIPTION, false, &mut p);
-    }
-    let trigger = body.trigger.map(|t| trigger(t, &mut p));
-    p.finish(CreateWorkflow {
-        name: body.name,
-        description: body.description,
-        trigger,
-    })
 }
 
 /// A PATCH of a workflow: each present field replaces the stored one.
@@ -404,104 +246,145 @@ pub struct WorkflowPatch {
     pub parallelism: Option<Option<u32>>,
 }
 
-pub fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
-    if body.as_object().is_some_and(Map::is_empty) {
-        return Err(ApiError::field(
-            "body",
-            "give at least one of: name, description, state, trigger, executor, steps, \
-             timeout_ms, concurrency, parallelism",
-        ));
+impl Validate for WorkflowPatchBody {
+    fn validate(&self, _: &ApiConfig) -> Result<(), Problems> {
+        let mut p = Problems::default();
+        if self.is_empty() {
+            p.add(
+                "body",
+                "give at least one of: name, description, state, trigger, executor, steps, \
+                 timeout_ms, concurrency, parallelism",
+            );
+            return p.finish();
+        }
+        if let Some(name) = &self.name {
+            text(name, "name", MAX_NAME, true, &mut p);
+        }
+        if let Some(Some(d)) = &self.description {
+            text(d, "description", MAX_DESCRIPTION, false, &mut p);
+        }
+        if let Some(Some(n)) = self.parallelism
+            && !(1..=MAX_PARALLELISM).contains(&n)
+        {
+            p.add(
+                "parallelism",
+                format!("must be an integer from 1 to {MAX_PARALLELISM}, or null for the default"),
+            );
+        }
+        if let Some(Some(ms)) = self.timeout_ms
+            && !(1..=MAX_RUN_TIMEOUT_MS).contains(&ms)
+        {
+            p.add(
+                "timeout_ms",
+                format!(
+                    "must be an integer from 1 to {MAX_RUN_TIMEOUT_MS} (7 days), or null for no \
+                     run timeout"
+                ),
+            );
+        }
+        if let Some(t) = &self.trigger {
+            t.check(&mut p);
+        }
+        if let Some(steps) = &self.steps {
+            check_steps(steps, &mut p);
+        }
+        if let Some(Some(c)) = &self.concurrency {
+            c.check(&mut p);
+        }
+        p.finish()
     }
-    let body: WorkflowPatchBody = shaped(body)?;
-    let mut p = Problems::default();
-    if let Some(name) = &body.name {
-        text(name, "name", MAX_NAME, true, &mut p);
-    }
-    if let Some(Some(d)) = &body.description {
-        text(d, "description", MAX_DESCRIPTION, false, &mut p);
-    }
-    if let Some(Some(n)) = body.parallelism
-        && !(1..=MAX_PARALLELISM).contains(&n)
-    {
-        p.add(
-            "parallelism",
-            format!("must be an integer from 1 to {MAX_PARALLELISM}, or null for the default"),
-        );
-    }
-    if let Some(Some(ms)) = body.timeout_ms
-        && !(1..=MAX_RUN_TIMEOUT_MS).contains(&ms)
-    {
-        p.add(
-            "timeout_ms",
-            format!(
-                "must be an integer from 1 to {MAX_RUN_TIMEOUT_MS} (7 days), or null for no \
-                 run timeout"
-            ),
-        );
-    }
-    let patch = WorkflowPatch {
-        name: body.name,
-        description: body.description,
-        state: body.state,
-        trigger: body.trigger.map(|t| trigger(t, &mut p)),
-        executor: body.executor,
-        steps: body.steps.map(|s| steps(s, &mut p)),
-        timeout_ms: body.timeout_ms,
-        concurrency: body.concurrency.map(|c| c.map(|c| concurrency(c, &mut p))),
-        parallelism: body.parallelism,
-    };
-    p.finish(patch)
 }
 
-fn trigger(t: TriggerInput, p: &mut Problems) -> Trigger {
-    if t.type_ != TriggerType::Schedule {
-        for (extra, given) in [
-            ("cron", t.cron.is_some()),
-            ("timezone", t.timezone.is_some()),
-        ] {
-            if given {
+impl WorkflowPatchBody {
+    /// `{}`: nothing to change (an unknown field is refused before this is asked).
+    fn is_empty(&self) -> bool {
+        self.name.is_none()
+            && self.description.is_none()
+            && self.state.is_none()
+            && self.trigger.is_none()
+            && self.executor.is_none()
+            && self.steps.is_none()
+            && self.timeout_ms.is_none()
+            && self.concurrency.is_none()
+            && self.parallelism.is_none()
+    }
+
+    /// The patch in the custom resource's types (the defaults of a step's `retry`
+    /// filled in).
+    pub fn into_patch(self) -> WorkflowPatch {
+        WorkflowPatch {
+            trigger: self.trigger.as_ref().map(TriggerInput::to_trigger),
+            steps: self
+                .steps
+                .as_ref()
+                .map(|steps| steps.iter().map(StepInput::to_step).collect()),
+            concurrency: self
+                .concurrency
+                .as_ref()
+                .map(|c| c.as_ref().map(ConcurrencyInput::to_concurrency)),
+            name: self.name,
+            description: self.description,
+            state: self.state,
+            executor: self.executor,
+            timeout_ms: self.timeout_ms,
+            parallelism: self.parallelism,
+        }
+    }
+}
+
+impl TriggerInput {
+    fn check(&self, p: &mut Problems) {
+        if self.type_ != TriggerType::Schedule {
+            for (extra, given) in [
+                ("cron", self.cron.is_some()),
+                ("timezone", self.timezone.is_some()),
+            ] {
+                if given {
+                    p.add(
+                        format!("trigger.{extra}"),
+                        "is only allowed when trigger.type is schedule",
+                    );
+                }
+            }
+            return;
+        }
+        match &self.cron {
+            Some(c) if is_cron(c) => {}
+            Some(c) => {
+                let why = match Schedule::parse(c.trim(), None) {
+                    Err(e) => format!(": {e}"),
+                    Ok(_) => String::new(),
+                };
                 p.add(
-                    format!("trigger.{extra}"),
-                    "is only allowed when trigger.type is schedule",
+                    "trigger.cron",
+                    format!("must be a 5-field cron expression, e.g. */5 * * * *{why}"),
                 );
             }
+            None => p.add("trigger.cron", "is required when trigger.type is schedule"),
         }
-        return Trigger {
-            type_: t.type_,
-            cron: None,
-            timezone: None,
-        };
-    }
-    let cron = match t.cron {
-        Some(c) if is_cron(&c) => Some(c.trim().to_string()),
-        Some(c) => {
-            let why = match Schedule::parse(c.trim(), None) {
-                Err(e) => format!(": {e}"),
-                Ok(_) => String::new(),
-            };
+        if let Some(tz) = &self.timezone
+            && jiff::tz::db().get(tz).is_err()
+        {
             p.add(
-                "trigger.cron",
-                format!("must be a 5-field cron expression, e.g. */5 * * * *{why}"),
+                "trigger.timezone",
+                "must be an IANA time zone, e.g. Europe/Paris",
             );
-            None
         }
-        None => {
-            p.add("trigger.cron", "is required when trigger.type is schedule");
-            None
-        }
-    };
-    if let Some(tz) = &t.timezone
-        && jiff::tz::db().get(tz).is_err()
-    {
-        p.add(
-            "trigger.timezone",
-            "must be an IANA time zone, e.g. Europe/Paris",
-        );
     }
-    Trigger {
-        type_: TriggerType::Schedule,
-        cron,
-        timezone: t.timezone,
+
+    fn to_trigger(&self) -> Trigger {
+        if self.type_ != TriggerType::Schedule {
+            return Trigger {
+                type_: self.type_,
+                cron: None,
+                timezone: None,
+            };
+        }
+        Trigger {
+            type_: TriggerType::Schedule,
+            cron: self.cron.as_deref().map(|c| c.trim().to_string()),
+            timezone: self.timezone.clone(),
+        }
     }
 }
 
@@ -511,314 +394,172 @@ pub fn is_cron(expr: &str) -> bool {
     expr.split_whitespace().count() == 5 && Schedule::parse(expr.trim(), None).is_ok()
 }
 
-fn is_dns_label(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-'
-}
-
-fn steps(items: Vec<StepInput>, p: &mut Problems) -> Vec<Step> {
+fn check_steps(items: &[StepInput], p: &mut Problems) {
     if items.len() > MAX_STEPS {
         p.add("steps", format!("at most {MAX_STEPS} steps"));
-        return Vec::new();
+        return;
     }
-    let mut out: Vec<Step> = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
+    let mut steps: Vec<Step> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
         let at = format!("steps[{i}]");
-        if out.iter().any(|s| s.id == item.id) {
+        if steps.iter().any(|s| s.id == item.id) {
             p.add(
                 format!("{at}.id"),
                 format!("duplicate step id {:?}", item.id),
             );
         }
-        out.push(step(item, &at, p));
+        item.check(&at, p);
+        steps.push(item.to_step());
     }
-    // What would fail every run (`when` and templates that do not parse, reads of steps
-    // that do not run before): the engine's own check, on fields not already refused.
-    let found = flowline_core::engine::spec_check::steps(&out);
+    // What would fail every run (an action's missing inputs, `when` and templates that
+    // do not parse, reads of steps that do not run before): the engine's own check, the
+    // one the workflow controller runs, on fields not already refused.
+    let found = flowline_core::engine::spec_check::steps(&steps);
     let fresh: Vec<bool> = found.iter().map(|f| !p.has(&f.path)).collect();
     for (problem, fresh) in found.into_iter().zip(fresh) {
         if fresh {
             p.add(problem.path, problem.message);
         }
     }
-    out
 }
 
-fn step(s: StepInput, at: &str, p: &mut Problems) -> Step {
-    if !is_dns_label(&s.id) {
-        p.add(
-            format!("{at}.id"),
-            "must be a DNS label (lowercase letters, digits, '-')",
-        );
-    }
-    if let Some(name) = &s.name {
-        text(name, &format!("{at}.name"), MAX_NAME, false, p);
-    }
-    let with = s.with.map(Value::Object);
-    check_action_inputs(s.action, with.as_ref(), &format!("{at}.with"), p);
-    if let Some(ms) = s.timeout_ms
-        && !(1..=MAX_STEP_TIMEOUT_MS).contains(&ms)
-    {
-        p.add(
-            format!("{at}.timeout_ms"),
-            format!("must be an integer from 1 to {MAX_STEP_TIMEOUT_MS}"),
-        );
-    }
-    if let Some(when) = &s.when {
-        text(when, &format!("{at}.when"), MAX_WHEN, true, p);
-    }
-    let needs: Vec<String> = s
-        .needs
-        .unwrap_or_default()
-        .into_iter()
-        .map(|n| n.0)
-        .collect();
-    for (j, need) in needs.iter().enumerate() {
-        if !is_dns_label(need) {
-            p.add(format!("{at}.needs[{j}]"), "must be a step id");
+impl StepInput {
+    fn check(&self, at: &str, p: &mut Problems) {
+        if !is_dns_label(&self.id) {
+            p.add(
+                format!("{at}.id"),
+                "must be a DNS label (lowercase letters, digits, '-')",
+            );
         }
-    }
-    if let Some(f) = &s.for_each {
-        text(f, &format!("{at}.for_each"), MAX_FOR_EACH, true, p);
-    }
-    if let Some(n) = s.for_each_concurrency
-        && !(1..=MAX_FOR_EACH_CONCURRENCY).contains(&n)
-    {
-        p.add(
-            format!("{at}.for_each_concurrency"),
-            format!("must be an integer from 1 to {MAX_FOR_EACH_CONCURRENCY}"),
-        );
-    }
-    Step {
-        id: s.id,
-        name: s.name,
-        action: s.action,
-        with,
-        retry: s.retry.map(|r| retry(r, &format!("{at}.retry"), p)),
-        timeout_ms: s.timeout_ms,
-        when: s.when,
-        needs,
-        for_each: s.for_each,
-        for_each_concurrency: s.for_each_concurrency,
-    }
-}
-
-/// Inputs each action cannot do without. Values may be templates, so only
-/// presence and, for literals, the type is checked here.
-const MAX_WAIT_MS: u64 = flowline_core::engine::waiting::MAX_WAIT_MS;
-
-fn check_action_inputs(action: Action, with: Option<&Value>, at: &str, p: &mut Problems) {
-    let get = |k: &str| with.and_then(|w| w.get(k));
-    let is_template = |v: &Value| v.as_str().is_some_and(|s| s.contains("{{"));
-    match action {
-        Action::HttpRequest => {
-            match get("url") {
-                Some(Value::String(u)) if is_template(&Value::String(u.clone())) => {}
-                Some(Value::String(u))
-                    if url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) => {
-                }
-                _ => p.add(
-                    format!("{at}.url"),
-                    "is required and must be an http(s) URL",
-                ),
-            }
-            if let Some(m) = get("method") {
-                let ok = m.as_str().is_some_and(|m| {
-                    ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-                        .contains(&m.to_ascii_uppercase().as_str())
-                });
-                if !ok && !is_template(m) {
-                    p.add(format!("{at}.method"), "must be an HTTP method");
-                }
-            }
+        if let Some(name) = &self.name {
+            text(name, &format!("{at}.name"), MAX_NAME, false, p);
         }
-        Action::Transform => {
-            if get("value").is_none() {
-                p.add(format!("{at}.value"), "is required");
-            }
-        }
-        Action::Delay => match get("ms") {
-            Some(v) if v.as_u64().is_some() || is_template(v) => {}
-            _ => p.add(
-                format!("{at}.ms"),
-                "is required and must be a non-negative integer",
-            ),
-        },
-        Action::Fail => {}
-        Action::Container => match get("image") {
-            Some(Value::String(s)) if !s.trim().is_empty() => {}
-            _ => p.add(format!("{at}.image"), "is required"),
-        },
-        Action::Wait => match (get("ms"), get("until")) {
-            (Some(v), None) if v.as_u64().is_some_and(|ms| ms <= MAX_WAIT_MS) || is_template(v) => {
-            }
-            (Some(_), None) => p.add(
-                format!("{at}.ms"),
-                format!("must be an integer from 0 to {MAX_WAIT_MS} (a year)"),
-            ),
-            (None, Some(Value::String(u)))
-                if u.contains("{{") || u.parse::<jiff::Timestamp>().is_ok() => {}
-            (None, Some(_)) => p.add(
-                format!("{at}.until"),
-                "must be an RFC 3339 time (2026-01-01T09:00:00Z) or a template",
-            ),
-            _ => p.add(at.to_string(), "wait needs exactly one of `ms` and `until`"),
-        },
-        Action::Approval => match get("timeout_ms") {
-            None | Some(Value::Null) => {}
-            Some(v)
-                if v.as_u64().is_some_and(|ms| (1..=MAX_WAIT_MS).contains(&ms))
-                    || is_template(v) => {}
-            Some(_) => p.add(
+        if let Some(ms) = self.timeout_ms
+            && !(1..=MAX_STEP_TIMEOUT_MS).contains(&ms)
+        {
+            p.add(
                 format!("{at}.timeout_ms"),
-                format!("must be an integer from 1 to {MAX_WAIT_MS} (a year)"),
-            ),
-        },
+                format!("must be an integer from 1 to {MAX_STEP_TIMEOUT_MS}"),
+            );
+        }
+        if let Some(when) = &self.when {
+            text(when, &format!("{at}.when"), MAX_WHEN, true, p);
+        }
+        for (j, need) in self.needs.iter().flatten().enumerate() {
+            if !is_dns_label(&need.0) {
+                p.add(format!("{at}.needs[{j}]"), "must be a step id");
+            }
+        }
+        if let Some(f) = &self.for_each {
+            text(f, &format!("{at}.for_each"), MAX_FOR_EACH, true, p);
+        }
+        if let Some(n) = self.for_each_concurrency
+            && !(1..=MAX_FOR_EACH_CONCURRENCY).contains(&n)
+        {
+            p.add(
+                format!("{at}.for_each_concurrency"),
+                format!("must be an integer from 1 to {MAX_FOR_EACH_CONCURRENCY}"),
+            );
+        }
+        if let Some(r) = &self.retry {
+            r.check(&format!("{at}.retry"), p);
+        }
+    }
+
+    fn to_step(&self) -> Step {
+        Step {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            action: self.action,
+            with: self.with.clone().map(Value::Object),
+            retry: self.retry.as_ref().map(RetryInput::to_policy),
+            timeout_ms: self.timeout_ms,
+            when: self.when.clone(),
+            needs: self.needs.iter().flatten().map(|n| n.0.clone()).collect(),
+            for_each: self.for_each.clone(),
+            for_each_concurrency: self.for_each_concurrency,
+        }
     }
 }
 
-fn retry(r: RetryInput, at: &str, p: &mut Problems) -> RetryPolicy {
-    let mut policy = RetryPolicy::default();
-    if let Some(n) = r.max_attempts {
-        if (1..=MAX_ATTEMPTS).contains(&n) {
-            policy.max_attempts = n;
-        } else {
+impl RetryInput {
+    fn check(&self, at: &str, p: &mut Problems) {
+        if let Some(n) = self.max_attempts
+            && !(1..=MAX_ATTEMPTS).contains(&n)
+        {
             p.add(
                 format!("{at}.max_attempts"),
                 format!("must be an integer from 1 to {MAX_ATTEMPTS}"),
             );
         }
-    }
-    if let Some(ms) = r.backoff_ms {
-        if ms <= MAX_BACKOFF_MS {
-            policy.backoff_ms = ms;
-        } else {
+        if let Some(ms) = self.backoff_ms
+            && ms > MAX_BACKOFF_MS
+        {
             p.add(
                 format!("{at}.backoff_ms"),
                 format!("must be an integer from 0 to {MAX_BACKOFF_MS}"),
             );
         }
-    }
-    if let Some(f) = r.backoff_factor {
-        if (1.0..=10.0).contains(&f) {
-            policy.backoff_factor = f;
-        } else {
+        if let Some(f) = self.backoff_factor
+            && !(1.0..=10.0).contains(&f)
+        {
             p.add(
                 format!("{at}.backoff_factor"),
                 "must be a number from 1 to 10",
             );
         }
     }
-    policy
-}
 
-/// A workflow's `concurrency`.
-fn concurrency(c: ConcurrencyInput, p: &mut Problems) -> Concurrency {
-    if !(1..=MAX_CONCURRENCY_LIMIT).contains(&c.limit) {
-        p.add(
-            "concurrency.limit",
-            format!("must be an integer from 1 to {MAX_CONCURRENCY_LIMIT}"),
-        );
-    }
-    if let Some(key) = &c.key {
-        text(key, "concurrency.key", MAX_CONCURRENCY_KEY, true, p);
-        if let Err(reason) = flowline_core::engine::concurrency_key::check(key) {
-            p.add("concurrency.key", reason);
+    /// The policy, absent fields at their defaults.
+    fn to_policy(&self) -> RetryPolicy {
+        let default = RetryPolicy::default();
+        RetryPolicy {
+            max_attempts: self.max_attempts.unwrap_or(default.max_attempts),
+            backoff_ms: self.backoff_ms.unwrap_or(default.backoff_ms),
+            backoff_factor: self.backoff_factor.unwrap_or(default.backoff_factor),
         }
     }
-    Concurrency {
-        limit: c.limit,
-        key: c.key,
-        policy: c.policy.unwrap_or_default(),
-    }
 }
 
-/// The optional body of `POST /v1/workflows/{id}/runs`: its payload. A JSON `null`
-/// is no body, as the document says (generated clients send it for "no body").
-pub fn run_request(body: Option<Value>) -> Result<Option<Value>, ApiError> {
-    let Some(body) = body.filter(|b| !b.is_null()) else {
-        return Ok(None);
-    };
-    let body: RunCreate = shaped(body)?;
-    Ok(body.payload.map(Value::Object))
-}
-
-/// The optional body of `POST /v1/runs/{id}/retry`: `{"from": "failed" | "start"}`;
-/// a JSON `null` is no body.
-pub fn retry_request(body: Option<Value>) -> Result<RetryFrom, ApiError> {
-    let Some(body) = body.filter(|b| !b.is_null()) else {
-        return Ok(RetryFrom::Failed);
-    };
-    let body: RetryCreate = shaped(body)?;
-    Ok(body.from.unwrap_or(RetryFrom::Failed))
-}
-
-/// A webhook to create; the URL normalized.
-pub fn create_webhook(body: Value, allow_http: bool) -> Result<WebhookCreate, ApiError> {
-    let mut body: WebhookCreate = shaped(body)?;
-    let mut p = Problems::default();
-    match url::Url::parse(&body.url) {
-        Ok(u)
-            if u.host().is_some()
-                && (u.scheme() == "https" || (allow_http && u.scheme() == "http")) =>
-        {
-            body.url = u.to_string();
+impl ConcurrencyInput {
+    fn check(&self, p: &mut Problems) {
+        if !(1..=MAX_CONCURRENCY_LIMIT).contains(&self.limit) {
+            p.add(
+                "concurrency.limit",
+                format!("must be an integer from 1 to {MAX_CONCURRENCY_LIMIT}"),
+            );
         }
-        Ok(_) => p.add("url", "must be an https:// URL"),
-        Err(_) => p.add("url", "must be an absolute https:// URL"),
-    }
-    if body.url.len() > MAX_WEBHOOK_URL {
-        p.add(
-            "url",
-            format!("must be at most {MAX_WEBHOOK_URL} characters"),
-        );
-    }
-    if body.events.is_empty() {
-        p.add("events", "must be a non-empty array of event kinds");
-    }
-    for (i, kind) in body.events.iter().enumerate() {
-        if body.events[..i].contains(kind) {
-            p.add(format!("events[{i}]"), "is listed twice");
+        if let Some(key) = &self.key {
+            text(key, "concurrency.key", MAX_CONCURRENCY_KEY, true, p);
+            if let Err(reason) = flowline_core::engine::concurrency_key::check(key) {
+                p.add("concurrency.key", reason);
+            }
         }
     }
-    if let Some(wf) = &body.workflow_id
-        && (wf.is_empty() || wf.len() > 253)
-    {
-        p.add("workflow_id", "must be a workflow id");
-    }
-    p.finish(body)
-}
 
-/// An API key to create; repeated scopes counted once.
-pub fn create_api_key(body: Value) -> Result<ApiKeyCreate, ApiError> {
-    let mut body: ApiKeyCreate = shaped(body)?;
-    let mut p = Problems::default();
-    text(&body.name, "name", MAX_NAME, true, &mut p);
-    if body.scopes.is_empty() {
-        p.add(
-            "scopes",
-            "must be a non-empty array of read, write, execute, admin",
-        );
+    fn to_concurrency(&self) -> Concurrency {
+        Concurrency {
+            limit: self.limit,
+            key: self.key.clone(),
+            policy: self.policy.unwrap_or_default(),
+        }
     }
-    let mut seen = Vec::new();
-    body.scopes.retain(|s| {
-        let first = !seen.contains(s);
-        seen.push(*s);
-        first
-    });
-    p.finish(body)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plumbing::error::{ApiError, FieldError};
+    use crate::plumbing::validation::accept;
     use serde_json::json;
+
+    fn create_workflow(body: Value) -> Result<WorkflowCreate, ApiError> {
+        accept(&body, &ApiConfig::default())
+    }
+
+    fn workflow_patch(body: Value) -> Result<WorkflowPatch, ApiError> {
+        accept::<WorkflowPatchBody>(&body, &ApiConfig::default()).map(WorkflowPatchBody::into_patch)
+    }
 
     fn fields(err: ApiError) -> Vec<String> {
         match err {
@@ -1186,124 +927,5 @@ mod tests {
                 "{cron}"
             );
         }
-    }
-
-    #[test]
-    fn webhooks_need_https_and_known_events() {
-        let ok = create_webhook(
-            json!({"url": "https://h.test/x", "events": ["run.failed"]}),
-            false,
-        )
-        .unwrap();
-        assert_eq!(ok.events, [EventKind::RunFailed]);
-        let http = json!({"url": "http://h.test/x", "events": ["run.failed"]});
-        assert_eq!(
-            fields(create_webhook(http.clone(), false).err().unwrap()),
-            ["url"]
-        );
-        assert!(
-            create_webhook(http, true).is_ok(),
-            "the development flag allows http"
-        );
-        let err = create_webhook(
-            json!({"url": "https://h.test", "events": ["run.boom", "run.failed"]}),
-            false,
-        );
-        assert_eq!(fields(err.err().unwrap()), ["events[0]"]);
-        let err = create_webhook(
-            json!({"url": "https://h.test", "events": ["run.failed", "run.started", "run.failed"]}),
-            false,
-        );
-        assert_eq!(fields(err.err().unwrap()), ["events[2]"]);
-        for body in [
-            json!({"url": "ftp://h.test", "events": ["run.failed"]}),
-            json!({"url": "not a url", "events": ["run.failed"]}),
-            json!({"url": "https://h.test", "events": ["run.failed"], "secret": "mine"}),
-        ] {
-            let field = if body.get("secret").is_some() {
-                "secret"
-            } else {
-                "url"
-            };
-            assert_eq!(fields(create_webhook(body, false).err().unwrap()), [field]);
-        }
-        assert_eq!(
-            fields(
-                create_webhook(json!({"url": "https://h.test", "events": []}), false)
-                    .err()
-                    .unwrap()
-            ),
-            ["events"]
-        );
-    }
-
-    #[test]
-    fn run_payload_must_be_an_object() {
-        assert_eq!(run_request(None).unwrap(), None);
-        assert_eq!(run_request(Some(Value::Null)).unwrap(), None);
-        assert_eq!(
-            run_request(Some(json!({"payload": {"a": 1}}))).unwrap(),
-            Some(json!({"a": 1}))
-        );
-        assert_eq!(
-            fields(run_request(Some(json!({"payload": [1]}))).err().unwrap()),
-            ["payload"]
-        );
-    }
-
-    #[test]
-    fn a_retry_starts_at_the_failed_step_unless_told_to_start_over() {
-        assert_eq!(retry_request(None).unwrap(), RetryFrom::Failed);
-        assert_eq!(retry_request(Some(Value::Null)).unwrap(), RetryFrom::Failed);
-        assert_eq!(retry_request(Some(json!({}))).unwrap(), RetryFrom::Failed);
-        assert_eq!(
-            retry_request(Some(json!({"from": "failed"}))).unwrap(),
-            RetryFrom::Failed
-        );
-        assert_eq!(
-            retry_request(Some(json!({"from": "start"}))).unwrap(),
-            RetryFrom::Start
-        );
-        for bad in [
-            json!({"from": "middle"}),
-            json!({"from": 1}),
-            json!({"to": "start"}),
-        ] {
-            let field = if bad.get("to").is_some() {
-                "to"
-            } else {
-                "from"
-            };
-            assert_eq!(fields(retry_request(Some(bad)).err().unwrap()), [field]);
-        }
-        assert!(retry_request(Some(json!([]))).is_err());
-    }
-
-    #[test]
-    fn api_keys_need_a_name_and_known_scopes() {
-        let ok = create_api_key(json!({"name": "ci", "scopes": ["read", "execute"]})).unwrap();
-        assert_eq!(ok.scopes, [Scope::Read, Scope::Execute]);
-        assert_eq!(
-            fields(
-                create_api_key(json!({"name": "ci", "scopes": ["root"]}))
-                    .err()
-                    .unwrap()
-            ),
-            ["scopes[0]"]
-        );
-        assert_eq!(
-            fields(create_api_key(json!({"scopes": ["read"]})).err().unwrap()),
-            ["name"]
-        );
-        let deduped = create_api_key(json!({"name": "ci", "scopes": ["read", "read"]})).unwrap();
-        assert_eq!(deduped.scopes, [Scope::Read]);
-        assert_eq!(
-            fields(
-                create_api_key(json!({"name": "ci", "scopes": []}))
-                    .err()
-                    .unwrap()
-            ),
-            ["scopes"]
-        );
     }
 }

@@ -1,29 +1,37 @@
-//! `/v1/workflows/{id}/runs` and `/v1/runs`.
+//! `/v1/workflows/{id}/runs` and `/v1/runs`: starting (with an `Idempotency-Key`, see
+//! `keyed_start`), reading and cancelling runs, retrying finished ones ([`retry`]) and
+//! deciding on their approval steps ([`approvals`]).
 
-use axum::extract::{Path, RawQuery, State};
-use axum::http::HeaderMap;
+pub mod approvals;
+pub mod input;
+mod keyed_start;
+pub mod retry;
+pub mod views;
+
+#[cfg(test)]
+mod error_paths;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::pagination::Page;
-use super::views::{RunListItem, RunView};
-
-use super::auth::{Principal, Scope};
-use super::cache;
-use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
-use super::idempotency;
-use super::input;
-use super::json::OptionalJson;
-use super::pagination::{self, SortKey};
-use super::state::ApiState;
-use super::views;
-use super::workflows::{find as find_workflow, location};
+use self::input::RunCreate;
+use self::views::{RunListItem, RunView};
+use crate::cache;
+use crate::plumbing::auth::{Authorized, needs};
+use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
+use crate::plumbing::idempotency::IdempotencyKey;
+use crate::plumbing::json::Valid;
+use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
+use crate::state::ApiState;
+use crate::workflows::{find as find_workflow, location};
 use flowline_core::clock::now_ms;
 use flowline_core::crd::timestamps::created_at;
 use flowline_core::crd::{Run, RunTrigger, Workflow, WorkflowState};
@@ -37,9 +45,11 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(list, start))
         .routes(routes!(show))
         .routes(routes!(cancel))
+        .merge(retry::router())
+        .merge(approvals::router())
 }
 
-pub(super) fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Run>> {
+pub(crate) fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Run>> {
     cache::get(&state.caches.runs, namespace, id).ok_or(ApiError::NotFound(Missing::Run))
 }
 
@@ -51,16 +61,15 @@ fn full(state: &ApiState, run: &Run) -> RunView {
 
 #[utoipa::path(get, path = "/v1/workflows/{id}/runs", operation_id = "runs.list", tag = "runs", description = "Scope: `read`. Newest first.",
     params(("id" = String, Path, description = "Workflow id"), crate::openapi::RunListQuery),
-    responses((status = 200, description = "A page of runs", body = crate::pagination::Page<RunListItem>),
+    responses((status = 200, description = "A page of runs", body = Page<RunListItem>),
               (status = 400, description = "Bad limit, cursor or status filter"),
               (status = 404, description = "No such workflow")))]
 async fn list(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Read>,
     Path(workflow_id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Json<Page<RunListItem>>> {
-    who.require(Scope::Read)?;
     find_workflow(&state, &who.namespace, &workflow_id)?;
     let q = pagination::parse_query(
         query.as_deref(),
@@ -90,10 +99,9 @@ async fn list(
               (status = 404, description = "No such run")))]
 async fn show(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Read>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunView>> {
-    who.require(Scope::Read)?;
     Ok(Json(full(
         &state,
         &read_whole(&state, &who.namespace, &id).await?,
@@ -105,7 +113,7 @@ async fn show(
 /// cannot read (the cache leaves those out too), is not found. Only ids the cache
 /// knows reach the API server: any other (not a valid name, another account's, made
 /// up) is not found without a request.
-pub(super) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> ApiResult<Run> {
+pub(crate) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> ApiResult<Run> {
     find(state, namespace, id)?;
     let api: Api<Lenient<Run>> = Api::namespaced(state.client.clone(), namespace);
     match api.get_opt(id).await? {
@@ -122,7 +130,7 @@ pub(super) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> A
            ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
             pattern = "^[!-~]([ -~]*[!-~])?$",
             description = "1 to 255 visible ASCII characters; the same key returns the same run for 24 h")),
-    request_body(content = Option<crate::input::RunCreate>, content_type = "application/json"),
+    request_body(content = Option<RunCreate>, content_type = "application/json"),
     responses((status = 201, description = "The run, running", body = RunView,
                headers(("Location" = String, description = "Path of the new run"))),
               (status = 200, description = "The run an earlier request with this Idempotency-Key started", body = RunView,
@@ -132,15 +140,13 @@ pub(super) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> A
                started a run with a different body (`idempotency_key_reused`)")))]
 async fn start(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Execute>,
     Path(workflow_id): Path<String>,
-    headers: HeaderMap,
-    OptionalJson(body): OptionalJson<Value>,
+    IdempotencyKey(key): IdempotencyKey,
+    Valid(body): Valid<Option<RunCreate>>,
 ) -> ApiResult<Response> {
-    who.require(Scope::Execute)?;
-    let key = idempotency::key_from(&headers)?;
     let wf = find_workflow(&state, &who.namespace, &workflow_id)?;
-    let payload = input::run_request(body)?;
+    let payload = input::payload(body);
     let Some(key) = key else {
         let run = new_run(&wf, &new_id("run"), payload, |_| {})?;
         let created = create(&state, &who.namespace, &run)
@@ -148,12 +154,12 @@ async fn start(
             .map_err(write_error)?;
         return Ok(answer(&state, StatusCode::CREATED, &created));
     };
-    super::keyed_start::start(&state, &who.namespace, &wf, payload, key).await
+    keyed_start::start(&state, &who.namespace, &wf, payload, key).await
 }
 
 /// A run of `wf` named `name`, completed by `complete`, if it fits: refused when the
 /// workflow is paused or the run spec would exceed its size limit.
-pub(super) fn new_run(
+pub(crate) fn new_run(
     wf: &Workflow,
     name: &str,
     payload: Option<Value>,
@@ -175,7 +181,7 @@ pub(super) fn new_run(
 
 /// Refuses a run whose spec exceeds [`flowline_core::limits::MAX_RUN_SPEC_BYTES`], as a problem of
 /// `field`: `what` takes the bytes, `advice` says what to do.
-pub(super) fn check_spec_size(run: &Run, field: &str, what: &str, advice: &str) -> ApiResult<()> {
+pub(crate) fn check_spec_size(run: &Run, field: &str, what: &str, advice: &str) -> ApiResult<()> {
     let spec_bytes = serde_json::to_vec(&run.spec).map_or(usize::MAX, |b| b.len());
     if spec_bytes > flowline_core::limits::MAX_RUN_SPEC_BYTES {
         return Err(ApiError::field(
@@ -187,7 +193,7 @@ pub(super) fn check_spec_size(run: &Run, field: &str, what: &str, advice: &str) 
 }
 
 /// Creates `run` and waits until the cache holds it (read-your-writes).
-pub(super) async fn create(
+pub(crate) async fn create(
     state: &ApiState,
     namespace: &str,
     run: &Run,
@@ -199,7 +205,7 @@ pub(super) async fn create(
 }
 
 /// The run as `GET /v1/runs/{id}` shows it, with `status` and its `Location`.
-pub(super) fn answer(state: &ApiState, status: StatusCode, run: &Run) -> Response {
+pub(crate) fn answer(state: &ApiState, status: StatusCode, run: &Run) -> Response {
     let id = run.name_any();
     (
         status,
@@ -216,10 +222,9 @@ pub(super) fn answer(state: &ApiState, status: StatusCode, run: &Run) -> Respons
               (status = 409, description = "The run has finished (neither running nor queued)")))]
 async fn cancel(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Execute>,
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
-    who.require(Scope::Execute)?;
     let run = find(&state, &who.namespace, &id)?;
     let phase = run.phase();
     // A queued run has not started, but it is unfinished: cancelling it ends its wait.

@@ -46,6 +46,21 @@ pub fn key_from(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiEr
     }
 }
 
+/// The `Idempotency-Key` of a request, if it sent one (checked by [`key_from`]): an
+/// extractor, so the header is checked before the body is read.
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        key_from(&parts.headers).map(IdempotencyKey)
+    }
+}
+
 fn hex_name(parts: &[&str]) -> String {
     let mut hash = Sha256::new();
     for part in parts {

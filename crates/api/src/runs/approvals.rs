@@ -2,22 +2,23 @@
 //! `approval` step, appended to the Run's `spec.approvals` (the field a kubectl user
 //! patches too). The engine reads it: the watch event wakes the parked run.
 
-use axum::Extension;
-use axum::extract::{Path, State};
-use axum::response::IntoResponse;
+use axum::Json;
+use axum::extract::State;
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::{Principal, Scope};
-use super::cache;
-use super::error::{ApiError, ApiResult, Missing, not_found_as};
-use super::input;
-use super::json::OptionalJson;
-use super::runs::read_whole;
-use super::state::ApiState;
+use super::input::DecisionCreate;
+use super::read_whole;
+use super::views::{self, RunView};
+use crate::cache;
+use crate::plumbing::auth::{Authorized, Principal, needs};
+use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as};
+use crate::plumbing::json::Valid;
+use crate::plumbing::path::Path;
+use crate::state::ApiState;
 use flowline_core::crd::{Action, ApprovalDecision, Run, StepPhase, Verdict};
 
 /// How often a decision is written again after a conflict (another write to the Run
@@ -35,18 +36,19 @@ pub fn router() -> OpenApiRouter<ApiState> {
         `{\"approved\": true, \"comment\", \"by\", \"at\"}` (`by`: the API key id) and the run goes on. \
         Recorded in the Run's `spec.approvals`.",
     params(("id" = String, Path, description = "Run id"), ("step_id" = String, Path, description = "Step id")),
-    request_body(content = Option<crate::input::DecisionCreate>, content_type = "application/json"),
-    responses((status = 200, description = "The run, with the decision recorded", body = crate::views::RunView),
+    request_body(content = Option<DecisionCreate>, content_type = "application/json"),
+    responses((status = 200, description = "The run, with the decision recorded", body = RunView),
               (status = 400, description = "A comment longer than 1000 characters, or an unknown field"),
               (status = 404, description = "No such run (`run_not_found`) or step (`step_not_found`)"),
               (status = 409, description = "The step is not an approval waiting for a decision (`step_not_waiting`)")))]
 async fn approve(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Execute>,
     Path((id, step_id)): Path<(String, String)>,
-    OptionalJson(body): OptionalJson<Value>,
-) -> ApiResult<impl IntoResponse> {
-    decide(state, who, id, step_id, body, Verdict::Approve).await
+    Valid(body): Valid<Option<DecisionCreate>>,
+) -> ApiResult<Json<RunView>> {
+    let comment = body.and_then(|b| b.comment);
+    decide(state, &who, id, step_id, comment, Verdict::Approve).await
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/steps/{step_id}/reject", operation_id = "runs.reject", tag = "runs",
@@ -54,30 +56,29 @@ async fn approve(
         with `rejected by <key id> at <time>: <comment>` and the run fails. Recorded in the Run's \
         `spec.approvals`.",
     params(("id" = String, Path, description = "Run id"), ("step_id" = String, Path, description = "Step id")),
-    request_body(content = Option<crate::input::DecisionCreate>, content_type = "application/json"),
-    responses((status = 200, description = "The run, with the decision recorded", body = crate::views::RunView),
+    request_body(content = Option<DecisionCreate>, content_type = "application/json"),
+    responses((status = 200, description = "The run, with the decision recorded", body = RunView),
               (status = 400, description = "A comment longer than 1000 characters, or an unknown field"),
               (status = 404, description = "No such run (`run_not_found`) or step (`step_not_found`)"),
               (status = 409, description = "The step is not an approval waiting for a decision (`step_not_waiting`)")))]
 async fn reject(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Execute>,
     Path((id, step_id)): Path<(String, String)>,
-    OptionalJson(body): OptionalJson<Value>,
-) -> ApiResult<impl IntoResponse> {
-    decide(state, who, id, step_id, body, Verdict::Reject).await
+    Valid(body): Valid<Option<DecisionCreate>>,
+) -> ApiResult<Json<RunView>> {
+    let comment = body.and_then(|b| b.comment);
+    decide(state, &who, id, step_id, comment, Verdict::Reject).await
 }
 
 async fn decide(
     state: ApiState,
-    who: Principal,
+    who: &Principal,
     id: String,
     step_id: String,
-    body: Option<Value>,
+    comment: Option<String>,
     verdict: Verdict,
-) -> ApiResult<axum::Json<super::views::RunView>> {
-    who.require(Scope::Execute)?;
-    let comment = input::decision_request(body)?;
+) -> ApiResult<Json<RunView>> {
     let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
     let mut conflicts = 0;
     loop {
@@ -106,7 +107,7 @@ async fn decide(
                 cache::await_write(&state.caches.runs, &patched).await;
                 let ns = patched.namespace().unwrap_or_default();
                 let wf = cache::get(&state.caches.workflows, &ns, &patched.spec.workflow_ref);
-                return Ok(axum::Json(super::views::run(&patched, wf.as_deref())));
+                return Ok(Json(views::run(&patched, wf.as_deref())));
             }
             Err(kube::Error::Api(s)) if s.code == 409 && conflicts < CONFLICT_RETRIES => {
                 conflicts += 1;
@@ -158,6 +159,7 @@ pub fn decidable(run: &Run, step_id: &str) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn run(phase: &str, step_status: &str, approvals: Value) -> Run {
         serde_json::from_value(json!({
@@ -206,33 +208,6 @@ mod tests {
                 code(decidable(&run(phase, status, approvals), step)),
                 "step_not_waiting",
                 "{phase} {status} {step}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_comment_is_optional_and_bounded() {
-        assert_eq!(input::decision_request(None).unwrap(), None);
-        assert_eq!(input::decision_request(Some(Value::Null)).unwrap(), None);
-        assert_eq!(
-            input::decision_request(Some(json!({"comment": "ok"}))).unwrap(),
-            Some("ok".into())
-        );
-        let long = "é".repeat(input::MAX_DECISION_COMMENT);
-        assert!(input::decision_request(Some(json!({ "comment": long }))).is_ok());
-        let longer = "x".repeat(input::MAX_DECISION_COMMENT + 1);
-        for bad in [
-            json!({ "comment": longer }),
-            json!({"comment": 3}),
-            json!({"reason": "x"}),
-            json!([]),
-        ] {
-            assert_eq!(
-                input::decision_request(Some(bad.clone()))
-                    .err()
-                    .map(|e| e.code()),
-                Some("validation_error"),
-                "{bad}"
             );
         }
     }

@@ -1,4 +1,5 @@
-//! The apply layer of idempotent run creation (the decisions are in `idempotency.rs`):
+//! The apply layer of idempotent run creation (the decisions are in
+//! [`crate::plumbing::idempotency`]):
 //! walks a key's Run names through the watch cache and creates the run under the first
 //! free one, letting the API server arbitrate races.
 
@@ -7,11 +8,11 @@ use axum::response::Response;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
-use super::cache;
-use super::error::{ApiError, ApiResult, write_error};
-use super::idempotency::{self, Outcome};
-use super::runs::{answer, create, new_run};
-use super::state::ApiState;
+use super::{answer, create, new_run, read_whole};
+use crate::cache;
+use crate::plumbing::error::{ApiError, ApiResult, write_error};
+use crate::plumbing::idempotency::{self, Outcome};
+use crate::state::ApiState;
 use flowline_core::clock::now_ms;
 use flowline_core::crd::timestamps::created_at;
 use flowline_core::crd::{Run, Workflow};
@@ -75,7 +76,7 @@ pub(super) async fn start(
             Holder::Run(run) => match idempotency::decide(Some(&run), &req) {
                 Outcome::Replay => {
                     cache::await_write(&state.caches.runs, &*run).await;
-                    match super::runs::read_whole(state, namespace, &run.name_any()).await {
+                    match read_whole(state, namespace, &run.name_any()).await {
                         Ok(whole) => return Ok(answer(state, StatusCode::OK, &whole)),
                         // Deleted since the cache saw it: walk again without it.
                         Err(ApiError::NotFound(_)) => gone.push(run.name_any()),

@@ -12,7 +12,7 @@ use super::auth::{Principal, bearer_token, hash_key_hex};
 use super::client_ip::budget_key;
 use super::error::ApiError;
 use super::ratelimit::Decision;
-use super::state::ApiState;
+use crate::state::ApiState;
 
 pub async fn authenticate(State(state): State<ApiState>, mut req: Request, next: Next) -> Response {
     let now = jiff::Timestamp::now().as_second().max(0) as u64;

@@ -1,32 +1,39 @@
 //! `POST /v1/hooks/{workflow_id}`: inbound webhooks. No API key: the request is
-//! verified with the Standard Webhooks scheme against the workflow's inbound secret
-//! ([`super::hook_verify`]), and a verified request starts a run.
+//! verified with the Standard Webhooks scheme ([`verify`]) against the workflow's
+//! inbound secret ([`secret`]), and a verified request starts a run.
 //!
 //! Everything before the run is created is answered from the watch caches, so a flood
 //! of bad requests costs a cache lookup and one HMAC each and never reaches the API
 //! server. The per-address budget of unauthenticated requests applies (see
-//! [`super::middleware::limit_by_address`]).
+//! `plumbing::middleware::limit_by_address`).
+
+pub mod input;
+pub mod secret;
+pub mod verify;
+pub mod views;
+
+#[cfg(test)]
+mod error_paths;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use kube::{Api, ResourceExt};
-use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::cache;
-use super::error::{ApiError, ApiResult, write_error};
-use super::hook_secret;
-use super::hook_verify::{self, SignedHeaders, VerifyError};
-use super::json::{parse, read_body_any_type};
-use super::state::ApiState;
+use self::verify::{SignedHeaders, VerifyError};
+use self::views::HookAccepted;
+use crate::cache;
+use crate::plumbing::error::{ApiError, ApiResult, write_error};
+use crate::plumbing::json::read_body_any_type;
+use crate::plumbing::path::Path;
+use crate::state::ApiState;
 use flowline_core::clock::now_ms;
 use flowline_core::crd::{Run, RunTrigger, TriggerType, Workflow, WorkflowState};
 use flowline_telemetry::access_log::in_request;
@@ -47,14 +54,6 @@ const MAX_HEADER_VALUE: usize = 512;
 /// serves the router and the OpenAPI document).
 pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new().routes(routes!(receive))
-}
-
-/// The answer to an accepted hook.
-#[derive(Serialize, ToSchema)]
-pub struct HookAccepted {
-    /// The run the request started, or for a repeated `webhook-id`, the run the first
-    /// request started.
-    pub run_id: String,
 }
 
 /// The workflow a hook addresses: the one workflow with this id in the namespaces
@@ -96,7 +95,7 @@ pub fn run_name(namespace: &str, workflow: &str, webhook_id: &str) -> String {
 }
 
 /// The allow-listed headers of a request, lowercase names, values cut to
-/// [`MAX_HEADER_VALUE`] bytes; values that are not visible ASCII are left out.
+/// `MAX_HEADER_VALUE` bytes; values that are not visible ASCII are left out.
 pub fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
     RECORDED_HEADERS
         .iter()
@@ -136,7 +135,7 @@ async fn receive(
     let namespace = wf.namespace().unwrap_or_default();
     let headers = req.headers().clone();
     let body = read_body_any_type(req).await?;
-    let Some(secret) = hook_secret::current(&state, &namespace, &workflow_id) else {
+    let Some(secret) = secret::current(&state, &namespace, &workflow_id) else {
         // Answered like a wrong signature: the sender cannot fix this, the owner can.
         in_request(
             || tracing::warn!(%namespace, workflow = %workflow_id, "webhook refused: the workflow has no inbound secret (rotate it to make one)"),
@@ -144,15 +143,12 @@ async fn receive(
         return Err(VerifyError::NoMatch.into());
     };
     let now = jiff::Timestamp::now().as_second();
-    let verified = hook_verify::verify(SignedHeaders::from_map(&headers), &secret, &body, now)?;
-    let payload: Value = parse(&body)?;
-    if !payload.is_object() {
-        return Err(ApiError::field("body", "must be a JSON object"));
-    }
+    let verified = verify::verify(SignedHeaders::from_map(&headers), &secret, &body, now)?;
+    let payload = Value::Object(input::payload(&body)?);
     let name = run_name(&namespace, &workflow_id, verified.id);
     let mut run = Run::of_workflow(&wf, &name, RunTrigger::Webhook, Some(payload), now_ms());
     run.spec.headers = Some(recorded_headers(&headers));
-    super::runs::check_spec_size(
+    crate::runs::check_spec_size(
         &run,
         "body",
         "the body and the workflow's steps together",

@@ -2,13 +2,19 @@
 //! and is stored only as its SHA-256, in a Secret of type `flowline.io/api-key`.
 
 use std::collections::BTreeSet;
+use std::marker::PhantomData;
 use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use rand::Rng;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
 
 /// `type` of the Secrets that hold API keys.
 pub const SECRET_TYPE: &str = "flowline.io/api-key";
@@ -103,12 +109,68 @@ impl Principal {
         flowline_telemetry::access_log::Account(self.0.clone())
     }
 
-    pub fn require(&self, needed: Scope) -> Result<(), super::error::ApiError> {
+    pub fn require(&self, needed: Scope) -> Result<(), ApiError> {
         if self.scopes.iter().any(|s| s.grants(needed)) {
             Ok(())
         } else {
-            Err(super::error::ApiError::InsufficientScope(needed.as_str()))
+            Err(ApiError::InsufficientScope(needed.as_str()))
         }
+    }
+}
+
+/// The scope an endpoint needs, as a type: `Authorized<needs::Write>`.
+pub trait Needs: Send + Sync + 'static {
+    const SCOPE: Scope;
+}
+
+/// The scopes as types, for [`Authorized`].
+pub mod needs {
+    use super::{Needs, Scope};
+
+    pub struct Read;
+    pub struct Write;
+    pub struct Execute;
+    pub struct Admin;
+
+    impl Needs for Read {
+        const SCOPE: Scope = Scope::Read;
+    }
+    impl Needs for Write {
+        const SCOPE: Scope = Scope::Write;
+    }
+    impl Needs for Execute {
+        const SCOPE: Scope = Scope::Execute;
+    }
+    impl Needs for Admin {
+        const SCOPE: Scope = Scope::Admin;
+    }
+}
+
+/// The caller of a request whose key holds the scope `S` needs: 403
+/// `insufficient_scope` otherwise. An extractor, so a handler's signature says its
+/// scope, and the scope is checked before any path lookup or body (put it before
+/// [`super::json::Valid`]). Authentication itself is the middleware's: without a
+/// principal (a route outside it) the request is `unauthenticated`.
+pub struct Authorized<S: Needs>(pub Principal, PhantomData<S>);
+
+impl<S: Needs> std::ops::Deref for Authorized<S> {
+    type Target = Principal;
+
+    fn deref(&self) -> &Principal {
+        &self.0
+    }
+}
+
+impl<S: Needs, St: Send + Sync> FromRequestParts<St> for Authorized<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &St) -> Result<Self, ApiError> {
+        let who = parts
+            .extensions
+            .get::<Principal>()
+            .ok_or(ApiError::Unauthenticated)?;
+        who.require(S::SCOPE)?;
+        Ok(Authorized(who.clone(), PhantomData))
     }
 }
 

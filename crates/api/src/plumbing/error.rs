@@ -122,7 +122,7 @@ pub enum ApiError {
     )]
     EventExpired,
     #[error("webhook signature rejected: {0}")]
-    InvalidSignature(#[from] super::hook_verify::VerifyError),
+    InvalidSignature(#[from] crate::hooks::verify::VerifyError),
     /// The same answer whether the workflow is unknown, not webhook-triggered or not
     /// active, so an unauthenticated caller learns nothing about which.
     #[error("no active webhook-triggered workflow exists with this id")]

@@ -1,9 +1,9 @@
 //! `/v1/webhooks/{id}/deliveries` (the attempts the worker recorded in the Webhook's
 //! status), redelivery requests, and secret rotation.
 
-use axum::extract::{Path, RawQuery, State};
+use axum::Json;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
-use axum::{Extension, Json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
@@ -11,12 +11,14 @@ use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::{Principal, Scope};
-use super::error::{ApiError, ApiResult, Missing, not_found_as};
-use super::pagination::{self, Page, SortKey};
-use super::state::ApiState;
-use super::views::{ApiTime, DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView};
-use super::webhooks::find;
+use super::find;
+use super::views::{DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView};
+use crate::plumbing::auth::{Authorized, needs};
+use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as};
+use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
+use crate::plumbing::time::ApiTime;
+use crate::state::ApiState;
 use flowline_core::clock::{format_ts, now_ms};
 use flowline_core::crd::Webhook;
 use flowline_core::delivery::outbox;
@@ -37,16 +39,15 @@ pub fn router() -> OpenApiRouter<ApiState> {
 #[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", operation_id = "webhooks.deliveries.list", tag = "webhooks",
     description = "Scope: `read`. The most recent delivery attempts (the last 50), newest first.",
     params(("id" = String, Path, description = "Webhook id"), crate::openapi::PageQuery),
-    responses((status = 200, description = "A page of delivery attempts", body = crate::pagination::Page<DeliveryView>),
+    responses((status = 200, description = "A page of delivery attempts", body = Page<DeliveryView>),
               (status = 400, description = "Bad limit or cursor"),
               (status = 404, description = "No such webhook")))]
 async fn list(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Read>,
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Json<Page<DeliveryView>>> {
-    who.require(Scope::Read)?;
     let q = pagination::parse_query(query.as_deref(), None)?;
     let hook = find(&state, &who.namespace, &id)?;
     let items = hook
@@ -67,10 +68,9 @@ async fn list(
               (status = 409, description = "The event is no longer stored")))]
 async fn retry(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Write>,
     Path((id, delivery_id)): Path<(String, String)>,
 ) -> ApiResult<(StatusCode, Json<RedeliveryAccepted>)> {
-    who.require(Scope::Write)?;
     let hook = find(&state, &who.namespace, &id)?;
     let attempt = hook
         .status
@@ -143,10 +143,9 @@ fn event_stored(state: &ApiState, namespace: &str, event_id: &str) -> bool {
               (status = 404, description = "No such webhook")))]
 async fn rotate_secret(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Write>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SecretRotated>> {
-    who.require(Scope::Write)?;
     let hook = find(&state, &who.namespace, &id)?;
     let name = secrets::secret_name(&hook);
     let api: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);

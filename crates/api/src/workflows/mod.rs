@@ -1,26 +1,32 @@
-//! `/v1/workflows`.
+//! `/v1/workflows`: the stored automations, and the rotation of a webhook-triggered
+//! workflow's inbound secret (kept by [`crate::hooks::secret`]).
 
-use axum::extract::{Path, RawQuery, State};
+pub mod input;
+pub mod views;
+
+#[cfg(test)]
+mod error_paths;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use kube::api::{DeleteParams, Patch};
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::pagination::Page;
-use super::views::{WorkflowListItem, WorkflowView};
-
-use super::auth::{Principal, Scope};
-use super::cache;
-use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
-use super::hook_secret::{self, WorkflowWithSecret};
-use super::input;
-use super::json::ApiJson;
-use super::pagination::{self, SortKey};
-use super::state::ApiState;
+use self::input::{WorkflowCreate, WorkflowPatchBody};
+use self::views::{HookSecret, WorkflowListItem, WorkflowView, WorkflowWithSecret};
+use crate::cache;
+use crate::hooks::secret as hook_secret;
+use crate::plumbing::auth::{Authorized, needs};
+use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
+use crate::plumbing::json::Valid;
+use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
+use crate::state::ApiState;
 use flowline_core::clock::{format_ts, now_ms};
 use flowline_core::crd::timestamps::{UPDATED_AT_ANNOTATION, created_at, creation_annotations};
 use flowline_core::crd::{TriggerType, Workflow, WorkflowSpec, WorkflowState};
@@ -32,6 +38,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
         .routes(routes!(list, create))
         .routes(routes!(show, update, remove))
+        .routes(routes!(rotate_hook_secret))
 }
 
 /// The workflow from the cache, or `workflow_not_found` (also for other accounts).
@@ -49,14 +56,13 @@ pub fn location(path: String) -> HeaderMap {
 
 #[utoipa::path(get, path = "/v1/workflows", operation_id = "workflows.list", tag = "workflows", description = "Scope: `read`. Newest first.",
     params(crate::openapi::WorkflowListQuery),
-    responses((status = 200, description = "A page of workflows", body = crate::pagination::Page<WorkflowListItem>),
+    responses((status = 200, description = "A page of workflows", body = Page<WorkflowListItem>),
               (status = 400, description = "Bad limit, cursor or state filter")))]
 async fn list(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Read>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Json<Page<WorkflowListItem>>> {
-    who.require(Scope::Read)?;
     let q = pagination::parse_query(
         query.as_deref(),
         Some(("state", &["draft", "active", "paused"])),
@@ -87,10 +93,9 @@ async fn list(
               (status = 404, description = "No such workflow")))]
 async fn show(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Read>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    who.require(Scope::Read)?;
     let wf = find(&state, &who.namespace, &id)?;
     // The bytes `Json(WorkflowView::from(..))` would send, rendered once per cached copy.
     let json = state
@@ -110,23 +115,22 @@ async fn show(
 }
 
 #[utoipa::path(post, path = "/v1/workflows", operation_id = "workflows.create", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",
-    request_body = crate::input::WorkflowCreate,
+    request_body = WorkflowCreate,
     responses((status = 201, description = "Created; `hook_secret` when the trigger is `webhook`", body = WorkflowWithSecret,
                headers(("Location" = String, description = "Path of the new workflow")))))]
 async fn create(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
-    ApiJson(body): ApiJson<Value>,
+    who: Authorized<needs::Write>,
+    Valid(body): Valid<WorkflowCreate>,
 ) -> ApiResult<impl IntoResponse> {
-    who.require(Scope::Write)?;
-    let req = input::create_workflow(body)?;
+    let trigger = body.stored_trigger();
     let mut wf = Workflow::new(
         &new_id("wf"),
         WorkflowSpec {
-            name: req.name,
-            description: req.description,
+            name: body.name,
+            description: body.description,
             state: WorkflowState::Draft,
-            trigger: req.trigger.unwrap_or_default(),
+            trigger,
             executor: None,
             steps: Vec::new(),
             history: Default::default(),
@@ -153,18 +157,17 @@ async fn create(
 
 #[utoipa::path(patch, path = "/v1/workflows/{id}", operation_id = "workflows.update", tag = "workflows", description = "Scope: `write`.",
     params(("id" = String, Path, description = "Workflow id")),
-    request_body = crate::input::WorkflowPatchBody,
+    request_body = WorkflowPatchBody,
     responses((status = 200, description = "The updated workflow; `hook_secret` when the trigger became `webhook`", body = WorkflowWithSecret),
               (status = 404, description = "No such workflow")))]
 async fn update(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Write>,
     Path(id): Path<String>,
-    ApiJson(body): ApiJson<Value>,
+    Valid(body): Valid<WorkflowPatchBody>,
 ) -> ApiResult<Json<WorkflowWithSecret>> {
-    who.require(Scope::Write)?;
     let before = find(&state, &who.namespace, &id)?.spec.trigger.type_;
-    let patch = input::workflow_patch(body)?;
+    let patch = body.into_patch();
     let mut spec = serde_json::Map::new();
     if let Some(name) = patch.name {
         spec.insert("name".into(), json!(name));
@@ -242,10 +245,9 @@ async fn with_hook_secret(
               (status = 409, description = "The workflow is active; pause it first")))]
 async fn remove(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Write>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    who.require(Scope::Write)?;
     let wf = find(&state, &who.namespace, &id)?;
     if wf.spec.state == WorkflowState::Active {
         return Err(ApiError::WorkflowActive);
@@ -279,4 +281,23 @@ async fn remove(
     }
     cache::await_delete(&state.caches.workflows, &who.namespace, &id).await;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(post, path = "/v1/workflows/{id}/hook-secret/rotate", operation_id = "workflows.rotateHookSecret", tag = "workflows",
+    description = "Scope: `write`. Replaces the inbound secret of a webhook-triggered workflow; the previous one stops verifying at once.",
+    params(("id" = String, Path, description = "Workflow id")),
+    responses((status = 200, description = "The new secret, shown only here", body = HookSecret),
+              (status = 404, description = "No such workflow"),
+              (status = 409, description = "The workflow's trigger is not `webhook`")))]
+async fn rotate_hook_secret(
+    State(state): State<ApiState>,
+    who: Authorized<needs::Write>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<HookSecret>> {
+    let wf = find(&state, &who.namespace, &id)?;
+    if wf.spec.trigger.type_ != TriggerType::Webhook {
+        return Err(ApiError::NotWebhookTriggered);
+    }
+    let hook_secret = hook_secret::install(&state, &wf).await?;
+    Ok(Json(HookSecret { hook_secret }))
 }

@@ -2,23 +2,23 @@
 //! same workflow version — that keeps the results of the steps that succeeded before
 //! the first failure, or starts over.
 
-use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use jiff::Timestamp;
 use kube::ResourceExt;
-use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::{Principal, Scope};
-use super::error::{ApiError, ApiResult, write_error};
-use super::input::{self, RetryFrom};
-use super::json::OptionalJson;
-use super::runs::{answer, check_spec_size, create};
-use super::state::ApiState;
-use super::workflows::find as find_workflow;
+use super::input::{RetryCreate, RetryFrom};
+use super::views::RunView;
+use super::{answer, check_spec_size, create, read_whole};
+use crate::plumbing::auth::{Authorized, needs};
+use crate::plumbing::error::{ApiError, ApiResult, write_error};
+use crate::plumbing::json::Valid;
+use crate::plumbing::path::Path;
+use crate::state::ApiState;
+use crate::workflows::find as find_workflow;
 use flowline_core::clock::now_ms;
 use flowline_core::crd::{Run, RunPhase, Workflow, WorkflowState};
 use flowline_core::ids::new_id;
@@ -35,25 +35,24 @@ pub fn router() -> OpenApiRouter<ApiState> {
         `from: failed` (the default) keeps the results of the steps that succeeded before the first \
         step that did not (shown with `reused: true`) and starts there; `from: start` runs every step again.",
     params(("id" = String, Path, description = "Run id")),
-    request_body(content = Option<crate::input::RetryCreate>, content_type = "application/json"),
-    responses((status = 201, description = "The new run", body = crate::views::RunView,
+    request_body(content = Option<RetryCreate>, content_type = "application/json"),
+    responses((status = 201, description = "The new run", body = RunView,
                headers(("Location" = String, description = "Path of the new run"))),
               (status = 404, description = "No such run"),
               (status = 409, description = "The run has not finished (`run_not_finished`), or its workflow \
                is paused (`workflow_paused`)")))]
 async fn retry(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Execute>,
     Path(id): Path<String>,
-    OptionalJson(body): OptionalJson<Value>,
+    Valid(body): Valid<Option<RetryCreate>>,
 ) -> ApiResult<Response> {
-    who.require(Scope::Execute)?;
-    let from = input::retry_request(body)?;
+    let from = RetryFrom::of(body);
     // Judged on the run as the API server has it, as `GET /v1/runs/{id}` shows it: a
     // run just seen finished there may still be `running` in the watch cache. The cache
     // keeps only a summary anyway; the version the retry executes and the outputs it
     // keeps come whole from here.
-    let original = super::runs::read_whole(&state, &who.namespace, &id).await?;
+    let original = read_whole(&state, &who.namespace, &id).await?;
     let phase = original.phase();
     // Listed, not `is_finished()`: a phase added later is not retryable unless it says so.
     if !matches!(
@@ -110,7 +109,7 @@ pub fn retry_of(original: &Run, wf: &Workflow, from: RetryFrom, name: &str, now:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn workflow(generation: i64, steps: Value) -> Workflow {
         serde_json::from_value(json!({

@@ -1,29 +1,35 @@
 //! `/v1/api-keys` (admin scope), and key creation shared with the CLI.
 
+pub mod input;
+pub mod views;
+
+#[cfg(test)]
+mod error_paths;
+
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::Json;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::{Extension, Json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::pagination::Page;
-use super::views::{ApiKeyCreated, ApiKeyView};
-
-use super::auth::{KeyRecord, Principal, SECRET_TYPE, Scope, generate_key, hash_key};
-use super::cache;
-use super::error::{ApiError, ApiResult, Missing, not_found_as};
-use super::input;
-use super::json::ApiJson;
-use super::pagination::{self, SortKey};
-use super::state::{ApiState, FIELD_MANAGER};
-use super::workflows::location;
+use self::input::ApiKeyCreate;
+use self::views::{ApiKeyCreated, ApiKeyView};
+use crate::cache;
+use crate::plumbing::auth::{
+    Authorized, KeyRecord, SECRET_TYPE, Scope, generate_key, hash_key, needs,
+};
+use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as};
+use crate::plumbing::json::Valid;
+use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
+use crate::state::{ApiState, FIELD_MANAGER};
+use crate::workflows::location;
 use flowline_core::clock::{format_ts, now_ms};
 use flowline_core::ids::new_id;
 
@@ -107,14 +113,13 @@ fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<KeyRecord> {
 
 #[utoipa::path(get, path = "/v1/api-keys", operation_id = "apiKeys.list", tag = "api-keys", description = "Scope: `admin`. Never shows key values.",
     params(crate::openapi::PageQuery),
-    responses((status = 200, description = "A page of keys", body = crate::pagination::Page<ApiKeyView>),
+    responses((status = 200, description = "A page of keys", body = Page<ApiKeyView>),
               (status = 400, description = "Bad limit or cursor")))]
 async fn list(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Admin>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Json<Page<ApiKeyView>>> {
-    who.require(Scope::Admin)?;
     let q = pagination::parse_query(query.as_deref(), None)?;
     let items = state
         .caches
@@ -131,17 +136,21 @@ async fn list(
 }
 
 #[utoipa::path(post, path = "/v1/api-keys", operation_id = "apiKeys.create", tag = "api-keys", description = "Scope: `admin`.",
-    request_body = crate::input::ApiKeyCreate,
+    request_body = ApiKeyCreate,
     responses((status = 201, description = "Created; the value is shown only here", body = ApiKeyCreated,
                headers(("Location" = String, description = "Path of the new key")))))]
 async fn create(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
-    ApiJson(body): ApiJson<Value>,
+    who: Authorized<needs::Admin>,
+    Valid(body): Valid<ApiKeyCreate>,
 ) -> ApiResult<impl IntoResponse> {
-    who.require(Scope::Admin)?;
-    let req = input::create_api_key(body)?;
-    let key = create_key(state.client.clone(), &who.namespace, &req.name, &req.scopes).await?;
+    let key = create_key(
+        state.client.clone(),
+        &who.namespace,
+        &body.name,
+        &body.scopes(),
+    )
+    .await?;
     cache::await_write(&state.caches.api_keys, &key.secret).await;
     let location = location(format!("/v1/api-keys/{}", key.record.id));
     Ok((
@@ -159,10 +168,9 @@ async fn create(
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such key")))]
 async fn remove(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Admin>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    who.require(Scope::Admin)?;
     find(&state, &who.namespace, &id)?;
     let api: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
     api.delete(&id, &DeleteParams::background())

@@ -1,6 +1,7 @@
 //! The inbound secret of a webhook-triggered workflow: the Secret `<workflow>-hook` of
 //! type `flowline.io/hook-secret`, owned by the Workflow, made when the trigger becomes
-//! `webhook` and replaced by `POST /v1/workflows/{id}/hook-secret/rotate`.
+//! `webhook` and replaced by `POST /v1/workflows/{id}/hook-secret/rotate` (a handler of
+//! [`crate::workflows`]).
 //!
 //! The value is shown once, in the response that made it. A rotation replaces it at
 //! once, without an overlap: the secret is shared with one sender that the user
@@ -9,23 +10,14 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
-use axum::{Extension, Json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Patch;
 use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
 use serde_json::json;
-use utoipa::ToSchema;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-use super::auth::{Principal, Scope};
-use super::cache;
-use super::error::{ApiError, ApiResult, write_error};
-use super::state::ApiState;
-use super::views::WorkflowView;
-use super::workflows::find as find_workflow;
+use crate::cache;
+use crate::plumbing::error::{ApiError, ApiResult, write_error};
+use crate::state::ApiState;
 use flowline_core::crd::{TriggerType, Workflow};
 use flowline_core::delivery::signing::generate_secret;
 use flowline_delivery::secrets::{SECRET_KEY, text};
@@ -36,12 +28,6 @@ use flowline_delivery::secrets::{SECRET_KEY, text};
 pub const SECRET_TYPE: &str = "flowline.io/hook-secret";
 /// Label naming the workflow a hook Secret belongs to.
 pub const LABEL: &str = "flowline.io/hook";
-
-/// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
-/// serves the router and the OpenAPI document).
-pub fn router() -> OpenApiRouter<ApiState> {
-    OpenApiRouter::new().routes(routes!(rotate))
-}
 
 /// Name of the Secret holding a workflow's inbound secret.
 pub fn secret_name(workflow: &str) -> String {
@@ -59,25 +45,6 @@ pub fn current(state: &ApiState, namespace: &str, workflow: &str) -> Option<Stri
     (secret.type_.as_deref() == Some(SECRET_TYPE))
         .then(|| text(&secret, SECRET_KEY))
         .flatten()
-}
-
-/// A workflow as `POST`/`PATCH /v1/workflows` return it, with the inbound secret when
-/// that request made one.
-#[derive(Serialize, ToSchema)]
-pub struct WorkflowWithSecret {
-    #[serde(flatten)]
-    pub workflow: WorkflowView,
-    /// The new inbound secret (`whsec_…`), present only in the response that made it:
-    /// when the trigger became `webhook`. Store it now; it is not shown again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hook_secret: Option<String>,
-}
-
-/// Body of a rotation.
-#[derive(Serialize, ToSchema)]
-pub struct HookSecret {
-    /// The new inbound secret (`whsec_…`); the previous one no longer verifies.
-    pub hook_secret: String,
 }
 
 /// Whether a write that leaves `wf` in place needs a fresh secret: its trigger became
@@ -141,26 +108,6 @@ fn owned_secret(wf: &Workflow, value: &str) -> Secret {
         string_data: Some(BTreeMap::from([(SECRET_KEY.to_string(), value.into())])),
         ..Default::default()
     }
-}
-
-#[utoipa::path(post, path = "/v1/workflows/{id}/hook-secret/rotate", operation_id = "workflows.rotateHookSecret", tag = "workflows",
-    description = "Scope: `write`. Replaces the inbound secret of a webhook-triggered workflow; the previous one stops verifying at once.",
-    params(("id" = String, Path, description = "Workflow id")),
-    responses((status = 200, description = "The new secret, shown only here", body = HookSecret),
-              (status = 404, description = "No such workflow"),
-              (status = 409, description = "The workflow's trigger is not `webhook`")))]
-async fn rotate(
-    State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<HookSecret>> {
-    who.require(Scope::Write)?;
-    let wf = find_workflow(&state, &who.namespace, &id)?;
-    if wf.spec.trigger.type_ != TriggerType::Webhook {
-        return Err(ApiError::NotWebhookTriggered);
-    }
-    let hook_secret = install(&state, &wf).await?;
-    Ok(Json(HookSecret { hook_secret }))
 }
 
 #[cfg(test)]

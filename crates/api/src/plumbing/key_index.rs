@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::auth::{KeyRecord, Principal};
-use super::cache::ScopedStore;
+use crate::cache::ScopedStore;
 use flowline_kube::lenient::{self, Lenient};
 
 /// Longest a miss trusts an index built from a cache of the same size.
@@ -157,7 +157,7 @@ fn build(keys: &ScopedStore<Secret>) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::{SECRET_TYPE, Scope, hash_key};
+    use crate::plumbing::auth::{SECRET_TYPE, Scope, hash_key};
     use flowline_kube::lenient::{DecodedStore, Lenient};
     use flowline_kube::name_index::{self, SharedNameIndex};
     use kube::runtime::reflector::{self, store::Writer};

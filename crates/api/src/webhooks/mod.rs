@@ -1,27 +1,33 @@
-//! `/v1/webhooks`.
+//! `/v1/webhooks`: event subscriptions, with their delivery attempts, redeliveries and
+//! signing-secret rotation ([`deliveries`]).
 
-use axum::extract::{Path, RawQuery, State};
+pub mod deliveries;
+pub mod input;
+pub mod views;
+
+#[cfg(test)]
+mod error_paths;
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::{Extension, Json};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
-use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::pagination::Page;
-use super::views::{WebhookCreated, WebhookView};
-
-use super::auth::{Principal, Scope};
-use super::cache;
-use super::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
-use super::input;
-use super::json::ApiJson;
-use super::pagination::{self, SortKey};
-use super::state::ApiState;
-use super::workflows::{find as find_workflow, location};
+use self::input::WebhookCreate;
+use self::views::{WebhookCreated, WebhookView};
+use crate::cache;
+use crate::plumbing::auth::{Authorized, needs};
+use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
+use crate::plumbing::json::Valid;
+use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::path::Path;
+use crate::state::ApiState;
+use crate::workflows::{find as find_workflow, location};
 use flowline_core::clock::now_ms;
 use flowline_core::crd::timestamps::{created_at, creation_annotations};
 use flowline_core::crd::{SecretReference, Webhook, WebhookSpec};
@@ -34,6 +40,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
         .routes(routes!(list, create))
         .routes(routes!(show, remove))
+        .merge(deliveries::router())
 }
 
 pub(crate) fn find(
@@ -46,14 +53,13 @@ pub(crate) fn find(
 
 #[utoipa::path(get, path = "/v1/webhooks", operation_id = "webhooks.list", tag = "webhooks", description = "Scope: `read`.",
     params(crate::openapi::PageQuery),
-    responses((status = 200, description = "A page of webhooks", body = crate::pagination::Page<WebhookView>),
+    responses((status = 200, description = "A page of webhooks", body = Page<WebhookView>),
               (status = 400, description = "Bad limit or cursor")))]
 async fn list(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Read>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Json<Page<WebhookView>>> {
-    who.require(Scope::Read)?;
     let q = pagination::parse_query(query.as_deref(), None)?;
     let items = state
         .caches
@@ -76,10 +82,9 @@ async fn list(
               (status = 404, description = "No such webhook")))]
 async fn show(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Read>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<WebhookView>> {
-    who.require(Scope::Read)?;
     Ok(Json(WebhookView::from(&*find(
         &state,
         &who.namespace,
@@ -88,29 +93,28 @@ async fn show(
 }
 
 #[utoipa::path(post, path = "/v1/webhooks", operation_id = "webhooks.create", tag = "webhooks", description = "Scope: `write`.",
-    request_body = crate::input::WebhookCreate,
+    request_body = WebhookCreate,
     responses((status = 201, description = "Created; the secret is shown only here", body = WebhookCreated,
                headers(("Location" = String, description = "Path of the new webhook"))),
               (status = 404, description = "No such workflow (workflow_id)")))]
 async fn create(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
-    ApiJson(body): ApiJson<Value>,
+    who: Authorized<needs::Write>,
+    Valid(body): Valid<WebhookCreate>,
 ) -> ApiResult<impl IntoResponse> {
-    who.require(Scope::Write)?;
-    let req = input::create_webhook(body, state.config.allow_http_webhooks)?;
-    if let Some(wf) = &req.workflow_id {
+    if let Some(wf) = &body.workflow_id {
         find_workflow(&state, &who.namespace, wf)?;
     }
     let id = new_id("wh");
     let secret_name = format!("{id}-signing");
+    let url = body.normalized_url();
     let mut hook = Webhook::new(
         &id,
         WebhookSpec {
-            allow_insecure_http: req.url.starts_with("http://"),
-            url: req.url,
-            events: req.events,
-            workflow_ref: req.workflow_id,
+            allow_insecure_http: url.starts_with("http://"),
+            url,
+            events: body.events,
+            workflow_ref: body.workflow_id,
             secret_ref: Some(SecretReference {
                 name: secret_name.clone(),
             }),
@@ -148,10 +152,9 @@ async fn create(
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such webhook")))]
 async fn remove(
     State(state): State<ApiState>,
-    Extension(who): Extension<Principal>,
+    who: Authorized<needs::Write>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    who.require(Scope::Write)?;
     find(&state, &who.namespace, &id)?;
     let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
     hooks

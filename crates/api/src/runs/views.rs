@@ -1,0 +1,189 @@
+//! What `/v1/runs` and `/v1/workflows/{id}/runs` answer.
+
+use kube::ResourceExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::plumbing::time::ApiTime;
+use flowline_core::crd::{Action, Run, RunPhase, RunTrigger, StepPhase, StepRecord, Workflow};
+
+/// Run list item.
+#[derive(Serialize, ToSchema)]
+pub struct RunListItem {
+    pub id: String,
+    pub workflow_id: String,
+    pub status: RunPhase,
+    #[schema(value_type = String, format = DateTime)]
+    pub started_at: ApiTime,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<ApiTime>,
+    pub duration_ms: Option<u64>,
+}
+
+impl From<&Run> for RunListItem {
+    fn from(run: &Run) -> Self {
+        let status = run.status.as_ref();
+        RunListItem {
+            id: run.name_any(),
+            workflow_id: run.spec.workflow_ref.clone(),
+            status: run.phase(),
+            started_at: ApiTime(run.started_at()),
+            finished_at: status.and_then(|s| s.finished_at).map(ApiTime),
+            duration_ms: status.and_then(|s| s.duration_ms),
+        }
+    }
+}
+
+/// Execution record of one step.
+#[derive(Serialize, ToSchema)]
+pub struct StepRecordView {
+    pub step_id: String,
+    pub name: String,
+    pub action: Option<Action>,
+    pub status: StepPhase,
+    pub attempts: u32,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub started_at: Option<ApiTime>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<ApiTime>,
+    pub duration_ms: Option<u64>,
+    /// Output of the action; its keys depend on the action.
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    pub output_truncated: bool,
+    pub error: Option<String>,
+    /// True when the output was kept from the run this one retries, not produced again.
+    pub reused: bool,
+    /// A `for_each` step: how many elements it iterates over; `null` otherwise.
+    pub items: Option<u32>,
+    /// A `for_each` step: one record per iteration, for the first 100 elements.
+    pub iterations: Vec<IterationView>,
+}
+
+/// Execution record of one iteration of a `for_each` step.
+#[derive(Serialize, ToSchema)]
+pub struct IterationView {
+    pub index: u32,
+    pub status: StepPhase,
+    pub attempts: u32,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub started_at: Option<ApiTime>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<ApiTime>,
+    pub error: Option<String>,
+}
+
+impl From<&StepRecord> for StepRecordView {
+    fn from(r: &StepRecord) -> Self {
+        StepRecordView {
+            step_id: r.step_id.clone(),
+            name: r.name.clone(),
+            action: r.action,
+            status: r.status,
+            attempts: r.attempts,
+            started_at: r.started_at.map(ApiTime),
+            finished_at: r.finished_at.map(ApiTime),
+            duration_ms: r.duration_ms,
+            output: r.output.clone(),
+            output_truncated: r.output_truncated,
+            error: r.error.clone(),
+            reused: r.reused,
+            items: r.items,
+            iterations: r
+                .iterations
+                .iter()
+                .map(|i| IterationView {
+                    index: i.index,
+                    status: i.status,
+                    attempts: i.attempts,
+                    started_at: i.started_at.map(ApiTime),
+                    finished_at: i.finished_at.map(ApiTime),
+                    error: i.error.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The full run with its step records.
+#[derive(Serialize, ToSchema)]
+pub struct RunView {
+    #[serde(flatten)]
+    pub item: RunListItem,
+    pub trigger: RunTrigger,
+    /// The trigger payload, available to steps as `trigger.payload.*`.
+    #[schema(value_type = Object)]
+    pub payload: Value,
+    /// Whether cancellation was requested (`spec.cancel`).
+    pub cancel_requested: bool,
+    /// The workflow version (its `metadata.generation`) this run executes: the steps
+    /// and settings it had when the run was created; later edits do not change it.
+    pub workflow_generation: Option<i64>,
+    /// The `Idempotency-Key` of the request that started the run (`spec.idempotencyKey`).
+    pub idempotency_key: Option<String>,
+    /// The run this one retries (`POST /v1/runs/{id}/retry`).
+    pub retry_of: Option<String>,
+    pub error: Option<String>,
+    pub steps: Vec<StepRecordView>,
+}
+
+/// The full run. Before the engine has recorded steps, they are listed as `pending`
+/// (or as kept from the run it retries) from the workflow version the run executes (for a Run created without one, the
+/// workflow as it is now): nothing has happened to them yet.
+pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
+    let status = run.status.as_ref();
+    let declared = match &run.spec.workflow {
+        Some(pinned) => Some(&pinned.steps),
+        None => workflow.map(|wf| &wf.spec.steps),
+    };
+    let steps = match status.filter(|s| !s.steps.is_empty()) {
+        Some(s) => s.steps.iter().map(StepRecordView::from).collect(),
+        None => declared
+            .map(|steps| {
+                flowline_core::engine::reuse::initial_records(steps, &run.spec.reused_steps)
+            })
+            .unwrap_or_default()
+            .iter()
+            .map(StepRecordView::from)
+            .collect(),
+    };
+    RunView {
+        item: RunListItem::from(run),
+        trigger: run.spec.trigger,
+        payload: run.spec.payload.clone().unwrap_or_else(|| json!({})),
+        cancel_requested: run.spec.cancel,
+        workflow_generation: run.workflow_generation(),
+        idempotency_key: run.spec.idempotency_key.clone(),
+        retry_of: run.spec.retry_of.clone(),
+        error: status.and_then(|s| s.error.clone()),
+        steps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_without_status_is_running_with_pending_steps() {
+        let wf: Workflow = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "wf-1", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"name": "W", "steps": [{"id": "s1", "action": "delay"}]}
+        }))
+        .unwrap();
+        let r: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "run-1", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:01Z"},
+            "spec": {"workflowRef": "wf-1"}
+        }))
+        .unwrap();
+        let v = serde_json::to_value(run(&r, Some(&wf))).unwrap();
+        assert_eq!(v["status"], "running");
+        assert_eq!(v["finished_at"], Value::Null);
+        assert_eq!(v["duration_ms"], Value::Null);
+        assert_eq!(v["steps"][0]["status"], "pending");
+        assert_eq!(v["steps"][0]["attempts"], 0);
+    }
+}
