@@ -332,3 +332,73 @@ async fn no_running_pods(ns: &TestNamespace, run: &str) {
     )
     .await;
 }
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_step_log_streams_while_the_step_runs_and_reads_whole_after() {
+    let (api, _process) = crate::support::TestApi::start_process("ctr-logs").await;
+    let jobs = flowline_engine::job::JobSettings {
+        step_image: step_image(),
+        ..Default::default()
+    };
+    let (stop, _) = crate::support::spawn_run_controller(&api.ns, loopback_client(), jobs);
+    let _stop = stop.drop_guard();
+    let wf = WorkflowBuilder::new("talk").steps(json!([
+        container("talk", "echo first; sleep 5; echo second"),
+        {"id": "t", "action": "transform", "with": {"value": 1}}
+    ]));
+    api.ns.create_workflow(&wf).await;
+    let run = api.ns.create_run(&RunBuilder::of(&wf).name("talk")).await;
+    crate::support::step_running(&api.ns, &run, "talk").await;
+    let key = api.admin_key.clone();
+    let path = format!("/v1/runs/{run}/steps/talk/logs");
+
+    // Followed: the first line arrives while the step still runs.
+    let mut followed = api.get(&key, &format!("{path}?follow=true")).await;
+    assert_eq!(followed.status(), 200);
+    assert_eq!(
+        followed.headers()["content-type"],
+        "text/plain; charset=utf-8"
+    );
+    let mut text = String::new();
+    while !text.contains("first") {
+        let chunk = followed
+            .chunk()
+            .await
+            .unwrap()
+            .expect("the log ended early");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let phase = api
+        .ns
+        .api::<Run>()
+        .get(&run)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .phase;
+    assert_eq!(
+        phase,
+        RunPhase::Running,
+        "the log streamed while the step ran"
+    );
+    while let Some(chunk) = followed.chunk().await.unwrap() {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert_eq!(text, "first\nsecond\n");
+
+    // After the run: the whole log, and 404s for what has none.
+    let run_object = finished_run(&api.ns, &run, Duration::from_secs(60)).await;
+    assert_eq!(run_object.status.unwrap().phase, RunPhase::Succeeded);
+    let whole = api.get(&key, &path).await;
+    assert_eq!(whole.status(), 200);
+    assert_eq!(whole.text().await.unwrap(), "first\nsecond\n");
+    for (path, code) in [
+        (format!("{path}?attempt=2"), "logs_not_found"),
+        (format!("/v1/runs/{run}/steps/t/logs"), "logs_not_found"),
+        (format!("/v1/runs/{run}/steps/nope/logs"), "step_not_found"),
+    ] {
+        crate::support::assert_error(api.get(&key, &path).await, 404, code).await;
+    }
+}

@@ -393,6 +393,7 @@ mod tests {
             ApiError::NotFound(Missing::Webhook),
             ApiError::NotFound(Missing::ApiKey),
             ApiError::NotFound(Missing::Delivery),
+            ApiError::NotFound(Missing::Logs),
             ApiError::RouteNotFound,
             ApiError::MethodNotAllowed,
             ApiError::WorkflowActive,

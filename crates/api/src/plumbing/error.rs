@@ -42,6 +42,7 @@ pub enum ErrorCode {
     WebhookNotFound,
     ApiKeyNotFound,
     DeliveryNotFound,
+    LogsNotFound,
     EventExpired,
     NotFound,
     MethodNotAllowed,
@@ -76,6 +77,8 @@ pub enum Missing {
     Webhook,
     ApiKey,
     Delivery,
+    /// A step attempt's log: it never ran in a pod, or its pod is gone.
+    Logs,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +150,9 @@ fn missing_message(m: Missing) -> &'static str {
         Missing::Webhook => "no webhook exists with this id",
         Missing::ApiKey => "no API key exists with this id",
         Missing::Delivery => "no delivery exists with this id",
+        Missing::Logs => {
+            "no log is kept for this step attempt: it did not run in a pod, or its pod is gone"
+        }
     }
 }
 
@@ -220,6 +226,7 @@ impl ApiError {
             ApiError::NotFound(Missing::Webhook) => ErrorCode::WebhookNotFound,
             ApiError::NotFound(Missing::ApiKey) => ErrorCode::ApiKeyNotFound,
             ApiError::NotFound(Missing::Delivery) => ErrorCode::DeliveryNotFound,
+            ApiError::NotFound(Missing::Logs) => ErrorCode::LogsNotFound,
             ApiError::RouteNotFound => ErrorCode::NotFound,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::WorkflowActive => ErrorCode::WorkflowActive,

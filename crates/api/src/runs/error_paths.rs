@@ -510,3 +510,59 @@ async fn only_a_waiting_undecided_approval_takes_a_decision() {
     }
     api.assert_only_read();
 }
+
+#[tokio::test]
+async fn a_step_log_is_refused_for_a_bad_query_an_unknown_run_or_step_or_an_attempt_that_never_ran()
+{
+    let mut theirs = approval_run("run-theirs", "running", "waiting", json!([]));
+    theirs.metadata.namespace = Some(OTHER_NS.into());
+    let api = world().run(theirs).start();
+    let logs = |path: &str| call("GET", path).key(READ).build();
+    api.send(call("GET", "/v1/runs/run-waiting/steps/ok/logs").build())
+        .await
+        .error(401, "unauthenticated");
+    api.send(
+        call("GET", "/v1/runs/run-waiting/steps/ok/logs")
+            .key(NO_SCOPE)
+            .build(),
+    )
+    .await
+    .error(403, "insufficient_scope");
+    for (query, field) in [
+        ("attempt=0", "attempt"),
+        ("attempt=x", "query"),
+        ("follow=maybe", "query"),
+        ("colour=red", "query"),
+    ] {
+        let answer = api
+            .send(logs(&format!("/v1/runs/run-waiting/steps/ok/logs?{query}")))
+            .await;
+        answer.error(400, "validation_error");
+        assert_eq!(answer.fields(), [field], "{query}");
+    }
+    // None of those reached the API server.
+    api.assert_untouched();
+    for path in [
+        "/v1/runs/no-such-run/steps/ok/logs",
+        // Another account's run answers like a missing one.
+        "/v1/runs/run-theirs/steps/ok/logs",
+    ] {
+        api.send(logs(path)).await.error(404, "run_not_found");
+    }
+    api.send(logs("/v1/runs/run-waiting/steps/zz/logs"))
+        .await
+        .error(404, "step_not_found");
+    // Not a forEach step: no iteration to pick.
+    let answer = api
+        .send(logs("/v1/runs/run-waiting/steps/ok/logs?iteration=1"))
+        .await;
+    answer.error(400, "validation_error");
+    assert_eq!(answer.fields(), ["iteration"]);
+    // The approval step never ran an attempt, so it has no log; nor does attempt 2 of it.
+    for query in ["", "?attempt=2"] {
+        api.send(logs(&format!("/v1/runs/run-waiting/steps/ok/logs{query}")))
+            .await
+            .error(404, "logs_not_found");
+    }
+    api.assert_only_read();
+}

@@ -5,6 +5,7 @@
 pub mod approvals;
 pub mod input;
 mod keyed_start;
+pub mod logs;
 pub mod retry;
 pub mod views;
 
@@ -47,6 +48,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(cancel))
         .merge(retry::router())
         .merge(approvals::router())
+        .merge(logs::router())
 }
 
 pub(crate) fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std::sync::Arc<Run>> {
