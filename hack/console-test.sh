@@ -36,9 +36,12 @@ read_key=$("$flowline" api-key create --namespace "$ns" --name console-reader --
 port=$(free_port)
 # Its own namespace and lease, so it never competes with another operator; http://
 # and loopback allowed so that webhooks reach the test's local receiver.
+# Container steps need the step image the local cluster's node holds (make images).
+step_image=()
+[ -f "$repo/.flowline/cluster/step-image" ] && step_image=(--step-image "$(cat "$repo/.flowline/cluster/step-image")")
 "$flowline" operator --listen "127.0.0.1:$port" --watch-namespace "$ns" \
   --leader-election-namespace "$ns" --leader-election-lease console-test \
-  --allow-http --allow-cidr 127.0.0.0/8 >"$out/operator.log" 2>&1 &
+  --allow-http --allow-cidr 127.0.0.0/8 "${step_image[@]}" >"$out/operator.log" 2>&1 &
 operator_pid=$!
 wait_ready "$port" "$operator_pid" "$out/operator.log"
 

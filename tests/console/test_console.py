@@ -431,6 +431,28 @@ class Console(unittest.TestCase):
         self.assertEqual(api("GET", f"/runs/{retry}")[1]["retry_of"], run["id"])
         self.assertEqual(api("POST", f"/runs/{retry}/cancel")[0], 202)
 
+    def test_10b_a_container_steps_log_follows_then_reads_whole(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Talk", [{"id": "talk", "action": "container", "with": {
+            "image": "flowline.local/toolbox:1",
+            "command": ["sh", "-c", "echo hello from the pod; sleep 4; echo done"]}}])
+        status, run = api("POST", f"/workflows/{wf}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.go(f"/runs/{run['id']}", "#step-talk")
+        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="talk"]').get_attribute("data-status") == "running")
+        self.click("#step-talk summary")
+        # While the step runs, the log is followed: its first line shows before the end.
+        self.click("#log-show-talk")
+        self.text_in("#log-talk", "hello from the pod")
+        self.assertEqual(api("GET", f"/runs/{run['id']}")[1]["status"], "running",
+                         "the first line arrived while the step ran")
+        self.shot("run-log-following")
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "succeeded")
+        self.text_in("#log-talk", "done")
+        self.assertEqual(self.find("#log-talk").text, "hello from the pod\ndone")
+        self.assertEqual([o.text for o in self.driver.find_elements(By.CSS_SELECTOR, "#log-attempt-talk option")], ["#1"])
+        self.shot("run-log")
+
     def test_11_runs_list_filters_by_status(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}/runs", "#runs")
