@@ -71,6 +71,19 @@ impl ReconcileBackoff {
         }
     }
 
+    /// Runs one reconcile of `key` and ends its series when it succeeds.
+    pub async fn track<T, E>(
+        &self,
+        key: &str,
+        reconcile: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let result = reconcile.await;
+        if result.is_ok() {
+            self.succeeded(key);
+        }
+        result
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Series>> {
         self.failing.lock().unwrap_or_else(|p| p.into_inner())
     }

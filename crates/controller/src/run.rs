@@ -910,11 +910,9 @@ async fn control_loop(
             |run, ctx| async move {
                 let key = object_key(run.namespace().as_deref(), &run.name_any());
                 let timer = ctx.engine.telemetry.reconcile_timer("run");
-                let result = timer.time(reconcile(run, ctx.clone())).await;
-                if result.is_ok() {
-                    ctx.backoff.succeeded(&key);
-                }
-                result
+                ctx.backoff
+                    .track(&key, timer.time(reconcile(run, ctx.clone())))
+                    .await
             },
             error_policy,
             ctx,

@@ -492,11 +492,9 @@ async fn control_loop(
             |wf, ctx| async move {
                 let key = super::backoff::object_key(wf.namespace().as_deref(), &wf.name_any());
                 let timer = ctx.telemetry.reconcile_timer("workflow");
-                let result = timer.time(reconcile(wf, ctx.clone())).await;
-                if result.is_ok() {
-                    ctx.backoff.succeeded(&key);
-                }
-                result
+                ctx.backoff
+                    .track(&key, timer.time(reconcile(wf, ctx.clone())))
+                    .await
             },
             error_policy,
             ctx,
