@@ -27,6 +27,8 @@ use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Succeeded\")].reason"),
     printcolumn(name = "Started", type_ = "date", json_path = ".status.startedAt"),
     printcolumn(name = "Completed", type_ = "date", json_path = ".status.finishedAt"),
+    // Created, not started: a queued run has an age before it has a start.
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Workflow", type_ = "string", json_path = ".spec.workflowRef", priority = 1),
     printcolumn(name = "Duration(ms)", type_ = "integer", json_path = ".status.durationMs", priority = 1),
     validation = Rule::new("self.spec.workflowRef == oldSelf.spec.workflowRef").message("spec.workflowRef is immutable"),
