@@ -80,6 +80,9 @@ pub struct Shared {
     /// Where the rate limiter's refusals are counted (registered nowhere unless
     /// [`ApiState::with_metrics`] says).
     pub metrics: HttpMetrics,
+    /// Step logs being followed, per account: each holds a connection open while its
+    /// step runs, so an account may hold only so many (`runs::logs`).
+    pub follows: Arc<crate::runs::logs::Follows>,
 }
 
 /// What [`crate::plumbing::json::Valid`] checks bodies against (`allow_http_webhooks`).
@@ -103,6 +106,7 @@ impl ApiState {
             rendered_workflows: Arc::new(Rendered::default()),
             config: Arc::new(config),
             metrics: HttpMetrics::default(),
+            follows: Arc::default(),
         }))
     }
 
