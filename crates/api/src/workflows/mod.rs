@@ -251,7 +251,9 @@ fn replacing(
     match (old, new) {
         (Some(Value::Object(old)), Some(Value::Object(new))) => {
             let mut patch = serde_json::Map::new();
-            for key in old.keys().filter(|k| !new.contains_key(*k)) {
+            // Gone, or `null` (which the stored value cannot hold): removed.
+            let gone = |k: &&String| new.get(*k).is_none_or(Value::is_null);
+            for key in old.keys().filter(gone) {
                 patch.insert(key.clone(), Value::Null);
             }
             for (key, value) in new {
@@ -399,6 +401,7 @@ mod tests {
             (json!({"a": 1}), json!("{{ steps.s.output }}")),
             (json!("x"), json!({"a": {"b": 1}})),
             (json!({"a": {"b": 1}}), json!({"a": 5})),
+            (json!({"a": 1, "b": 2}), json!({"b": 2})),
         ];
         for (old, new) in cases {
             let mut spec = json!({"output": old.clone()});
@@ -420,5 +423,14 @@ mod tests {
             &json!({"output": replacing(None, Some(&json!({"a": {"b": null}, "c": 1})))}),
         );
         assert_eq!(spec["output"], json!({"a": {}, "c": 1}));
+        // A `null` member is not stored: one stored before goes.
+        let old = json!({"a": 1, "b": {"c": 1, "d": 2}});
+        let mut spec = json!({"output": old.clone()});
+        let new = json!({"a": null, "b": {"c": null, "d": 2}});
+        merge(
+            &mut spec,
+            &json!({"output": replacing(Some(&old), Some(&new))}),
+        );
+        assert_eq!(spec["output"], json!({"b": {"d": 2}}));
     }
 }
