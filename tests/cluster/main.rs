@@ -30,4 +30,5 @@ mod spec_errors;
 #[path = "../support/stall_proxy.rs"]
 mod stall_proxy;
 mod support;
+mod workflow_output;
 mod workflows;

@@ -124,6 +124,26 @@ fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, visible: &[bool
     })
 }
 
+/// The output of a run whose steps all ended well: the workflow version's `output`
+/// rendered with the run's whole context (every step that succeeded or was skipped;
+/// no secrets), capped as a step output is ([`output::cap`]), with whether it was
+/// truncated. None without an `output`; an error naming `output` when it cannot be
+/// rendered (a missing path, a truncated step output): the run then fails.
+fn run_output(
+    run: &Run,
+    wf: &WorkflowSnapshot,
+    status: &RunStatus,
+) -> Result<Option<(Value, bool)>, String> {
+    let Some(template) = &wf.output else {
+        return Ok(None);
+    };
+    let ctx = context(run, wf, status, &vec![true; status.steps.len()]);
+    // Errors are located from `output`: `output failed: output.total: template path …`.
+    template::render_in(template, &ctx, "output")
+        .map(|rendered| Some(output::cap(rendered)))
+        .map_err(|e| format!("output failed: {e}"))
+}
+
 /// What the step tasks of one run share.
 #[derive(Clone)]
 struct Shared {
@@ -284,7 +304,16 @@ async fn execute_steps(
         tracing::info!(run = %run.name_any(), "run parked: its steps wait for a time or a decision");
         return Some(status);
     };
-    finish(&mut status, end.phase, end.error, end.unfinished_steps);
+    let (phase, error) = match (end.phase, run_output(run, wf, &status)) {
+        (RunPhase::Succeeded, Err(error)) => (RunPhase::Failed, Some(error)),
+        (RunPhase::Succeeded, Ok(Some((out, truncated)))) => {
+            status.output = Some(out);
+            status.output_truncated = truncated;
+            (RunPhase::Succeeded, end.error)
+        }
+        _ => (end.phase, end.error),
+    };
+    finish(&mut status, phase, error, end.unfinished_steps);
     if let Some(kind) = flowline_core::engine::events::final_kind(status.phase) {
         flowline_core::engine::events::record(&mut status, kind, run, &wf.name);
     }
@@ -1058,6 +1087,87 @@ mod tests {
         );
         assert_eq!(kubernetes_event(RunPhase::Succeeded), None);
         assert_eq!(kubernetes_event(RunPhase::Running), None);
+    }
+
+    fn finished(output: Value, steps: Value) -> (Run, RunStatus) {
+        let r: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "run-1", "namespace": "n"},
+            "spec": {"workflowRef": "wf-1", "payload": {"order": "A-7"},
+                     "workflow": {"generation": 1, "name": "W", "output": output,
+                                  "steps": [{"id": "sum", "action": "transform"},
+                                            {"id": "maybe", "action": "fail"}]}},
+        }))
+        .unwrap();
+        let status = RunStatus {
+            steps: serde_json::from_value(steps).unwrap(),
+            ..Default::default()
+        };
+        (r, status)
+    }
+
+    fn output_of(output: Value, steps: Value) -> Result<Option<(Value, bool)>, String> {
+        let (r, status) = finished(output, steps);
+        run_output(&r, r.spec.workflow.as_ref().unwrap(), &status)
+    }
+
+    fn done_steps() -> Value {
+        json!([{"stepId": "sum", "name": "sum", "status": "succeeded", "output": 12},
+               {"stepId": "maybe", "name": "maybe", "status": "skipped"}])
+    }
+
+    #[test]
+    fn the_output_is_rendered_with_the_runs_whole_context() {
+        let out = output_of(
+            json!({"total": "{{ steps.sum.output }}", "order": "{{ trigger.payload.order }}",
+                   "skipped": "{{ steps.maybe.status }}", "ids": "{{ run.id }}/{{ workflow.id }}"}),
+            done_steps(),
+        );
+        assert_eq!(
+            out,
+            Ok(Some((
+                json!({"total": 12, "order": "A-7", "skipped": "skipped", "ids": "run-1/wf-1"}),
+                false
+            )))
+        );
+        // A workflow without output (`null` is none): the run has none either.
+        assert_eq!(output_of(Value::Null, done_steps()), Ok(None));
+    }
+
+    #[test]
+    fn an_output_that_cannot_be_rendered_is_an_error_naming_output() {
+        assert_eq!(
+            output_of(json!({"x": "{{ trigger.payload.missing }}"}), done_steps()),
+            Err(
+                r#"output failed: output.x: template path "trigger.payload.missing" not found"#
+                    .into()
+            )
+        );
+        assert_eq!(
+            output_of(json!("{{ secrets.s.k }}"), done_steps()),
+            Err(r#"output failed: output: template path "secrets.s.k" not found"#.into())
+        );
+        let truncated = json!([{"stepId": "sum", "name": "sum", "status": "succeeded",
+                                "output": "{\"big", "outputTruncated": true}]);
+        assert!(
+            output_of(json!("{{ steps.sum.output }}"), truncated)
+                .unwrap_err()
+                .contains("was truncated")
+        );
+    }
+
+    #[test]
+    fn a_large_output_is_stored_truncated_like_a_step_output() {
+        let steps = json!([{"stepId": "sum", "name": "sum", "status": "succeeded",
+                            "output": "x".repeat(40 * 1024)}]);
+        let (out, truncated) = output_of(
+            json!(["{{ steps.sum.output }}", "{{ steps.sum.output }}"]),
+            steps,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(truncated);
+        assert!(out.as_str().is_some_and(|s| s.len() <= 1024));
     }
 
     fn run(status: Value, concurrency: Value) -> Run {

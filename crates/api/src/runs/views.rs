@@ -125,6 +125,13 @@ pub struct RunView {
     /// The run this one retries (`POST /v1/runs/{id}/retry`).
     pub retry_of: Option<String>,
     pub error: Option<String>,
+    /// The workflow's `output` rendered with the run's context once it succeeded;
+    /// `null` when the workflow has none or the run has not succeeded.
+    #[schema(value_type = Option<Value>)]
+    pub output: Option<Value>,
+    /// True when `output` was too large to keep whole (it is then a preview of its JSON
+    /// text).
+    pub output_truncated: bool,
     pub steps: Vec<StepRecordView>,
 }
 
@@ -157,6 +164,11 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
         idempotency_key: run.spec.idempotency_key.clone(),
         retry_of: run.spec.retry_of.clone(),
         error: status.and_then(|s| s.error.clone()),
+        output: status
+            .filter(|s| s.phase == RunPhase::Succeeded)
+            .and_then(|s| s.output.clone()),
+        output_truncated: status
+            .is_some_and(|s| s.phase == RunPhase::Succeeded && s.output_truncated),
         steps,
     }
 }
@@ -185,5 +197,21 @@ mod tests {
         assert_eq!(v["duration_ms"], Value::Null);
         assert_eq!(v["steps"][0]["status"], "pending");
         assert_eq!(v["steps"][0]["attempts"], 0);
+        assert_eq!(v["output"], Value::Null);
+        assert_eq!(v["output_truncated"], false);
+    }
+
+    #[test]
+    fn a_succeeded_run_shows_its_output() {
+        let r: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "run-1", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:01Z"},
+            "spec": {"workflowRef": "wf-1"},
+            "status": {"phase": "succeeded", "output": {"total": 12}, "steps": []}
+        }))
+        .unwrap();
+        let v = serde_json::to_value(run(&r, None)).unwrap();
+        assert_eq!(v["output"], json!({"total": 12}));
+        assert_eq!(v["output_truncated"], false);
     }
 }

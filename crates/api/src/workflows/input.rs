@@ -56,6 +56,12 @@ pub struct WorkflowCreate {
     pub description: Option<String>,
     /// Default `manual`. `webhook` makes an inbound secret, returned once as `hook_secret`.
     pub trigger: Option<TriggerInput>,
+    /// The run's result: any JSON value whose strings may hold `{{ … }}` templates,
+    /// rendered when a run succeeds and shown as the run's `output`. It may read
+    /// `trigger`, `run`, `workflow` and `steps.<id>` of the workflow's steps, not
+    /// `secrets`; a new workflow has no steps yet.
+    #[schema(value_type = Option<Value>)]
+    pub output: Option<Value>,
 }
 
 /// `trigger` of a workflow.
@@ -115,6 +121,13 @@ pub struct WorkflowPatchBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 100)]
     pub parallelism: Option<Option<u32>>,
+    /// The run's result: any JSON value whose strings may hold `{{ … }}` templates,
+    /// rendered when a run succeeds and shown as the run's `output`. It may read
+    /// `trigger`, `run`, `workflow` and `steps.<id>` of the workflow's steps (as they
+    /// are after this request), not `secrets`. Replaced whole; `null` removes it.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<Value>)]
+    pub output: Option<Option<Value>>,
 }
 
 /// A step as written in `PATCH /v1/workflows/{id}`.
@@ -213,7 +226,18 @@ impl Validate for WorkflowCreate {
         if let Some(t) = &self.trigger {
             t.check(&mut p);
         }
+        if let Some(output) = &self.output {
+            check_output(output, &[], &mut p);
+        }
         p.finish()
+    }
+}
+
+/// The problems of an `output` template over `steps` (the workflow's steps as they
+/// will be stored): the engine's own check, the one the workflow controller runs.
+pub fn check_output(output: &Value, steps: &[Step], p: &mut Problems) {
+    for problem in flowline_core::engine::spec_check::output(output, steps) {
+        p.add(problem.path, problem.message);
     }
 }
 
@@ -244,6 +268,8 @@ pub struct WorkflowPatch {
     pub concurrency: Option<Option<Concurrency>>,
     /// `Some(None)` returns to the default parallelism.
     pub parallelism: Option<Option<u32>>,
+    /// `Some(None)` removes the output.
+    pub output: Option<Option<Value>>,
 }
 
 impl Validate for WorkflowPatchBody {
@@ -253,7 +279,7 @@ impl Validate for WorkflowPatchBody {
             p.add(
                 "body",
                 "give at least one of: name, description, state, trigger, executor, steps, \
-                 timeout_ms, concurrency, parallelism",
+                 timeout_ms, concurrency, parallelism, output",
             );
             return p.finish();
         }
@@ -307,6 +333,7 @@ impl WorkflowPatchBody {
             && self.timeout_ms.is_none()
             && self.concurrency.is_none()
             && self.parallelism.is_none()
+            && self.output.is_none()
     }
 
     /// The patch in the custom resource's types (the defaults of a step's `retry`
@@ -328,6 +355,7 @@ impl WorkflowPatchBody {
             executor: self.executor,
             timeout_ms: self.timeout_ms,
             parallelism: self.parallelism,
+            output: self.output,
         }
     }
 }
@@ -633,6 +661,48 @@ mod tests {
                 fields(workflow_patch(body.clone()).err().unwrap()),
                 [field],
                 "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn output_is_read_on_create_and_patch_and_null_removes_it() {
+        let created = create_workflow(
+            json!({"name": "O", "output": {"order": "{{ trigger.payload.order }}", "n": [1, null]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            created.output,
+            Some(json!({"order": "{{ trigger.payload.order }}", "n": [1, null]}))
+        );
+        assert_eq!(
+            workflow_patch(json!({"output": "{{ steps.sum.output }}"}))
+                .unwrap()
+                .output,
+            Some(Some(json!("{{ steps.sum.output }}")))
+        );
+        assert_eq!(
+            workflow_patch(json!({"output": null})).unwrap().output,
+            Some(None)
+        );
+        assert_eq!(workflow_patch(json!({"name": "x"})).unwrap().output, None);
+    }
+
+    #[test]
+    fn an_output_the_engine_could_not_render_is_refused_on_create() {
+        for (output, field) in [
+            (json!({"total": "{{ steps.sum.output }}"}), "output.total"),
+            (json!({"t": "{{ secrets.crm.token }}"}), "output.t"),
+            (json!("{{ trigger.payload"), "output"),
+        ] {
+            assert_eq!(
+                fields(
+                    create_workflow(json!({"name": "O", "output": output.clone()}))
+                        .err()
+                        .unwrap()
+                ),
+                [field],
+                "{output}"
             );
         }
     }

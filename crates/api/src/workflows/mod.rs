@@ -26,6 +26,7 @@ use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as, write_e
 use crate::plumbing::json::Valid;
 use crate::plumbing::pagination::{self, Page, SortKey};
 use crate::plumbing::path::Path;
+use crate::plumbing::validation::Problems;
 use crate::state::ApiState;
 use flowline_core::clock::{format_ts, now_ms};
 use flowline_core::crd::timestamps::{UPDATED_AT_ANNOTATION, created_at, creation_annotations};
@@ -137,6 +138,7 @@ async fn create(
             timeout_ms: None,
             concurrency: None,
             parallelism: None,
+            output: body.output,
         },
     );
     wf.metadata.annotations = Some(creation_annotations(now_ms()));
@@ -166,8 +168,21 @@ async fn update(
     Path(id): Path<String>,
     Valid(body): Valid<WorkflowPatchBody>,
 ) -> ApiResult<Json<WorkflowWithSecret>> {
-    let before = find(&state, &who.namespace, &id)?.spec.trigger.type_;
+    let stored = find(&state, &who.namespace, &id)?;
+    let before = stored.spec.trigger.type_;
     let patch = body.into_patch();
+    // The output as it will be stored reads the steps as they will be: refused here
+    // (400 on `output…`) rather than left to the controller's `InvalidSpec`.
+    let new_steps = patch.steps.as_deref().unwrap_or(&stored.spec.steps);
+    let new_output = match &patch.output {
+        Some(output) => output.as_ref(),
+        None => stored.spec.output.as_ref(),
+    };
+    if let Some(output) = new_output {
+        let mut p = Problems::default();
+        input::check_output(output, new_steps, &mut p);
+        p.finish()?;
+    }
     let mut spec = serde_json::Map::new();
     if let Some(name) = patch.name {
         spec.insert("name".into(), json!(name));
@@ -204,6 +219,14 @@ async fn update(
     if let Some(n) = patch.parallelism {
         spec.insert("parallelism".into(), json!(n));
     }
+    if let Some(output) = patch.output {
+        // A merge patch merges objects key by key: sent as the changes from the stored
+        // value, so the stored output is replaced whole (`null` removes it).
+        spec.insert(
+            "output".into(),
+            replacing(stored.spec.output.as_ref(), output.as_ref()),
+        );
+    }
     let body = json!({
         "metadata": {"annotations": {UPDATED_AT_ANNOTATION: format_ts(now_ms())}},
         "spec": spec,
@@ -215,6 +238,48 @@ async fn update(
         .map_err(|e| not_found_as(e, Missing::Workflow))?;
     cache::await_write(&state.caches.workflows, &updated).await;
     with_hook_secret(&state, Some(before), &updated).await
+}
+
+/// The merge patch (RFC 7386) that turns `old` into `new`: members of `old` that `new`
+/// lacks become `null`, objects are compared member by member, anything else is sent
+/// whole. (A `null` member of `new` means removal in a merge patch: it is dropped.)
+fn replacing(
+    old: Option<&serde_json::Value>,
+    new: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Some(Value::Object(old)), Some(Value::Object(new))) => {
+            let mut patch = serde_json::Map::new();
+            // Gone, or `null` (which the stored value cannot hold): removed.
+            let gone = |k: &&String| new.get(*k).is_none_or(Value::is_null);
+            for key in old.keys().filter(gone) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            for (key, value) in new {
+                if value.is_null() || old.get(key) == Some(value) {
+                    continue;
+                }
+                patch.insert(key.clone(), replacing(old.get(key), Some(value)));
+            }
+            Value::Object(patch)
+        }
+        (_, new) => new.cloned().map(strip_nulls).unwrap_or(Value::Null),
+    }
+}
+
+/// `value` without `null` object members (which a merge patch would read as removals).
+fn strip_nulls(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 /// The response of a write that leaves `wf` in place: the workflow, and a new inbound
@@ -300,4 +365,72 @@ async fn rotate_hook_secret(
     }
     let hook_secret = hook_secret::install(&state, &wf).await?;
     Ok(Json(HookSecret { hook_secret }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replacing;
+    use serde_json::{Value, json};
+
+    /// Merges `patch` into `target` as the API server does (RFC 7386).
+    fn merge(target: &mut Value, patch: &Value) {
+        let Value::Object(patch) = patch else {
+            *target = patch.clone();
+            return;
+        };
+        if !target.is_object() {
+            *target = json!({});
+        }
+        let map = target.as_object_mut().unwrap();
+        for (key, value) in patch {
+            if value.is_null() {
+                map.remove(key);
+            } else {
+                merge(map.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
+
+    #[test]
+    fn an_output_patch_replaces_the_stored_output_whole() {
+        let cases = [
+            (
+                json!({"a": 1, "b": {"c": 2, "d": 3}}),
+                json!({"b": {"c": 2}, "e": [1]}),
+            ),
+            (json!({"a": 1}), json!("{{ steps.s.output }}")),
+            (json!("x"), json!({"a": {"b": 1}})),
+            (json!({"a": {"b": 1}}), json!({"a": 5})),
+            (json!({"a": 1, "b": 2}), json!({"b": 2})),
+        ];
+        for (old, new) in cases {
+            let mut spec = json!({"output": old.clone()});
+            merge(
+                &mut spec,
+                &json!({"output": replacing(Some(&old), Some(&new))}),
+            );
+            assert_eq!(spec["output"], new, "{old} -> {new}");
+        }
+        let mut spec = json!({"name": "n", "output": {"a": 1}});
+        merge(
+            &mut spec,
+            &json!({"output": replacing(Some(&json!({"a": 1})), None)}),
+        );
+        assert_eq!(spec, json!({"name": "n"}));
+        let mut spec = json!({"name": "n"});
+        merge(
+            &mut spec,
+            &json!({"output": replacing(None, Some(&json!({"a": {"b": null}, "c": 1})))}),
+        );
+        assert_eq!(spec["output"], json!({"a": {}, "c": 1}));
+        // A `null` member is not stored: one stored before goes.
+        let old = json!({"a": 1, "b": {"c": 1, "d": 2}});
+        let mut spec = json!({"output": old.clone()});
+        let new = json!({"a": null, "b": {"c": null, "d": 2}});
+        merge(
+            &mut spec,
+            &json!({"output": replacing(Some(&old), Some(&new))}),
+        );
+        assert_eq!(spec["output"], json!({"b": {"d": 2}}));
+    }
 }

@@ -102,6 +102,10 @@ pub struct WorkflowView {
     /// Most steps of one run executing at once when the steps form a graph; `null` for
     /// the default (10).
     pub parallelism: Option<u32>,
+    /// The run's result: any JSON value whose strings may hold `{{ … }}` templates,
+    /// rendered when a run succeeds (the run's `output`); `null` for none.
+    #[schema(value_type = Option<Value>)]
+    pub output: Option<Value>,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: ApiTime,
     #[schema(value_type = String, format = DateTime)]
@@ -163,6 +167,7 @@ impl From<&Workflow> for WorkflowView {
                 policy: c.policy,
             }),
             parallelism: spec.parallelism,
+            output: spec.output.clone(),
             created_at: ApiTime(created_at(&wf.metadata)),
             updated_at: ApiTime(updated_at(&wf.metadata)),
         }

@@ -165,6 +165,10 @@ pub struct WorkflowSnapshot {
     /// The workflow's `parallelism` (steps of a graph executing at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallelism: Option<u32>,
+    /// The workflow's `output` template, rendered when the run succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub output: Option<serde_json::Value>,
 }
 
 impl WorkflowSnapshot {
@@ -178,6 +182,7 @@ impl WorkflowSnapshot {
             timeout_ms: wf.spec.timeout_ms,
             concurrency: wf.spec.concurrency.clone(),
             parallelism: wf.spec.parallelism,
+            output: wf.spec.output.clone(),
         }
     }
 }
@@ -295,8 +300,8 @@ impl Run {
     }
 
     /// Drops what only the run's execution and a read of the whole run need: its
-    /// payload and headers, the pinned version, reused steps, step records, error and
-    /// conditions, and the data of its pending events unless `events` says to keep
+    /// payload and headers, the pinned version, reused steps, step records, error, output
+    /// and conditions, and the data of its pending events unless `events` says to keep
     /// them whole. What remains (metadata, workflow reference, cancel, idempotency key,
     /// retry link, phase, times, event identities) is what list caches serve and decide
     /// from: a cache of summaries stays small however large runs grow.
@@ -308,6 +313,7 @@ impl Run {
         if let Some(status) = self.status.as_mut() {
             status.steps = Vec::new();
             status.error = None;
+            status.output = None;
             status.conditions = Vec::new();
             if events == EventDetail::IdentityOnly {
                 for event in &mut status.pending_events {
@@ -403,6 +409,14 @@ pub struct RunStatus {
     /// comes, a decision arrives or the run is cancelled.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub parked: bool,
+    /// A succeeded run of a workflow with `output`: that template rendered with the
+    /// run's context (capped at 64 KiB; see `outputTruncated`). Unset otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub output: Option<serde_json::Value>,
+    /// True when the stored `output` was truncated to respect size limits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
 }
 
 /// Execution record of one step.

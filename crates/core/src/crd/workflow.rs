@@ -87,6 +87,15 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub parallelism: Option<u32>,
+    /// The run's result: any JSON value whose strings may hold `{{ … }}` templates, like
+    /// a step's `with`, rendered once the last step has succeeded with the run's whole
+    /// context (`trigger.*`, `steps.<id>.*` of every step, `run.id`, `workflow.*`; not
+    /// `secrets`, since any key that may read runs reads it). Stored as the Run's
+    /// `status.output` (capped at 64 KiB like a step output). A template that cannot be
+    /// rendered (a missing path) fails the run with an error naming `output`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::any_value")]
+    pub output: Option<serde_json::Value>,
 }
 
 /// Steps of one run executing at once in a graph workflow, by default.

@@ -15,6 +15,10 @@
 //!   the step can see: in a sequential workflow (no `needs` anywhere) an earlier step; in
 //!   a graph an ancestor through `needs`, so a result never depends on timing;
 //! - a `concurrency.key` the engine could not render ([`concurrency_key::check`]);
+//! - an `output` template that does not parse, or that reads what the run's final
+//!   context does not hold: `secrets` (any key that may read runs reads the output),
+//!   `item` and `index`, or `steps.<id>` of a step the workflow does not have
+//!   ([`output`]);
 //! - a built-in action's inputs it cannot do without, where they are written as literals
 //!   (a template is judged at run time): `http.request` without an `http(s)` `url`, or
 //!   with a `method` that is none of GET, POST, PUT, PATCH, DELETE, HEAD and OPTIONS
@@ -62,6 +66,54 @@ pub fn workflow(spec: &WorkflowSpec) -> Vec<Problem> {
             path: "concurrency.key".into(),
             message,
         });
+    }
+    if let Some(value) = &spec.output {
+        problems.extend(output(value, &spec.steps));
+    }
+    problems
+}
+
+/// Every problem of a workflow's `output` template (`value`) over the workflow's
+/// `steps`, each at a path under `output`. It is rendered once the last step has
+/// succeeded, with the run's whole context: it may read the trigger, the run, the
+/// workflow and any step of the workflow, but not `secrets` (the output is readable by
+/// any key that may read runs) nor `item` and `index` (no iteration is running).
+pub fn output(value: &Value, steps: &[Step]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for parsed in template::parse(value, "output") {
+        let path = parsed.location.clone();
+        let mut seen: Vec<&str> = Vec::new();
+        for read in &parsed.paths {
+            let mut segments = read.split('.');
+            let root = segments.next().unwrap_or_default();
+            let message = match (root, segments.next()) {
+                ("secrets", _) => format!(
+                    "\"{read}\": output may not read secrets (any key that may read runs \
+                     reads it); copy what is needed into a step's output instead"
+                ),
+                (root, _) if template::ITERATION_ROOTS.contains(&root) => {
+                    format!("\"{read}\" exists only in a step with for_each, once per element")
+                }
+                ("steps", Some(id)) if !steps.iter().any(|s| s.id == id) => {
+                    if seen.contains(&id) {
+                        continue;
+                    }
+                    seen.push(id);
+                    format!("\"{read}\" reads step \"{id}\", which this workflow does not have")
+                }
+                _ => continue,
+            };
+            problems.push(Problem {
+                path: path.clone(),
+                message,
+            });
+        }
+        if let Some(e) = parsed.error {
+            problems.push(Problem {
+                path,
+                message: e.to_string(),
+            });
+        }
     }
     problems
 }
@@ -793,6 +845,80 @@ mod tests {
             let wf: crate::crd::Workflow = serde_saphyr::from_str(text).expect(name);
             assert_eq!(workflow(&wf.spec), [], "{name}");
         }
+    }
+
+    fn output_problems(output: Value) -> Vec<(String, String)> {
+        let mut spec = spec(json!([
+            {"id": "sum", "action": "transform", "with": {"value": 3}},
+            {"id": "each", "action": "transform", "forEach": "{{ trigger.payload.xs }}",
+             "with": {"value": "{{ item }}"}}
+        ]));
+        spec.output = Some(output);
+        workflow(&spec)
+            .into_iter()
+            .map(|p| (p.path, p.message))
+            .collect()
+    }
+
+    #[test]
+    fn an_output_reading_the_runs_context_has_no_problems() {
+        for output in [
+            json!({"total": "{{ steps.sum.output }}", "order": "{{ trigger.payload.order }}",
+                   "all": ["{{ steps.each.output }}", "{{ steps.sum.status }}", null, 1],
+                   "who": "{{ run.id }} of {{ workflow.id }} ({{ workflow.name }})",
+                   "plain": "no template"}),
+            json!("{{ steps.sum.output }}"),
+            json!(42),
+            json!(null),
+        ] {
+            assert_eq!(output_problems(output.clone()), [], "{output}");
+        }
+    }
+
+    /// The same problems for `/v1` (400 on `output…`) and for kubectl (`InvalidSpec`).
+    #[test]
+    fn an_output_reading_what_the_run_does_not_hold_is_a_problem_on_its_field() {
+        assert_eq!(
+            output_problems(json!({"a": "{{ secrets.crm.token }}",
+                                   "b": {"c": "{{ steps.ghost.output }} {{ steps.ghost.status }}"},
+                                   "d": ["{{ item }}"],
+                                   "e": "{{ steps.sum.output",
+                                   "f": "{{ payload.x }}"})),
+            [
+                (
+                    "output.a",
+                    r#""secrets.crm.token": output may not read secrets (any key that may read runs reads it); copy what is needed into a step's output instead"#
+                ),
+                (
+                    "output.b.c",
+                    r#""steps.ghost.output" reads step "ghost", which this workflow does not have"#
+                ),
+                (
+                    "output.d[0]",
+                    r#""item" exists only in a step with for_each, once per element"#
+                ),
+                (
+                    "output.e",
+                    r#"unterminated template: "{{" at position 0 has no closing "}}""#
+                ),
+                (
+                    "output.f",
+                    r#"template path "payload.x" has an unknown root (expected trigger, steps, run, workflow or secrets)"#
+                ),
+            ]
+            .map(|(p, m)| (p.to_string(), m.to_string()))
+        );
+        // A whole-string template is on `output` itself.
+        assert_eq!(
+            output_problems(json!("{{ secrets.s.k }}"))[0].0,
+            "output".to_string()
+        );
+        let mut spec = spec(json!([]));
+        spec.output = Some(json!({"x": "{{ steps.sum.output }}"}));
+        assert_eq!(
+            summary(&workflow(&spec)),
+            r#"output.x: "steps.sum.output" reads step "sum", which this workflow does not have"#
+        );
     }
 
     #[test]

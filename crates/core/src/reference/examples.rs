@@ -84,6 +84,12 @@ spec:
       value:
         message: "Order {{ trigger.payload.order_id }} shipped by {{ workflow.name }}"
         tracking: "{{ steps.ship.output.body.tracking }}"
+  # The run's result once every step has ended well: the Run's status.output, and
+  # `output` in GET /v1/runs/{id}.
+  output:
+    order: "{{ trigger.payload.order_id }}"
+    tracking: "{{ steps.ship.output.body.tracking }}"
+    confirmation: "{{ steps.confirm.output.message }}"
 "#;
 
 /// The context the examples are evaluated against: what step `confirm` of [`WORKFLOW`]

@@ -238,7 +238,9 @@ fn templates_section(out: &mut String) {
         "The strings of a step's `with` may hold templates, `{{ path }}`, each replaced by \
          the value the path names in the run's context. `forEach` is a template too (it \
          must render to an array), and so is `concurrency.key` (which reads only the \
-         trigger).\n\n",
+         trigger). So are the strings of the workflow's `output`, rendered once the last \
+         step has succeeded with every step's output in its context (but no `secrets`); \
+         a path that does not resolve there fails the run, naming `output`.\n\n",
     );
     let _ = writeln!(
         out,

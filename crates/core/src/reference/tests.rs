@@ -44,6 +44,14 @@ fn example_problems() -> Vec<String> {
     for step in &workflow.spec.steps {
         problems.extend(step_problems(step, &ctx));
     }
+    if let Some(output) = &workflow.spec.output {
+        let mut whole = ctx.clone();
+        whole["steps"]["confirm"] =
+            serde_json::json!({"status": "succeeded", "output": {"message": "shipped"}});
+        if let Err(e) = template::render_in(output, &whole, "output") {
+            problems.push(format!("example output: {e}"));
+        }
+    }
     if let Some(key) = workflow
         .spec
         .concurrency
