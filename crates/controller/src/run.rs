@@ -675,7 +675,7 @@ impl Claim {
 /// The merge patch of a [`Claim`] of `run` by `wf`: conditional on the Run's
 /// resourceVersion, so the owner reference list it replaces (a merge patch replaces
 /// lists whole) is the one read. The owner reference is the API's: `wf`'s controller
-/// owner reference (controller and blockOwnerDeletion set). Pure.
+/// owner reference (`controller: true`, no `blockOwnerDeletion`). Pure.
 fn claim_patch(run: &Run, wf: &Workflow, claim: Claim) -> serde_json::Value {
     use kube::Resource;
     let mut patch = serde_json::json!({"metadata": {"resourceVersion": run.resource_version()}});
@@ -1045,7 +1045,7 @@ mod tests {
         let mut r = run(json!(null), false);
         r.metadata.resource_version = Some("41".into());
         let api_owner = json!({"apiVersion": "flowline.io/v1", "kind": "Workflow",
-            "name": "wf", "uid": "wf-uid", "controller": true, "blockOwnerDeletion": true});
+            "name": "wf", "uid": "wf-uid", "controller": true});
         let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "cm-uid"});
         let mut with_other = r.clone();
         with_other.metadata.owner_references =

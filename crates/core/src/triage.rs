@@ -916,7 +916,7 @@ mod tests {
                 .map(|(kind, uid, controller)| {
                     serde_json::from_value(json!({
                         "apiVersion": "flowline.io/v1", "kind": kind, "name": "wf",
-                        "uid": uid, "controller": controller, "blockOwnerDeletion": true,
+                        "uid": uid, "controller": controller,
                     }))
                     .unwrap()
                 })
