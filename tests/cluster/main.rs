@@ -23,6 +23,7 @@ mod kubernetes_surface;
 mod leader;
 mod observability;
 mod otel;
+mod ownership;
 mod replicas;
 mod retry;
 mod shards;

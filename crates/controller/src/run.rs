@@ -575,9 +575,17 @@ async fn act(
         }
         Need::Pin => {
             if let Some(wf) = workflow {
-                pin(&ctx.client, &run, wf).await?;
+                claim(&ctx.client, &run, wf, Claim::PIN).await?;
             }
             // Its own watch event brings the pinned run back here to execute.
+        }
+        Need::Adopt { pin } => {
+            if let Some(wf) = workflow {
+                tracing::info!(run = %run.name_any(), workflow = %wf.name_any(), pin,
+                    "adopting a run created without its workflow's owner reference");
+                claim(&ctx.client, &run, wf, Claim { pin, adopt: true }).await?;
+            }
+            // Its own watch event brings the adopted run back here for the rest.
         }
         Need::Execute => execute_admitted(ctx, run, workflow, uid).await?,
     }
@@ -648,15 +656,56 @@ async fn execute_admitted(
     Ok(())
 }
 
-/// Records the workflow version a Run created without one executes. The write is
-/// conditional on the Run's resourceVersion: a run that changed meanwhile is decided
-/// again from its watch event.
-async fn pin(client: &Client, run: &Run, wf: &Workflow) -> Result<(), ReconcileError> {
+/// What one [`claim`] write records on a run of a workflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Claim {
+    /// The workflow version it executes (`spec.workflow`).
+    pin: bool,
+    /// The workflow's controller owner reference, next to the run's other owners.
+    adopt: bool,
+}
+
+impl Claim {
+    const PIN: Claim = Claim {
+        pin: true,
+        adopt: false,
+    };
+}
+
+/// The merge patch of a [`Claim`] of `run` by `wf`: conditional on the Run's
+/// resourceVersion, so the owner reference list it replaces (a merge patch replaces
+/// lists whole) is the one read. The owner reference is the API's: `wf`'s controller
+/// owner reference (`controller: true`, no `blockOwnerDeletion`). Pure.
+fn claim_patch(run: &Run, wf: &Workflow, claim: Claim) -> serde_json::Value {
+    use kube::Resource;
+    let mut patch = serde_json::json!({"metadata": {"resourceVersion": run.resource_version()}});
+    if claim.pin {
+        patch["spec"] = serde_json::json!({"workflow": WorkflowSnapshot::of(wf)});
+    }
+    if claim.adopt
+        && let Some(owner) = wf.controller_owner_ref(&())
+    {
+        let mut owners = run.owner_references().to_vec();
+        if !owners.iter().any(|o| o.uid == owner.uid) {
+            owners.push(owner);
+        }
+        patch["metadata"]["ownerReferences"] = serde_json::json!(owners);
+    }
+    patch
+}
+
+/// Records the workflow version a Run created without one executes, and gives a Run
+/// created without an owner its workflow's owner reference, as `claim` says: one
+/// write. It is conditional on the Run's resourceVersion: a run that changed meanwhile
+/// (or is gone) is decided again from its watch event; any other failure is returned.
+async fn claim(
+    client: &Client,
+    run: &Run,
+    wf: &Workflow,
+    claim: Claim,
+) -> Result<(), ReconcileError> {
     let api: Api<Run> = Api::namespaced(client.clone(), &run.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": run.resource_version()},
-        "spec": {"workflow": WorkflowSnapshot::of(wf)},
-    });
+    let patch = claim_patch(run, wf, claim);
     let params = kube::api::PatchParams {
         field_manager: Some(flowline_engine::status_writer::FIELD_MANAGER.into()),
         ..Default::default()
@@ -969,7 +1018,7 @@ mod tests {
                 };
                 (code, body)
             });
-            pin(&client, &r, &wf)
+            claim(&client, &r, &wf, Claim::PIN)
                 .await
                 .unwrap_or_else(|e| panic!("{code}: {e}"));
             let seen = mock_api::seen(&log);
@@ -981,8 +1030,81 @@ mod tests {
         }
         let (failing, _) = mock_api::client(|_| (500, mock_api::status(500)));
         assert!(
-            pin(&failing, &r, &wf).await.is_err(),
+            claim(&failing, &r, &wf, Claim::PIN).await.is_err(),
             "a 500 is not swallowed"
+        );
+    }
+
+    /// Adopting adds the workflow's controller owner reference (the API's shape) to
+    /// the run's other owners, in the write that pins it when asked, conditional on
+    /// the run as read; a run already naming the workflow gets no duplicate.
+    #[test]
+    fn claim_patches_pin_and_adopt_in_one_conditional_write() {
+        let mut wf = workflow("active", None);
+        wf.metadata.uid = Some("wf-uid".into());
+        let mut r = run(json!(null), false);
+        r.metadata.resource_version = Some("41".into());
+        let api_owner = json!({"apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "name": "wf", "uid": "wf-uid", "controller": true});
+        let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "cm-uid"});
+        let mut with_other = r.clone();
+        with_other.metadata.owner_references =
+            Some(vec![serde_json::from_value(other.clone()).unwrap()]);
+        let mut owned = r.clone();
+        owned.metadata.owner_references =
+            Some(vec![serde_json::from_value(api_owner.clone()).unwrap()]);
+        let adopt = Claim {
+            pin: false,
+            adopt: true,
+        };
+        let both = Claim {
+            pin: true,
+            adopt: true,
+        };
+        let rows = [
+            ("pin only", &r, Claim::PIN, None, true),
+            ("adopt only", &r, adopt, Some(json!([api_owner])), false),
+            ("pin and adopt", &r, both, Some(json!([api_owner])), true),
+            (
+                "other owners kept",
+                &with_other,
+                adopt,
+                Some(json!([other, api_owner])),
+                false,
+            ),
+            (
+                "no duplicate",
+                &owned,
+                adopt,
+                Some(json!([api_owner])),
+                false,
+            ),
+        ];
+        for (name, run, claim, owners, pinned) in rows {
+            let patch = claim_patch(run, &wf, claim);
+            assert_eq!(patch["metadata"]["resourceVersion"], "41", "{name}");
+            assert_eq!(
+                patch["metadata"].get("ownerReferences").cloned(),
+                owners,
+                "{name}"
+            );
+            assert_eq!(
+                patch["spec"]["workflow"]["generation"].as_i64().is_some(),
+                pinned,
+                "{name}"
+            );
+        }
+        // The reference is exactly the one the API gives the runs it creates.
+        let api_run = Run::of_workflow(
+            &wf,
+            "r",
+            flowline_core::crd::RunTrigger::Manual,
+            None,
+            flowline_core::clock::now_ms(),
+        );
+        assert_eq!(
+            json!(api_run.metadata.owner_references),
+            claim_patch(&r, &wf, adopt)["metadata"]["ownerReferences"]
         );
     }
 

@@ -167,6 +167,13 @@ pub enum Need {
     /// Record the workflow version it will execute: a Run created (with kubectl, say)
     /// without `spec.workflow`.
     Pin,
+    /// Give it its workflow's controller owner reference, as the API gives the runs it
+    /// creates: a Run created with kubectl or GitOps has none ([`ownership`]). Without
+    /// it the workflow controller never hears of the run (its counts and last run stay
+    /// behind) and deleting the workflow leaves the run behind. When `pin`, the same
+    /// write records its workflow version (what [`Need::Pin`] does). Its watch event
+    /// brings the adopted run back for the rest (execute, fail, mark cancelled).
+    Adopt { pin: bool },
     /// Start (or resume) executing it, as concurrency control admits it.
     Execute,
 }
@@ -264,9 +271,56 @@ pub fn parked_wait(wake: Option<Timestamp>, now: Timestamp) -> Duration {
     until.min(RESYNC_UNFINISHED) + Duration::from_millis(5)
 }
 
+/// How a run stands to the workflow it names (as read from the API server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// One of its owner references names the workflow's uid (the API and the
+    /// scheduler create runs so), or the workflow has no uid to name (never one read
+    /// from the API server).
+    Owned,
+    /// It has no controller at all: created with kubectl or GitOps. It is adopted.
+    Orphan,
+    /// Another controller owns it. Typically a workflow deleted and recreated under
+    /// the same name: the run belongs to the deleted one (the garbage collector deletes
+    /// it) and is not adopted by the new one; it is decided as if it were owned (a run
+    /// pinned to the old version executes that version, as before adoption existed).
+    Elsewhere,
+}
+
+/// How `run` stands to `wf`, from their owner reference and uid. Pure.
+pub fn ownership(run: &Run, wf: &Workflow) -> Ownership {
+    let Some(uid) = wf.metadata.uid.as_deref() else {
+        return Ownership::Owned;
+    };
+    let owners = run.owner_references();
+    if owners.iter().any(|o| o.uid == uid) {
+        Ownership::Owned
+    } else if owners.iter().any(|o| o.controller == Some(true)) {
+        Ownership::Elsewhere
+    } else {
+        Ownership::Orphan
+    }
+}
+
 /// What `run` needs, from its `workflow` (None: it does not exist) and whether this
-/// process is `executing` it.
+/// process is `executing` it. An orphan ([`Ownership::Orphan`]) that would get a
+/// decision that writes is adopted first ([`Need::Adopt`]).
 pub fn needs(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Need {
+    let need = needs_if_owned(run, workflow, executing);
+    let writes = matches!(
+        need,
+        Need::MarkCancelled | Need::Fail(_) | Need::Pin | Need::Execute
+    );
+    match workflow {
+        Some(wf) if writes && ownership(run, wf) == Ownership::Orphan => Need::Adopt {
+            pin: need == Need::Pin,
+        },
+        _ => need,
+    }
+}
+
+/// [`needs`] of a run its workflow owns.
+fn needs_if_owned(run: &Run, workflow: Option<&Workflow>, executing: bool) -> Need {
     let phase = run.status.as_ref().map(|s| s.phase).unwrap_or_default();
     if phase.is_finished() {
         return Need::Nothing;
@@ -846,6 +900,180 @@ mod tests {
             Need::Fail(e) => assert!(e.contains("generation 4 to 5"), "{e}"),
             other => panic!("expected Fail, got {other:?}"),
         }
+    }
+
+    /// `wf` as the API server stores it: with a uid.
+    fn stored(mut wf: Workflow, uid: &str) -> Workflow {
+        wf.metadata.uid = Some(uid.into());
+        wf
+    }
+
+    /// `r` with the owner references `owners` (uid, controller).
+    fn owned_by(mut r: Run, owners: &[(&str, &str, bool)]) -> Run {
+        r.metadata.owner_references = Some(
+            owners
+                .iter()
+                .map(|(kind, uid, controller)| {
+                    serde_json::from_value(json!({
+                        "apiVersion": "flowline.io/v1", "kind": kind, "name": "wf",
+                        "uid": uid, "controller": controller,
+                    }))
+                    .unwrap()
+                })
+                .collect(),
+        );
+        r
+    }
+
+    #[test]
+    fn ownership_of_a_run_by_its_workflow() {
+        let wf = stored(workflow("active", None), "wf-uid");
+        let new = run(Value::Null, false);
+        let rows = [
+            (
+                "no owner references: an orphan",
+                new.clone(),
+                &wf,
+                Ownership::Orphan,
+            ),
+            (
+                "owned by the workflow (as the API creates runs)",
+                owned_by(new.clone(), &[("Workflow", "wf-uid", true)]),
+                &wf,
+                Ownership::Owned,
+            ),
+            (
+                "a plain (non-controller) reference to the workflow is enough",
+                owned_by(new.clone(), &[("Workflow", "wf-uid", false)]),
+                &wf,
+                Ownership::Owned,
+            ),
+            (
+                "owned by a deleted workflow of the same name: not adopted",
+                owned_by(new.clone(), &[("Workflow", "old-uid", true)]),
+                &wf,
+                Ownership::Elsewhere,
+            ),
+            (
+                "controlled by something else: not adopted",
+                owned_by(new.clone(), &[("Application", "app-uid", true)]),
+                &wf,
+                Ownership::Elsewhere,
+            ),
+            (
+                "only non-controller references to others: an orphan",
+                owned_by(new.clone(), &[("ConfigMap", "cm-uid", false)]),
+                &wf,
+                Ownership::Orphan,
+            ),
+        ];
+        for (name, r, wf, expected) in rows {
+            assert_eq!(ownership(&r, wf), expected, "{name}");
+        }
+        let no_uid = workflow("active", None);
+        assert_eq!(
+            ownership(&new, &no_uid),
+            Ownership::Owned,
+            "a workflow without uid cannot be named: nothing to adopt"
+        );
+    }
+
+    #[test]
+    fn an_orphan_is_adopted_before_any_write_a_run_of_its_workflow_gets() {
+        let active = stored(workflow("active", None), "wf-uid");
+        let paused = stored(workflow("paused", None), "wf-uid");
+        let new = run(Value::Null, false);
+        let new_pinned = pinned(new.clone(), &active);
+        let owned = owned_by(new_pinned.clone(), &[("Workflow", "wf-uid", true)]);
+        let stale = owned_by(new_pinned.clone(), &[("Workflow", "old-uid", true)]);
+        let stale_unpinned = owned_by(new.clone(), &[("Workflow", "old-uid", true)]);
+        let rows: Vec<(&str, Run, Option<&Workflow>, bool, Need)> = vec![
+            (
+                "an unpinned orphan is pinned and adopted in one write",
+                new.clone(),
+                Some(&active),
+                false,
+                Need::Adopt { pin: true },
+            ),
+            (
+                "a pinned orphan is adopted, then executes",
+                new_pinned.clone(),
+                Some(&active),
+                false,
+                Need::Adopt { pin: false },
+            ),
+            (
+                "an orphan of a paused workflow is adopted, then fails",
+                new.clone(),
+                Some(&paused),
+                false,
+                Need::Adopt { pin: false },
+            ),
+            (
+                "a cancelled orphan is adopted, then marked cancelled",
+                run(Value::Null, true),
+                Some(&active),
+                false,
+                Need::Adopt { pin: false },
+            ),
+            (
+                "an owned run is not adopted again",
+                owned,
+                Some(&active),
+                false,
+                Need::Execute,
+            ),
+            (
+                "a run owned by a deleted workflow of the same name executes its version",
+                stale,
+                Some(&active),
+                false,
+                Need::Execute,
+            ),
+            (
+                "an unpinned run owned by a deleted workflow is pinned as before",
+                stale_unpinned,
+                Some(&active),
+                false,
+                Need::Pin,
+            ),
+            (
+                "an orphan whose workflow is missing fails as before",
+                new.clone(),
+                None,
+                false,
+                Need::Fail("workflow wf does not exist".into()),
+            ),
+            (
+                "a finished orphan is left as it is",
+                run(json!({"phase": "succeeded"}), false),
+                Some(&active),
+                false,
+                Need::Nothing,
+            ),
+            (
+                "an orphan executing here is left to its execution",
+                new_pinned.clone(),
+                Some(&active),
+                true,
+                Need::Nothing,
+            ),
+        ];
+        for (name, r, wf, executing, expected) in rows {
+            assert_eq!(needs(&r, wf, executing), expected, "{name}");
+        }
+        // Through triage: an orphan read afresh with its workflow is adopted.
+        let found = WorkflowRead::Found(Arc::new(active.clone()));
+        assert_eq!(
+            triage(&after_reading(&new, Some(new.clone()), found, false)),
+            Decision::Act(Need::Adopt { pin: true })
+        );
+        let undecodable = WorkflowRead::Undecodable("workflow wf cannot be decoded".into());
+        assert_eq!(
+            needs_after_read(&new, &undecodable, false),
+            Need::Fail("workflow wf cannot be decoded".into()),
+            "an orphan of an undecodable workflow fails as before (no uid to name)"
+        );
     }
 
     #[test]
