@@ -15,13 +15,10 @@ use serde_json::json;
 
 use flowline_core::engine::output::MAX_STEP_OUTPUT;
 use flowline_core::engine::redact::Redactor;
-use flowline_core::engine::step_pod::{Emitted, OUTPUT_ENV, OUTPUT_FILE};
+use flowline_core::engine::step_pod::{Emitted, MAX_TERMINATION_MESSAGE, OUTPUT_ENV, OUTPUT_FILE};
 use flowline_egress::{ALLOW_CIDRS_ENV, ClientSettings, DestinationPolicy, GuardedClient};
 use flowline_engine::job::{STEP_ENV, StepEnvelope};
 use flowline_engine::{actions, secrets};
-
-/// Kubernetes keeps at most 4096 bytes of a termination message.
-const MAX_MESSAGE: usize = 4096;
 
 fn termination_log() -> std::path::PathBuf {
     std::env::var_os("FLOWLINE_TERMINATION_LOG")
@@ -30,7 +27,7 @@ fn termination_log() -> std::path::PathBuf {
 }
 
 fn fit(text: String) -> String {
-    if text.len() <= MAX_MESSAGE {
+    if text.len() <= MAX_TERMINATION_MESSAGE {
         return text;
     }
     json!({"output_truncated": true}).to_string()

@@ -542,14 +542,7 @@ pub async fn run_attempt(client: &Client, namespace: &str, job: Job) -> Result<V
 
 /// The terminated state of one of a pod's containers.
 fn terminated(pod: &Pod, container: &str) -> Option<ContainerStateTerminated> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == container)?
-        .state
-        .as_ref()?
+    step_pod::container_state(pod, container)?
         .terminated
         .clone()
 }

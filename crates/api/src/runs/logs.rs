@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures::io::AsyncBufReadExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, LogParams};
+use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -27,7 +28,7 @@ use crate::plumbing::error::{ApiError, ApiResult, Missing};
 use crate::plumbing::path::Path;
 use crate::state::ApiState;
 use flowline_core::crd::{Run, StepRecord};
-use flowline_core::engine::step_pod::{STEP_CONTAINER, attempt_key, job_name};
+use flowline_core::engine::step_pod::{STEP_CONTAINER, attempt_key, container_state, job_name};
 
 /// How long a followed log waits for its container to start.
 const START_WAIT: Duration = Duration::from_secs(60);
@@ -229,25 +230,18 @@ async fn step_pod(pods: &Api<Pod>, job: &str) -> ApiResult<String> {
 
 /// Waits (a bounded time) until the pod's step container has started, so a log can be
 /// followed from its first line.
+/// A pod that is gone counts as started: reading its log then answers `logs_not_found`.
 async fn started(pods: &Api<Pod>, pod: &str) -> ApiResult<()> {
-    let deadline = tokio::time::Instant::now() + START_WAIT;
-    loop {
-        let current = pods
-            .get_opt(pod)
-            .await?
-            .ok_or(ApiError::NotFound(Missing::Logs))?;
-        let state = current
-            .status
-            .and_then(|s| s.container_statuses)
-            .and_then(|c| c.into_iter().find(|c| c.name == STEP_CONTAINER))
-            .and_then(|c| c.state);
-        if state.is_some_and(|s| s.running.is_some() || s.terminated.is_some()) {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ApiError::NotFound(Missing::Logs));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    let running = await_condition(pods.clone(), pod, |p: Option<&Pod>| {
+        p.is_none_or(|p| {
+            container_state(p, STEP_CONTAINER)
+                .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        })
+    });
+    match tokio::time::timeout(START_WAIT, running).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(ApiError::Internal(e.into())),
+        Err(_) => Err(ApiError::NotFound(Missing::Logs)),
     }
 }
 

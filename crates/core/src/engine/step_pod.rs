@@ -134,6 +134,21 @@ pub fn attempt_key(step: &str, iteration: Option<usize>) -> String {
     }
 }
 
+/// The state of one of a pod's containers, by name.
+pub fn container_state<'a>(
+    pod: &'a k8s_openapi::api::core::v1::Pod,
+    container: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::ContainerState> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)?
+        .state
+        .as_ref()
+}
+
 /// How a step's container ended, as the pod and Job report it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Ending {
