@@ -30,6 +30,7 @@ mod shards;
 mod spec_errors;
 #[path = "../support/stall_proxy.rs"]
 mod stall_proxy;
+mod subworkflows;
 mod support;
 mod workflow_output;
 mod workflows;

@@ -89,6 +89,20 @@ impl Queue {
             .collect()
     }
 
+    /// Asks the controller to reconcile the run `name` of `namespace` (the parent of a
+    /// child run that ended).
+    pub fn wake_named(&self, namespace: &str, name: &str) {
+        let _ = self.wake_tx.send(ObjectRef::new(name).within(namespace));
+    }
+
+    /// Whether the run `name` of `namespace` ended, as far as the cache knows: finished,
+    /// or not there (deleted, or not seen yet; the step waiting for it then reads it
+    /// from the API server, and waits again if it only lagged).
+    pub fn ended(&self, namespace: &str, name: &str) -> bool {
+        self.cached(namespace, name)
+            .is_none_or(|run| run.phase().is_finished())
+    }
+
     /// The run `name` of `namespace` as the cache holds it, if it can be decoded.
     pub fn cached(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Run>> {
         let (store, _) = self.runs.get()?;

@@ -21,13 +21,13 @@ use super::shard::Shards;
 use flowline_core::admission::account_bound::{AccountBound, Take};
 use flowline_core::admission::{self, Admission};
 use flowline_core::crd::{
-    ApprovalDecision, ConcurrencyPolicy, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow,
-    WorkflowSnapshot,
+    ConcurrencyPolicy, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot,
 };
+use flowline_core::engine::subworkflow;
 use flowline_core::triage::{
-    Decision, LookAgain, Need, Observed, Read, Upkeep, WorkflowRead, look_again, triage,
+    ChildEnded, Decision, LookAgain, Need, Observed, Read, Upkeep, WorkflowRead, look_again, triage,
 };
-use flowline_engine::runner::{self, Engine};
+use flowline_engine::runner::{self, Engine, Outside};
 use flowline_engine::status_writer::StatusWriter;
 use flowline_kube::lenient::Lenient;
 use flowline_kube::name_index::SharedNameIndex;
@@ -97,8 +97,8 @@ struct Execution {
     workflow: String,
     name: String,
     cancel: CancellationToken,
-    /// Passes the run's `spec.approvals` on to the execution as the watch sees them.
-    approvals: tokio::sync::watch::Sender<Vec<ApprovalDecision>>,
+    /// Passes on to the execution what the watch sees that may end its waiting steps.
+    outside: tokio::sync::watch::Sender<Outside>,
 }
 
 impl Execution {
@@ -109,8 +109,8 @@ impl Execution {
     }
 }
 
-/// What an execution sees of its run's `spec.approvals`.
-type Approvals = tokio::sync::watch::Receiver<Vec<ApprovalDecision>>;
+/// What an execution sees of its run's decisions and children.
+type Approvals = tokio::sync::watch::Receiver<Outside>;
 
 /// Keeps a run registered as executing while its task lives: dropped when the task
 /// ends, however it ends, so a run is never "executing" in a process that is not.
@@ -208,19 +208,28 @@ impl Context {
         self.lock().get(uid).map(|e| e.cancel.clone())
     }
 
-    /// Passes `run`'s decisions on to its execution here, if any and if they changed:
-    /// an approval decided while other branches of the run still execute is settled at
-    /// once instead of when the run parks.
+    /// Passes `run`'s decisions, and which of the children it waits for ended, on to
+    /// its execution here, if any and if they changed: an approval decided (or a child
+    /// ended) while other branches of the run still execute is settled at once instead
+    /// of when the run parks.
     fn offer_approvals(&self, uid: &str, run: &Run) {
-        if let Some(execution) = self.lock().get(uid) {
-            execution.approvals.send_if_modified(|seen| {
-                let changed = *seen != run.spec.approvals;
-                if changed {
-                    seen.clone_from(&run.spec.approvals);
-                }
-                changed
-            });
-        }
+        let Some(execution) = self.lock().get(uid).map(|e| e.outside.clone()) else {
+            return;
+        };
+        let namespace = run.namespace().unwrap_or_default();
+        let now = Outside {
+            approvals: run.spec.approvals.clone(),
+            ended_children: run.status.as_ref().map_or_else(Default::default, |status| {
+                subworkflow::ended_children(status, |child| self.queue.ended(&namespace, child))
+            }),
+        };
+        execution.send_if_modified(|seen| {
+            let changed = *seen != now;
+            if changed {
+                *seen = now;
+            }
+            changed
+        });
     }
 
     /// Registers `run` as executing here, in the locked registry `executing`.
@@ -231,13 +240,13 @@ impl Context {
         uid: &str,
     ) -> (Registration, CancellationToken, Approvals) {
         let cancel = CancellationToken::new();
-        let (approvals, seen) = tokio::sync::watch::channel(run.spec.approvals.clone());
+        let (outside, seen) = tokio::sync::watch::channel(Outside::of(run));
         let execution = Execution {
             namespace: run.namespace().unwrap_or_default(),
             workflow: run.spec.workflow_ref.clone(),
             name: run.name_any(),
             cancel: cancel.clone(),
-            approvals,
+            outside,
         };
         execution.changed(&self.queue);
         if executing.insert(uid.to_string(), execution).is_none() {
@@ -462,12 +471,17 @@ async fn read_workflow(
 async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let cached = object.decoded();
     let uid = cached.and_then(|run| run.uid()).unwrap_or_default();
-    let mut observed = Observed::first_look(
-        cached.map(|run| &**run),
-        cached.is_some_and(|run| ctx.shards.owns(run)),
-        ctx.token(&uid).is_some(),
-        flowline_core::clock::now_ms(),
-    );
+    let namespace = object.namespace().unwrap_or_default();
+    let child_ended = |child: &str| ctx.queue.ended(&namespace, child);
+    let mut observed = Observed {
+        child_ended: ChildEnded(&child_ended),
+        ..Observed::first_look(
+            cached.map(|run| &**run),
+            cached.is_some_and(|run| ctx.shards.owns(run)),
+            ctx.token(&uid).is_some(),
+            flowline_core::clock::now_ms(),
+        )
+    };
     loop {
         let decision = triage(&observed);
         tracing::trace!(run = %object.name_any(), ?decision, "run triaged");
@@ -782,6 +796,9 @@ async fn end_without_executing(
         StepPhase::Pending
     };
     runner::finish(&mut status, phase, error, unfinished);
+    // A parked run cancelled (or failed) here: the children it waited for go too.
+    flowline_engine::call::cancel_children(&ctx.client, run, &status, phase == RunPhase::Cancelled)
+        .await;
     if let Some(kind) = flowline_core::engine::events::final_kind(phase) {
         let workflow_name = version
             .as_ref()
@@ -900,11 +917,17 @@ pub fn run(
                 | watcher::Event::InitApply(run)
                 | watcher::Event::Delete(run),
             ) => match run.decoded() {
-                Some(run) => queue.touch(
-                    &run.namespace().unwrap_or_default(),
-                    &run.spec.workflow_ref,
-                    &run.name_any(),
-                ),
+                Some(run) => {
+                    let namespace = run.namespace().unwrap_or_default();
+                    queue.touch(&namespace, &run.spec.workflow_ref, &run.name_any());
+                    // A child that ended (or is gone) wakes the run waiting for it.
+                    if let Some(parent) = &run.spec.parent
+                        && (run.phase().is_finished()
+                            || matches!(event, Ok(watcher::Event::Delete(_))))
+                    {
+                        queue.wake_named(&namespace, &parent.run_id);
+                    }
+                }
                 None => queue.touch_namespace(&run.namespace().unwrap_or_default()),
             },
             Ok(watcher::Event::Init | watcher::Event::InitDone) => queue.touch_all(),

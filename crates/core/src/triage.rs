@@ -41,6 +41,19 @@ pub struct Observed<'a> {
     /// The run and its workflow as the API server has them: the answer to
     /// [`Decision::Read`].
     pub read: Option<Read>,
+    /// Whether the child run of this name ended, as far as the caller's cache knows:
+    /// what wakes a run parked on a `workflow` step.
+    pub child_ended: ChildEnded<'a>,
+}
+
+/// Whether a child run (by name) ended, as the caller's cache knows.
+#[derive(Clone, Copy)]
+pub struct ChildEnded<'a>(pub &'a (dyn Fn(&str) -> bool + Sync));
+
+impl std::fmt::Debug for ChildEnded<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChildEnded")
+    }
 }
 
 impl<'a> Observed<'a> {
@@ -59,6 +72,7 @@ impl<'a> Observed<'a> {
             kept_up: false,
             waits_for_slot: None,
             read: None,
+            child_ended: ChildEnded(&|_| false),
         }
     }
 }
@@ -195,7 +209,7 @@ pub fn triage(observed: &Observed) -> Decision {
         return Decision::LeaveAlone;
     }
     if let Some(read) = &observed.read {
-        return after_read(read, observed.executing, observed.now);
+        return after_read(read, observed.executing, observed.now, observed.child_ended);
     }
     let finished = run.phase().is_finished();
     let awaiting_slot = awaits_slot(run);
@@ -215,7 +229,7 @@ pub fn triage(observed: &Observed) -> Decision {
         }
     }
     if !observed.executing
-        && let Some(wake) = waiting::still_parked(run, observed.now)
+        && let Some(wake) = waiting::still_parked(run, observed.now, observed.child_ended.0)
     {
         return Decision::LookAgainAfter(parked_wait(wake, observed.now));
     }
@@ -228,7 +242,12 @@ pub fn triage(observed: &Observed) -> Decision {
 }
 
 /// The decision on a run read afresh (with its workflow).
-fn after_read(read: &Read, executing: bool, now: Timestamp) -> Decision {
+fn after_read(
+    read: &Read,
+    executing: bool,
+    now: Timestamp,
+    child_ended: ChildEnded<'_>,
+) -> Decision {
     let Some(fresh) = read.run.as_deref() else {
         // Gone, or changed into something undecodable (reported by the watchers).
         return Decision::LeaveAlone;
@@ -236,7 +255,7 @@ fn after_read(read: &Read, executing: bool, now: Timestamp) -> Decision {
     let need = needs_after_read(fresh, &read.workflow, executing);
     // The cache was behind: it parked meanwhile.
     if need == Need::Execute
-        && let Some(wake) = waiting::still_parked(fresh, now)
+        && let Some(wake) = waiting::still_parked(fresh, now, child_ended.0)
     {
         return Decision::LookAgainAfter(parked_wait(wake, now));
     }

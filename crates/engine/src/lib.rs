@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod actions;
+pub mod call;
 pub mod job;
 pub mod nesting;
 pub mod runner;

@@ -1,7 +1,7 @@
 //! The executor: runs a Run's steps in order (or as a graph, `needs`, in parallel),
 //! records step-level results, and stops promptly on cancel.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -144,16 +144,35 @@ fn run_output(
         .map_err(|e| format!("output failed: {e}"))
 }
 
+/// What from outside a run can end its waiting steps, as the controller's watch sees it
+/// while the run executes: decisions on its approvals (`spec.approvals`), and which of
+/// the child runs its `workflow` steps wait for have ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outside {
+    pub approvals: Vec<ApprovalDecision>,
+    pub ended_children: BTreeSet<String>,
+}
+
+impl Outside {
+    /// What `run` shows: its decisions; no child known to have ended.
+    pub fn of(run: &Run) -> Self {
+        Outside {
+            approvals: run.spec.approvals.clone(),
+            ended_children: BTreeSet::new(),
+        }
+    }
+}
+
 /// What the step tasks of one run share.
 #[derive(Clone)]
-struct Shared {
-    engine: Engine,
-    run: Arc<Run>,
+pub(crate) struct Shared {
+    pub(crate) engine: Engine,
+    pub(crate) run: Arc<Run>,
     /// The run's `spec.approvals` as last seen: from the Run, then as the controller
     /// passes on the changes its watch sees while the run executes.
     approvals: Arc<Vec<ApprovalDecision>>,
     wf: Arc<WorkflowSnapshot>,
-    namespace: String,
+    pub(crate) namespace: String,
 }
 
 /// What a step task tells the run's task, which alone owns the status (and so needs
@@ -178,10 +197,10 @@ pub async fn execute(
     engine: Engine,
     run: Run,
     cancel: CancellationToken,
-    approvals: watch::Receiver<Vec<ApprovalDecision>>,
+    outside: watch::Receiver<Outside>,
 ) -> Option<RunStatus> {
     let span = run_span(&run);
-    let landed = execute_steps(engine, run, cancel, approvals)
+    let landed = execute_steps(engine, run, cancel, outside)
         .instrument(span.clone())
         .await;
     if let Some(status) = &landed {
@@ -235,7 +254,7 @@ async fn execute_steps(
     engine: Engine,
     run: Run,
     cancel: CancellationToken,
-    mut approvals: watch::Receiver<Vec<ApprovalDecision>>,
+    mut outside: watch::Receiver<Outside>,
 ) -> Option<RunStatus> {
     let Some(wf) = run.spec.workflow.clone() else {
         tracing::error!(run = %run.name_any(), "not executed: the run is not pinned to a workflow version");
@@ -282,7 +301,7 @@ async fn execute_steps(
         namespace,
     };
     let outcome = match Graph::of(&shared.wf.steps) {
-        Ok(graph) => schedule(&shared, &graph, &mut status, &writer, &stop, &mut approvals).await,
+        Ok(graph) => schedule(&shared, &graph, &mut status, &writer, &stop, &mut outside).await,
         // Needs that name unknown steps or form a cycle (a Run written with kubectl):
         // no step can be ordered, none runs.
         Err(error) => Outcome::Failed(error),
@@ -314,6 +333,8 @@ async fn execute_steps(
         _ => (end.phase, end.error),
     };
     finish(&mut status, phase, error, end.unfinished_steps);
+    let all = status.phase == RunPhase::Cancelled || timed_out_after.is_some();
+    super::call::cancel_children(&shared.engine.client, run, &status, all).await;
     if let Some(kind) = flowline_core::engine::events::final_kind(status.phase) {
         flowline_core::engine::events::record(&mut status, kind, run, &wf.name);
     }
@@ -334,11 +355,11 @@ async fn schedule(
     status: &mut RunStatus,
     writer: &StatusWriter,
     stop: &CancellationToken,
-    approvals: &mut watch::Receiver<Vec<ApprovalDecision>>,
+    outside: &mut watch::Receiver<Outside>,
 ) -> Outcome {
     let mut shared = shared.clone();
     let steps = &shared.wf.steps.clone();
-    let mut approvals_open = true;
+    let mut outside_open = true;
     // Finished before a restart (or kept from the run this one retries): not run again.
     // A step without a record (a status written by hand) is not run, as before graphs.
     let mut states: Vec<State> = (0..steps.len())
@@ -427,19 +448,24 @@ async fn schedule(
                 }
             }
             _ = stop.cancelled(), if !stop_seen => stop_seen = true,
-            // A decision arrives while other steps still run: settle its approval here.
-            changed = approvals.changed(), if approvals_open => {
+            // A decision or a child's end arrives while other steps still run: settle
+            // the step waiting for it here.
+            changed = outside.changed(), if outside_open => {
                 if changed.is_err() {
-                    approvals_open = false;
+                    outside_open = false;
                     continue;
                 }
-                let latest = approvals.borrow_and_update().clone();
+                let latest = outside.borrow_and_update().clone();
                 for (i, state) in states.iter_mut().enumerate() {
-                    if flowline_core::engine::waiting::decision_for(&latest, &steps[i].id).is_some() {
+                    let decided = flowline_core::engine::waiting::decision_for(&latest.approvals, &steps[i].id).is_some();
+                    let child_ended = flowline_core::engine::subworkflow::calls_of(&status.steps[i])
+                        .iter()
+                        .any(|c| c.child.as_ref().is_some_and(|c| latest.ended_children.contains(c)));
+                    if decided || (steps[i].action == Action::Workflow && child_ended) {
                         *state = transition(*state, &Event::Due);
                     }
                 }
-                shared.approvals = Arc::new(latest);
+                shared.approvals = Arc::new(latest.approvals);
             }
             // A parked step's time comes while other steps still run: resume it here.
             _ = sleep_until(next_wake), if next_wake.is_some() => {
@@ -545,7 +571,7 @@ async fn stop_at_deadline(left: Duration, stop: CancellationToken, timed_out: Ca
 
 /// Marks `record` failed with `reason` (which holds no secret value: already redacted,
 /// or none read) and returns the run's error naming the step.
-fn fail_record(record: &mut StepRecord, step: &Step, reason: String) -> Outcome {
+pub(crate) fn fail_record(record: &mut StepRecord, step: &Step, reason: String) -> Outcome {
     let at = now_ms();
     record.status = StepPhase::Failed;
     record.finished_at = Some(at);
@@ -584,6 +610,9 @@ async fn run_step(
     // Waiting for its time or a decision (since an earlier execution): what is it now?
     // Its `when` was evaluated when it started waiting.
     if record.status == StepPhase::Waiting {
+        if step.action == Action::Workflow {
+            return super::call::settle(shared, step, record, ctx).await;
+        }
         return settle_waiting(shared, step, record);
     }
     // Cancelled by a failure elsewhere just before a crash: the attempt it had in
@@ -596,8 +625,13 @@ async fn run_step(
     if let Err(reason) = super::nesting::check_payload(&shared.run) {
         return fail_record(record, step, reason);
     }
-    // The one path that reads Secrets, for `with` and `when` alike.
-    let step_secrets = secrets::read_for_step(&shared.engine.client, &shared.namespace, step).await;
+    // The one path that reads Secrets, for `with` and `when` alike. A `workflow` step
+    // reads none: its payload is stored in the child run.
+    let step_secrets = if step.action == Action::Workflow {
+        Ok(secrets::StepSecrets::default())
+    } else {
+        secrets::read_for_step(&shared.engine.client, &shared.namespace, step).await
+    };
     if let Ok(read) = &step_secrets {
         let values: Vec<String> = read.values().map(str::to_owned).collect();
         if !values.is_empty() {
@@ -626,6 +660,9 @@ async fn run_step(
     }
     if step.action.is_waiting_kind() {
         return start_waiting(shared, step, record, ctx, redactor);
+    }
+    if step.action == Action::Workflow {
+        return super::call::start(shared, step, record, ctx).await;
     }
     let attempt = Attempts {
         shared,
@@ -684,7 +721,7 @@ fn start_waiting(
 }
 
 /// Records that the step succeeded now with `out` (capped as every stored output).
-fn succeed(record: &mut StepRecord, out: Value) {
+pub(crate) fn succeed(record: &mut StepRecord, out: Value) {
     let (stored, truncated) = output::cap(out);
     let at = now_ms();
     record.status = StepPhase::Succeeded;
@@ -864,26 +901,7 @@ async fn for_each(
     update: &(dyn Fn(&StepRecord) + Sync),
 ) -> Result<Value, Outcome> {
     let step = attempts.step;
-    let items = match template::render(&Value::String(template.to_owned()), ctx) {
-        Ok(Value::Array(items)) => items,
-        Ok(other) => {
-            return Err(Outcome::Failed(format!(
-                "forEach must render to a JSON array; it rendered to {}",
-                json_type(&other)
-            )));
-        }
-        Err(e) => {
-            return Err(Outcome::Failed(
-                attempts.redactor.text(&format!("forEach: {e}")),
-            ));
-        }
-    };
-    if items.len() > MAX_FOR_EACH_ITEMS {
-        return Err(Outcome::Failed(format!(
-            "forEach rendered {} elements; the limit is {MAX_FOR_EACH_ITEMS}",
-            items.len()
-        )));
-    }
+    let items = render_items(template, ctx, attempts.redactor).map_err(Outcome::Failed)?;
     let count = items.len();
     let at = now_ms();
     record.status = StepPhase::Running;
@@ -996,6 +1014,32 @@ async fn for_each(
             _ = attempts.cancel.cancelled(), if !cancel_seen => cancel_seen = true,
         }
     }
+}
+
+/// The elements a `forEach` template renders to in `ctx`: a JSON array of at most
+/// [`MAX_FOR_EACH_ITEMS`]. Err: why the step fails (`redactor` applied).
+pub(crate) fn render_items(
+    template: &str,
+    ctx: &Value,
+    redactor: &Redactor,
+) -> Result<Vec<Value>, String> {
+    let items = match template::render(&Value::String(template.to_owned()), ctx) {
+        Ok(Value::Array(items)) => items,
+        Ok(other) => {
+            return Err(format!(
+                "forEach must render to a JSON array; it rendered to {}",
+                json_type(&other)
+            ));
+        }
+        Err(e) => return Err(redactor.text(&format!("forEach: {e}"))),
+    };
+    if items.len() > MAX_FOR_EACH_ITEMS {
+        return Err(format!(
+            "forEach rendered {} elements; the limit is {MAX_FOR_EACH_ITEMS}",
+            items.len()
+        ));
+    }
+    Ok(items)
 }
 
 /// What an iteration's record shows of its attempts.

@@ -59,6 +59,9 @@ pub struct StepRecordView {
     pub items: Option<u32>,
     /// A `for_each` step: one record per iteration, for the first 100 elements.
     pub iterations: Vec<IterationView>,
+    /// A `workflow` step (without `for_each`): the child run its latest attempt
+    /// started.
+    pub child_run_id: Option<String>,
 }
 
 /// Execution record of one iteration of a `for_each` step.
@@ -72,6 +75,8 @@ pub struct IterationView {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<ApiTime>,
     pub error: Option<String>,
+    /// A `workflow` step: the child run this iteration's latest attempt started.
+    pub child_run_id: Option<String>,
 }
 
 impl From<&StepRecord> for StepRecordView {
@@ -90,6 +95,7 @@ impl From<&StepRecord> for StepRecordView {
             error: r.error.clone(),
             reused: r.reused,
             items: r.items,
+            child_run_id: r.child_run_id.clone(),
             iterations: r
                 .iterations
                 .iter()
@@ -100,6 +106,7 @@ impl From<&StepRecord> for StepRecordView {
                     started_at: i.started_at.map(ApiTime),
                     finished_at: i.finished_at.map(ApiTime),
                     error: i.error.clone(),
+                    child_run_id: i.child_run_id.clone(),
                 })
                 .collect(),
         }
@@ -124,6 +131,10 @@ pub struct RunView {
     pub idempotency_key: Option<String>,
     /// The run this one retries (`POST /v1/runs/{id}/retry`).
     pub retry_of: Option<String>,
+    /// A child run (`trigger: workflow`): the run whose `workflow` step started it.
+    pub parent_run_id: Option<String>,
+    /// A child run: the id of that `workflow` step.
+    pub parent_step_id: Option<String>,
     pub error: Option<String>,
     /// The workflow's `output` rendered with the run's context once it succeeded;
     /// `null` when the workflow has none or the run has not succeeded.
@@ -163,6 +174,8 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
         workflow_generation: run.workflow_generation(),
         idempotency_key: run.spec.idempotency_key.clone(),
         retry_of: run.spec.retry_of.clone(),
+        parent_run_id: run.spec.parent.as_ref().map(|p| p.run_id.clone()),
+        parent_step_id: run.spec.parent.as_ref().map(|p| p.step_id.clone()),
         error: status.and_then(|s| s.error.clone()),
         output: status
             .filter(|s| s.phase == RunPhase::Succeeded)

@@ -14,8 +14,8 @@ pub use common::{
     Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
 };
 pub use run::{
-    ApprovalDecision, EventDetail, IterationRecord, ReusedStep, Run, RunPhase, RunSpec, RunStatus,
-    RunTrigger, StepPhase, StepRecord, Verdict, WorkflowSnapshot,
+    ApprovalDecision, EventDetail, IterationRecord, ParentRef, ReusedStep, Run, RunPhase, RunSpec,
+    RunStatus, RunTrigger, StepPhase, StepRecord, Verdict, WorkflowSnapshot,
 };
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,
@@ -42,6 +42,8 @@ pub mod labels {
     /// On a Run: its phase (`running`, `queued`, `succeeded`, `failed`, `cancelled`),
     /// kept in step with its status by the run controller, for `kubectl get runs -l`.
     pub const PHASE: &str = "flowline.io/phase";
+    /// On a child Run: the name of the run whose `workflow` step started it.
+    pub const PARENT_RUN: &str = "flowline.io/parent-run";
 }
 
 /// Every CRD Flowline owns, in the order they are installed.

@@ -34,6 +34,8 @@ use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
     validation = Rule::new("self.spec.workflowRef == oldSelf.spec.workflowRef").message("spec.workflowRef is immutable"),
     validation = Rule::new("!has(oldSelf.spec.workflow) || (has(self.spec.workflow) && self.spec.workflow == oldSelf.spec.workflow)").message("spec.workflow is immutable once set: a run executes the workflow version it was created with"),
     validation = Rule::new("has(self.spec.idempotencyKey) == has(oldSelf.spec.idempotencyKey) && (!has(self.spec.idempotencyKey) || self.spec.idempotencyKey == oldSelf.spec.idempotencyKey)").message("spec.idempotencyKey is immutable: it names the request that created the run"),
+    validation = Rule::new("has(self.spec.parent) == has(oldSelf.spec.parent) && (!has(self.spec.parent) || self.spec.parent == oldSelf.spec.parent)").message("spec.parent is immutable: it names the run that started this one"),
+    printcolumn(name = "Parent", type_ = "string", json_path = ".spec.parent.runId", priority = 1),
     printcolumn(name = "Idempotency-Key", type_ = "string", json_path = ".spec.idempotencyKey", priority = 1),
     printcolumn(name = "Retry-Of", type_ = "string", json_path = ".spec.retryOf", priority = 1),
     printcolumn(name = "Waiting-For", type_ = "string", json_path = ".status.steps[?(@.status==\"waiting\")].stepId", priority = 1),
@@ -90,6 +92,28 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub approvals: Vec<ApprovalDecision>,
+    /// The run and step that started this run (a `workflow` step). Set by Flowline when
+    /// it creates the child; immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentRef>,
+}
+
+/// The run that started a child run, and where.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentRef {
+    /// The parent run's name (its id).
+    #[schemars(length(min = 1, max = 253))]
+    pub run_id: String,
+    /// The parent's `workflow` step that started this run.
+    #[schemars(length(min = 1, max = 63))]
+    pub step_id: String,
+    /// The element of the parent step's `forEach` this run was started for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iteration: Option<u32>,
+    /// How deep this run is in its chain of calls: 1 for a run a top-level run started.
+    #[schemars(range(min = 1, max = 10))]
+    pub depth: u32,
 }
 
 /// A decision on an `approval` step.
@@ -198,6 +222,8 @@ pub enum RunTrigger {
     Schedule,
     /// A signed request to `POST /v1/hooks/{workflow}`.
     Webhook,
+    /// A `workflow` step of another run (`spec.parent`).
+    Workflow,
 }
 
 /// Status of a run. A run without status has been accepted and is `running`
@@ -478,6 +504,9 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub iterations: Vec<IterationRecord>,
+    /// A `workflow` step (without `forEach`): the child run its latest attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_run_id: Option<String>,
 }
 
 /// Execution record of one iteration of a `forEach` step.
@@ -501,6 +530,12 @@ pub struct IterationRecord {
     /// Why the last attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A `workflow` step: the child run this iteration's latest attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_run_id: Option<String>,
+    /// A `workflow` step: when this iteration's next attempt starts a new child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<Timestamp>,
 }
 
 fn is_zero(n: &u32) -> bool {

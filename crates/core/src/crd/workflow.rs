@@ -284,7 +284,7 @@ pub struct Step {
     /// `http.request`: url, method, headers, query, body, expect_status,
     /// follow_redirects, timeout_ms. `transform`: value. `delay`: ms. `fail`: message.
     /// `container`: image, command, args, env. `wait`: ms or until. `approval`:
-    /// timeout_ms.
+    /// timeout_ms. `workflow`: workflow, payload, wait.
     #[serde(default, rename = "with", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless_object")]
     pub with: Option<serde_json::Value>,
@@ -357,6 +357,13 @@ pub enum Action {
     /// Engine-internal, like `wait`.
     #[serde(rename = "approval")]
     Approval,
+    /// Starts a child run of another workflow of the same account (`workflow`, its id),
+    /// with `payload` as its trigger payload. With `wait` (the default) the step waits,
+    /// holding no task, until the child ends, and its output is the child's
+    /// `{run_id, status, output}`; without, its output is `{run_id}` at once.
+    /// Engine-internal, like `wait`.
+    #[serde(rename = "workflow")]
+    Workflow,
 }
 
 impl Action {
@@ -369,6 +376,7 @@ impl Action {
             Action::Container => "container",
             Action::Wait => "wait",
             Action::Approval => "approval",
+            Action::Workflow => "workflow",
         }
     }
 

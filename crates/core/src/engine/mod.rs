@@ -1,5 +1,5 @@
 //! The engine's pure parts: templates, expressions, the step graph and lifecycle, spec
-//! checks, retry, outputs, waiting and the write-failure decisions. The parts that talk
+//! checks, retry, outputs, waiting, sub-workflow calls and the write-failure decisions. The parts that talk
 //! to the cluster are in flowline-engine.
 
 pub mod concurrency_key;
@@ -15,6 +15,7 @@ pub mod reuse;
 pub mod run_condition;
 pub mod spec_check;
 pub mod step_pod;
+pub mod subworkflow;
 pub mod template;
 pub mod waiting;
 pub mod write_failure;

@@ -393,6 +393,7 @@ mod tests {
             wake_at: Some(now),
             reused: rng.random_bool(0.5),
             items: Some(100),
+            child_run_id: Some("run-0123456789".into()),
             iterations: (0..rng.random_range(0..=crate::crd::MAX_ITERATION_RECORDS as u32))
                 .map(|index| crate::crd::IterationRecord {
                     index,
@@ -401,6 +402,8 @@ mod tests {
                     started_at: Some(now),
                     finished_at: Some(now),
                     error: rng.random_bool(0.3).then(|| random_text(rng, 10_000)),
+                    child_run_id: Some(format!("run-{index:0>10}")),
+                    next_attempt_at: Some(now),
                 })
                 .collect(),
         }

@@ -193,6 +193,21 @@ pub fn steps(steps: &[Step]) -> Vec<Problem> {
         for parsed in template::parse(with, "with") {
             let path = format!("{at}.{}", parsed.location);
             references(&scope(index), &parsed.paths, &path, &mut problems);
+            if step.action == Action::Workflow
+                && let Some(read) = parsed
+                    .paths
+                    .iter()
+                    .find(|p| p.split('.').next() == Some("secrets"))
+            {
+                problems.push(Problem {
+                    path: path.clone(),
+                    message: format!(
+                        "\"{read}\": a workflow step may not read secrets (its payload is \
+                         stored in the child run, which any key that may read runs reads); \
+                         let the child workflow read the secret itself"
+                    ),
+                });
+            }
             if step.for_each.is_none()
                 && let Some(read) = parsed.paths.iter().find(|p| {
                     template::ITERATION_ROOTS.contains(&p.split('.').next().unwrap_or_default())
@@ -292,6 +307,24 @@ pub fn action_inputs(step: &Step, at: &str, problems: &mut Vec<Problem>) {
                 format!("must be an integer from 1 to {MAX_WAIT_MS} (a year)"),
             ),
         },
+        Action::Workflow => {
+            match get("workflow") {
+                Some(Value::String(id)) if !id.trim().is_empty() => {}
+                _ => problem(
+                    format!("{at}.workflow"),
+                    "is required: the id of the workflow to start".into(),
+                ),
+            }
+            match get("payload") {
+                None | Some(Value::Null | Value::Object(_)) => {}
+                Some(v) if is_template(v) => {}
+                Some(_) => problem(format!("{at}.payload"), "must be an object".into()),
+            }
+            match get("wait") {
+                None | Some(Value::Null | Value::Bool(_)) => {}
+                Some(_) => problem(format!("{at}.wait"), "must be true or false".into()),
+            }
+        }
     }
 }
 
@@ -391,6 +424,34 @@ mod tests {
         ]);
         assert_eq!(problems(steps), Vec::<(String, String)>::new());
         assert!(workflow(&spec(json!([]))).is_empty());
+    }
+
+    #[test]
+    fn workflow_steps_need_an_id_an_object_payload_a_boolean_wait_and_no_secrets() {
+        let sound = json!([
+            {"id": "call", "action": "workflow", "forEach": "{{ trigger.payload.items }}",
+             "with": {"workflow": "wf-child", "payload": {"item": "{{ item }}"}, "wait": false}},
+            {"id": "later", "action": "workflow",
+             "with": {"workflow": "{{ trigger.payload.next }}", "payload": "{{ steps.call.output }}"}}
+        ]);
+        assert_eq!(problems(sound), Vec::<(String, String)>::new());
+        let bad = problems(json!([
+            {"id": "a", "action": "workflow"},
+            {"id": "b", "action": "workflow", "with": {"workflow": "w", "payload": [1], "wait": "no"}},
+            {"id": "c", "action": "workflow",
+             "with": {"workflow": "w", "payload": {"t": "{{ secrets.crm.token }}"}}}
+        ]));
+        let at: Vec<&str> = bad.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            at,
+            [
+                "steps[0].with.workflow",
+                "steps[1].with.payload",
+                "steps[1].with.wait",
+                "steps[2].with.payload.t"
+            ]
+        );
+        assert!(bad[3].1.contains("may not read secrets"), "{}", bad[3].1);
     }
 
     #[test]

@@ -145,10 +145,14 @@ fn decided(d: &ApprovalDecision, at: Timestamp) -> Resumed {
 }
 
 /// Whether `run` is parked with nothing to do at `now`: Some(the earliest time one of
-/// its waiting steps, or its run timeout, is due; None: only a decision or a cancel can
-/// wake it). None: it is not parked, or something is due (a decision, a time), so it
-/// must be executed.
-pub fn still_parked(run: &Run, now: Timestamp) -> Option<Option<Timestamp>> {
+/// its waiting steps, or its run timeout, is due; None: only a decision, a child's end
+/// or a cancel can wake it). None: it is not parked, or something is due (a decision, a
+/// time, a child run that ended, as `child_ended` says), so it must be executed.
+pub fn still_parked(
+    run: &Run,
+    now: Timestamp,
+    child_ended: &dyn Fn(&str) -> bool,
+) -> Option<Option<Timestamp>> {
     let status: &RunStatus = run.status.as_ref()?;
     let wf = run.spec.workflow.as_ref()?;
     if !status.parked || run.spec.cancel || status.phase.is_finished() {
@@ -172,6 +176,14 @@ pub fn still_parked(run: &Run, now: Timestamp) -> Option<Option<Timestamp>> {
     }
     for (step, record) in wf.steps.iter().zip(&status.steps) {
         if record.status != StepPhase::Waiting {
+            continue;
+        }
+        if step.action == Action::Workflow {
+            match super::subworkflow::still_waiting(record, child_ended, now) {
+                Some(Some(t)) => earlier(t),
+                Some(None) => {}
+                None => return None,
+            }
             continue;
         }
         match resume(step, record, &run.spec.approvals, now) {
@@ -335,18 +347,32 @@ mod tests {
         .unwrap()
     }
 
+    fn nothing_ended(_: &str) -> bool {
+        false
+    }
+
     #[test]
     fn a_parked_run_sleeps_until_its_earliest_wake_time() {
         let status = json!({"phase": "running", "parked": true, "startedAt": at(100).to_string(),
             "steps": [{"stepId": "ok", "name": "ok", "status": "waiting"},
                       {"stepId": "nap", "name": "nap", "status": "waiting", "wakeAt": at(110).to_string()}]});
         let r = parked_run(status.clone(), json!([]), false, None);
-        assert_eq!(still_parked(&r, at(105)), Some(Some(at(110))));
-        assert_eq!(still_parked(&r, at(110)), None, "the wait is due");
+        assert_eq!(
+            still_parked(&r, at(105), &nothing_ended),
+            Some(Some(at(110)))
+        );
+        assert_eq!(
+            still_parked(&r, at(110), &nothing_ended),
+            None,
+            "the wait is due"
+        );
         // Its run timeout wakes it too.
         let r = parked_run(status.clone(), json!([]), false, Some(3000));
-        assert_eq!(still_parked(&r, at(101)), Some(Some(at(103))));
-        assert_eq!(still_parked(&r, at(104)), None);
+        assert_eq!(
+            still_parked(&r, at(101), &nothing_ended),
+            Some(Some(at(103)))
+        );
+        assert_eq!(still_parked(&r, at(104), &nothing_ended), None);
         // A decision or a cancel wakes it at once.
         let r = parked_run(
             status.clone(),
@@ -354,16 +380,24 @@ mod tests {
             false,
             None,
         );
-        assert_eq!(still_parked(&r, at(105)), None);
+        assert_eq!(still_parked(&r, at(105), &nothing_ended), None);
         assert_eq!(
-            still_parked(&parked_run(status.clone(), json!([]), true, None), at(105)),
+            still_parked(
+                &parked_run(status.clone(), json!([]), true, None),
+                at(105),
+                &nothing_ended
+            ),
             None
         );
         // A run that is not parked is executed.
         let mut unparked = status;
         unparked["parked"] = json!(false);
         assert_eq!(
-            still_parked(&parked_run(unparked, json!([]), false, None), at(105)),
+            still_parked(
+                &parked_run(unparked, json!([]), false, None),
+                at(105),
+                &nothing_ended
+            ),
             None
         );
     }

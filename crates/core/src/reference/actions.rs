@@ -312,5 +312,57 @@ pub fn table() -> Vec<ActionDoc> {
     timeout_ms: 86400000
 "#,
         },
+        ActionDoc {
+            action: Action::Workflow,
+            summary: "Starts a run of another workflow (a child run) and, by default, waits \
+                      for its result.",
+            details: format!(
+                "The child runs the workflow's current version, with `trigger: workflow`, \
+                 `parent_run_id` and `parent_step_id`; the step records its `child_run_id` \
+                 (under `forEach`, one child per element, at most {children}, all started \
+                 at once; bound them with the child workflow's `concurrency`). The workflow \
+                 must be of the same account and `draft` or `active`. With `wait`, the step \
+                 parks like `wait` until the child ends: a failed child fails the step \
+                 (`child run <id> failed: …`) and `retry` starts a new child. Cancelling or \
+                 timing out the parent cancels its unfinished children. Calls nest at most \
+                 {depth} deep (deeper: `workflow call depth exceeds {depth}`).",
+                children = crate::engine::subworkflow::MAX_CHILDREN_PER_STEP,
+                depth = crate::engine::subworkflow::MAX_CALL_DEPTH,
+            ),
+            inputs: vec![
+                input(
+                    "workflow",
+                    "string",
+                    true,
+                    "",
+                    "The id of the workflow to start; may be a template.",
+                ),
+                input(
+                    "payload",
+                    "object",
+                    false,
+                    "`{}`",
+                    "The child's trigger payload (`trigger.payload.*` in its steps).",
+                ),
+                input(
+                    "wait",
+                    "boolean",
+                    false,
+                    "`true`",
+                    "Wait for the child to end. `false`: the step succeeds once the child \
+                     is created.",
+                ),
+            ],
+            output: "With `wait`: `{\"run_id\": …, \"status\": \"succeeded\", \"output\": <the \
+                     child's output>}`. Without: `{\"run_id\": …}`."
+                .into(),
+            example: r#"- id: invoice
+  action: workflow
+  with:
+    workflow: wf-invoice
+    payload:
+      order: "{{ trigger.payload.order_id }}"
+"#,
+        },
     ]
 }

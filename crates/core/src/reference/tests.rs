@@ -84,6 +84,11 @@ fn step_problems(step: &Step, ctx: &Value) -> Vec<String> {
                     problems.push(format!("{at}: {e}"));
                 }
             }
+            Ok(rendered) if step.action == crate::crd::Action::Workflow => {
+                if let Err(e) = crate::engine::subworkflow::inputs(&rendered) {
+                    problems.push(format!("{at}: {e}"));
+                }
+            }
             Ok(_) => {}
             Err(e) => problems.push(format!("{at}: {e}")),
         }
