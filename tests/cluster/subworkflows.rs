@@ -323,3 +323,44 @@ async fn a_paused_workflow_cannot_be_called() {
     );
     assert!(children(&api, &run).await.is_empty());
 }
+
+/// A child that ends while another branch of its parent still runs is settled at once
+/// by the executing parent (the controller passes the child's end on), not when the
+/// parent parks: the call finishes long before the slow branch.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_child_ending_while_other_branches_run_is_settled_at_once() {
+    let api = TestApi::start("sub-branch").await;
+    let key = api.admin_key.clone();
+    let child = api
+        .workflow(&WorkflowBuilder::new("quick").step(json!(
+            {"id": "hi", "action": "transform", "with": {"value": "hi"}})))
+        .await;
+    let parent = api
+        .workflow(&WorkflowBuilder::new("branches").steps(json!([
+            call("call", &child, json!({})),
+            {"id": "slow", "action": "delay", "with": {"ms": 8000}},
+            {"id": "join", "action": "transform", "needs": ["call", "slow"],
+             "with": {"value": "{{ steps.call.output.status }}"}}
+        ])))
+        .await;
+    let _op = operator(&api).await;
+    let run = api.start_run(&key, &parent, None).await;
+    let runs = api.ns.api::<Run>();
+    // While `slow` still runs, the call has succeeded.
+    eventually(
+        "the call to succeed while slow runs",
+        Duration::from_secs(30),
+        || async {
+            let r = runs.get(&run).await.ok()?;
+            let steps = &r.status.as_ref()?.steps;
+            let call = steps.iter().find(|s| s.step_id == "call")?;
+            let slow = steps.iter().find(|s| s.step_id == "slow")?;
+            (call.status == StepPhase::Succeeded && slow.status == StepPhase::Running).then_some(())
+        },
+    )
+    .await;
+    let view = api.finished_view(&key, &run, FINISH).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+    assert_eq!(view["steps"][2]["output"], "succeeded", "{view}");
+}
