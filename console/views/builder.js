@@ -21,6 +21,16 @@ export async function render(main, params) {
   const canWrite = session.can('write');
   const view = { model, saved, canWrite, accepts: await capabilities() };
   draw(main, view);
+  if (view.accepts.actions.includes('workflow')) suggestWorkflows(id);
+}
+
+/** The account's other workflows, suggested by a `workflow` step's id field. */
+async function suggestWorkflows(self) {
+  let page = { data: [] };
+  try { page = await get('/workflows?limit=100'); } catch { /* suggestions only */ }
+  document.getElementById('workflow-ids')?.remove();
+  document.body.append(h('datalist', { id: 'workflow-ids' },
+    page.data.filter((w) => w.id !== self).map((w) => h('option', { value: w.id }, w.name))));
 }
 
 function draw(main, view) {

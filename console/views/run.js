@@ -53,6 +53,8 @@ export async function render(main, params) {
       h('dt', {}, 'Finished'), h('dd', {}, time(run.finished_at)),
       h('dt', {}, 'Duration'), h('dd', {}, duration(run.duration_ms)),
       run.retry_of ? [h('dt', {}, 'Retry of'), h('dd', {}, link(`/runs/${run.retry_of}`, run.retry_of))] : null,
+      run.parent_run_id ? [h('dt', {}, 'Started by'), h('dd', { id: 'parent-run' },
+        link(`/runs/${run.parent_run_id}`, run.parent_run_id), ` (step ${run.parent_step_id})`)] : null,
       run.error ? [h('dt', {}, 'Error'), h('dd.error', { id: 'run-error' }, run.error)] : null,
       h('dt', {}, 'Payload'), h('dd', {}, json(run.payload)));
     drawTimeline(timeline, run);
@@ -109,6 +111,7 @@ export async function render(main, params) {
       step.output === null || step.output === undefined ? h('p.muted', {}, 'None yet.') : json(step.output),
       step.output_truncated ? h('p.notice', {}, 'Stored truncated: the output was over 64 KiB.') : null,
       step.error ? [h('h3', {}, 'Error'), h('pre.error', {}, step.error)] : null,
+      childRuns(step),
     ];
     if (hasLog(step, workflow)) {
       let viewer = logs.get(step.step_id);
@@ -158,6 +161,17 @@ export async function render(main, params) {
     clearInterval(clock);
     for (const viewer of logs.values()) viewer.stop();
   };
+}
+
+/** The child runs a `workflow` step started: its own, or one per iteration. */
+function childRuns(step) {
+  const children = step.child_run_id
+    ? [{ id: step.child_run_id, label: step.child_run_id, status: step.status }]
+    : (step.iterations || []).filter((i) => i.child_run_id)
+      .map((i) => ({ id: i.child_run_id, label: `${i.child_run_id} (item ${i.index})`, status: i.status }));
+  if (!children.length) return null;
+  return [h('h3', {}, children.length === 1 ? 'Child run' : 'Child runs'),
+    h('ul.child-runs', {}, children.map((c) => h('li', {}, link(`/runs/${c.id}`, c.label), ' ', badge(c.status))))];
 }
 
 /** A step's duration, or for one still running the time since it started. */

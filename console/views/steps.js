@@ -39,6 +39,11 @@ export const ACTIONS = {
     { key: 'ms', label: 'Wait for (ms)', kind: 'int' },
     { key: 'until', label: 'or until (RFC 3339 time)', kind: 'text', placeholder: '2026-12-01T09:00:00Z' },
   ],
+  workflow: [
+    { key: 'workflow', label: 'Workflow to start (its id)', kind: 'text', placeholder: 'wf-3k9x2m7q1d', list: 'workflow-ids' },
+    { key: 'payload', label: 'Payload of the child run (JSON object with templates)', kind: 'json', placeholder: '{"order": "{{ trigger.payload.id }}"}' },
+    { key: 'wait', label: 'Wait for the child run to end', kind: 'bool' },
+  ],
 };
 
 /** Inputs of an action the console has no form for: its whole `with` as JSON. */
@@ -51,6 +56,7 @@ export const DEFAULT_WITH = {
   wait: { ms: 60000 },
   fail: { message: 'failed on purpose' },
   container: { image: '' },
+  workflow: { workflow: '', wait: true },
 };
 
 /** The text an input shows for a `with` value. */
@@ -155,11 +161,17 @@ function card(step, index, ctx, move, redraw) {
     if (spec.kind === 'select') {
       input = h('select', { onchange: (e) => set(e.target.value) },
         spec.options.map((o) => h('option', { value: o, selected: o === (current || spec.options[0]) }, o)));
+    } else if (spec.kind === 'bool') {
+      // Unset means yes (the server's default).
+      input = h('select', { onchange: (e) => set(e.target.value === 'yes') },
+        ['yes', 'no'].map((o) => h('option', { value: o, selected: o === (current === false ? 'no' : 'yes') }, o)));
     } else if (['pairs', 'lines', 'json'].includes(spec.kind)) {
       input = h('textarea.mono', { rows: 3, placeholder: spec.placeholder, oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
       input.value = show(spec.kind, current);
     } else {
       input = h('input', { type: 'text', placeholder: spec.placeholder, value: show(spec.kind, current), oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
+      // Suggestions from the account's workflows, when the builder listed them.
+      if (spec.list) input.setAttribute('list', spec.list);
     }
     return field(spec.label, spec.key === null ? 'with' : `with.${spec.key}`, input);
   });

@@ -453,6 +453,38 @@ class Console(unittest.TestCase):
         self.assertEqual([o.text for o in self.driver.find_elements(By.CSS_SELECTOR, "#log-attempt-talk option")], ["#1"])
         self.shot("run-log")
 
+    def test_10c_a_workflow_step_built_in_the_builder_links_parent_and_child(self):
+        self.ensure_admin()
+        child = self.make_workflow("Invoice", [
+            {"id": "total", "action": "transform", "with": {"value": "{{ trigger.payload.n }}"}}])
+        self.click('a[href="/workflows/new"]')
+        self.set_value(self.find("#wf-name"), "Order")
+        index = self.add_step("workflow", "invoice")
+        # The id field suggests the account's workflows.
+        suggested = self.wait.until(lambda d: [o.get_attribute("value") for o in
+                                               d.find_elements(By.CSS_SELECTOR, "#workflow-ids option")] or None)
+        self.assertIn(child, suggested)
+        self.set_value(self.step_field(index, "with.workflow"), child)
+        self.set_value(self.step_field(index, "with.payload"), '{"n": 7}')
+        self.assertEqual(Select(self.step_field(index, "with.wait")).first_selected_option.text, "yes")
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        parent = self.driver.current_url.rsplit("/", 1)[1]
+        status, wf = api("GET", f"/workflows/{parent}")
+        self.assertEqual(wf["steps"][0]["with"], {"workflow": child, "payload": {"n": 7}, "wait": True})
+        status, run = api("POST", f"/workflows/{parent}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.go(f"/runs/{run['id']}", "#timeline")
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "succeeded")
+        self.click("#step-invoice summary")
+        kid = api("GET", f"/runs/{run['id']}")[1]["steps"][0]["child_run_id"]
+        self.shot("run-with-child")
+        self.click(f'#step-invoice .child-runs a[href="/runs/{kid}"]')
+        self.wait.until(EC.url_contains(kid))
+        self.text_in("#parent-run", f"{run['id']} (step invoice)")
+        self.click(f'#parent-run a[href="/runs/{run["id"]}"]')
+        self.wait.until(EC.url_contains(run["id"]))
+
     def test_11_runs_list_filters_by_status(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}/runs", "#runs")
