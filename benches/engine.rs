@@ -14,6 +14,9 @@
 //!     controller's CPU over 20 s while nothing moves, vs the same with 1,000 queued
 //!     (goal: at most 5x, nearer a cost that grows with the queue, 3x, than one that
 //!     grows with its square, 9x).
+//! (h) a parent run calling 10 child runs in sequence (`workflow` steps, each child one
+//!     10 ms delay step) vs one run of the same 10 steps: the ratio of their create →
+//!     finished times (goal: at most 1.5x), and the API-server writes each child adds.
 //! Not a test: it prints figures; docs/benchmarks.md records them.
 
 use std::sync::Arc;
@@ -185,8 +188,8 @@ async fn main() {
         .into(),
         ..Default::default()
     };
-    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdefg).
-    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdefg".into());
+    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdefgh).
+    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdefgh".into());
     if parts.contains(['a', 'b', 'c']) {
         abc(&client, &ns, &runs, kwok, &parts).await;
     }
@@ -212,6 +215,11 @@ async fn main() {
     }
     if parts.contains('g') {
         part_g(&client, &ns).await;
+    }
+    if parts.contains('h') {
+        let stop = controller(&client, &ns, Default::default());
+        part_h(&client, &ns, &runs).await;
+        stop.cancel();
     }
 
     delete_namespace(&client, &ns).await;
@@ -269,6 +277,79 @@ async fn part_a(client: &Client, ns: &str, runs: &Api<Run>) {
         engine_40.as_secs_f64(),
         bare_40.as_secs_f64(),
         engine_40.as_secs_f64() / bare_40.as_secs_f64()
+    );
+}
+
+/// (h) sub-workflow overhead: 10 sequential `workflow` steps, each waiting for a child
+/// of one 10 ms delay step, vs 10 sequential 10 ms delay steps in one run. Rounds
+/// alternate the two; the median of each is compared. Writes: to Runs and Events, the
+/// parent's run minus the reference's, per child.
+async fn part_h(client: &Client, ns: &str, runs: &Api<Run>) {
+    const CALLS: usize = 10;
+    const ROUNDS: usize = 7;
+    let delay = |id: String| json!({"id": id, "action": "delay", "with": {"ms": 10}});
+    let child = workflow(
+        client,
+        ns,
+        "leaf",
+        json!({"name": "Leaf", "steps": [delay("d".into())]}),
+    )
+    .await;
+    let calls: Vec<Value> = (0..CALLS)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "action": "workflow",
+                        "with": {"workflow": kube::ResourceExt::name_any(&child)}})
+        })
+        .collect();
+    let parent = workflow(
+        client,
+        ns,
+        "caller",
+        json!({"name": "Caller", "steps": calls}),
+    )
+    .await;
+    let steps: Vec<Value> = (0..CALLS).map(|i| delay(format!("s{i}"))).collect();
+    let flat = workflow(client, ns, "flat", json!({"name": "Flat", "steps": steps})).await;
+    let timed = |wf: Workflow, name: String| async move {
+        let before = writes(client).await;
+        let t = Instant::now();
+        runs.create(&PostParams::default(), &run_object(&name, &wf))
+            .await
+            .unwrap();
+        until_finished(runs, &name).await;
+        let took = t.elapsed();
+        // Children end before their parent: every write of the call is in.
+        (took, writes(client).await - before)
+    };
+    let (mut nested, mut plain) = (Vec::new(), Vec::new());
+    let (mut nested_writes, mut plain_writes) = (0.0, 0.0);
+    for round in 0..ROUNDS {
+        let (took, w) = timed(parent.clone(), format!("caller-{round}")).await;
+        nested.push(took);
+        nested_writes += w;
+        let (took, w) = timed(flat.clone(), format!("flat-{round}")).await;
+        plain.push(took);
+        plain_writes += w;
+    }
+    nested.sort();
+    plain.sort();
+    let (n, p) = (nested[ROUNDS / 2], plain[ROUNDS / 2]);
+    let rounds = ROUNDS as f64;
+    println!(
+        "(h) a parent calling {CALLS} children in sequence vs one run of the same {CALLS} steps"
+    );
+    println!(
+        "    median create → finished: nested {:.3} s, flat {:.3} s; ratio {:.2}x (goal ≤ 1.5x)",
+        n.as_secs_f64(),
+        p.as_secs_f64(),
+        n.as_secs_f64() / p.as_secs_f64()
+    );
+    println!(
+        "    writes per run: nested {:.1}, flat {:.1}; each child adds {:.2} (its own create and \
+         status, and the parent's park and resume)",
+        nested_writes / rounds,
+        plain_writes / rounds,
+        (nested_writes - plain_writes) / rounds / CALLS as f64
     );
 }
 

@@ -1,5 +1,6 @@
-//! What the scenario executes: three workflows that cannot fail on their own (inline
-//! steps, a step Job inside an inline workflow, a workflow executed in Jobs), started
+//! What the scenario executes: four workflows that cannot fail on their own (inline
+//! steps, a step Job inside an inline workflow, a workflow executed in Jobs, and one
+//! whose `workflow` step waits for a child run of the inline one), started
 //! through `/v1` at a steady rate, and the local endpoint their `http.request` steps
 //! call. Job pods "run" in kwok, which completes them with the termination message the
 //! operator annotates them with.
@@ -82,7 +83,7 @@ fn call(sink: &StepSink) -> Value {
         "method": "POST", "url": sink.url, "body": {"run": "{{ run.id }}"}}})
 }
 
-/// Creates the three workflows through the API; returns their ids.
+/// Creates the four workflows through the API; returns their ids.
 pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
     let prep = json!({"id": "prep", "action": "transform",
         "with": {"value": {"n": "{{ trigger.payload.n }}"}}});
@@ -103,6 +104,15 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
         keep_every_run(api, &id).await;
         ids.push(id);
     }
+    // Its children are runs of "Inline", started by the engine (not through `/v1`): the
+    // verdict counts every run of the namespace, so they must end well too.
+    let nested = WorkflowBuilder::new("Nested").steps(json!([
+        {"id": "sub", "action": "workflow", "with": {"workflow": ids[0],
+            "payload": {"n": "{{ trigger.payload.n }}", "ms": "{{ trigger.payload.ms }}"}}},
+        {"id": "after", "action": "transform", "with": {"value": "{{ steps.sub.output.status }}"}}]));
+    let id = api.workflow(&nested).await;
+    keep_every_run(api, &id).await;
+    ids.push(id);
     ids
 }
 
