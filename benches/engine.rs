@@ -78,6 +78,7 @@ fn controller(
             &flowline_telemetry::metrics::Metrics::default(),
             Some(client.clone()),
         ),
+        "http://127.0.0.1:8080".into(),
         jobs,
     );
     let stop = CancellationToken::new();

@@ -254,6 +254,10 @@ pub struct ControllerArgs {
     /// endpoint answers `logs_not_found` after that).
     #[arg(long, value_name = "SECONDS", default_value_t = job::DEFAULT_JOB_TTL.as_secs(), value_parser = clap::value_parser!(u64).range(0..=i32::MAX as u64))]
     pub step_job_ttl: u64,
+    /// The URL the API is reached at from outside (e.g. https://flowline.example.com):
+    /// the base of `{{ callbacks.<id>.url }}`. Default: http:// and the listen address.
+    #[arg(long, value_name = "URL", env = "FLOWLINE_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<String>,
     /// PEM file of extra CA certificates trusted for webhook deliveries (besides the
     /// system roots).
     #[arg(long, value_name = "PATH", env = "FLOWLINE_CA_BUNDLE")]
@@ -375,9 +379,33 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
 }
 
+/// An http(s) URL without a query or fragment, as the base of callback URLs.
+fn parse_public_url(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https")
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return Err("must be an http(s) URL without a query or fragment".into());
+    }
+    Ok(text.trim_end_matches('/').to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_public_url_is_an_http_base_without_query_or_fragment() {
+        assert_eq!(
+            parse_public_url("https://flowline.example.com/").as_deref(),
+            Ok("https://flowline.example.com")
+        );
+        assert!(parse_public_url("http://127.0.0.1:8080").is_ok());
+        for bad in ["ftp://x", "flowline.example.com", "https://x/?a=1", "https://x/#f"] {
+            assert!(parse_public_url(bad).is_err(), "{bad}");
+        }
+    }
     use clap::CommandFactory;
 
     #[test]

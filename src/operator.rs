@@ -166,12 +166,17 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
         let sender = flowline_delivery::sender::Sender::new(&args.sender_config())
             .context("configuring webhook deliveries")?;
         let delivery_metrics = flowline_telemetry::delivery_metrics::DeliveryMetrics::new(&metrics);
+        let public_url = controller
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", api.listen));
         let ctx = flowline_controller::run::Context::new(
             client.clone(),
             http,
             api.default_executor.into(),
             None,
             telemetry.clone(),
+            public_url,
             flowline_engine::job::JobSettings {
                 step_image: controller.step_image.clone(),
                 job_ttl: Some(std::time::Duration::from_secs(controller.step_job_ttl)),

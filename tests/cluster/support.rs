@@ -745,6 +745,7 @@ pub fn spawn_run_controller_tuned(
         flowline_core::crd::Executor::Inline,
         Some(ns.name.clone()),
         telemetry.clone(),
+        "http://127.0.0.1:8080".into(),
         jobs,
     );
     tune(&ctx);

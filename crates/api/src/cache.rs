@@ -185,6 +185,13 @@ fn summarize_run(run: &mut Run) {
             .insert(idempotency::DIGEST_ANNOTATION.into(), digest);
     }
     run.drop_details(EventDetail::IdentityOnly);
+    // Callback tokens are credentials: the cache keeps their digests, which is all a
+    // call's look-up compares.
+    if let Some(status) = run.status.as_mut() {
+        for t in &mut status.callback_tokens {
+            t.token = flowline_core::engine::callback::digest(&t.token);
+        }
+    }
 }
 
 #[derive(Clone)]

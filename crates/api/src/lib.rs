@@ -5,6 +5,7 @@
 //! routers are merged here behind authentication and rate limits.
 
 pub mod cache;
+pub mod callbacks;
 pub mod hooks;
 pub mod keys;
 pub mod openapi;
@@ -36,7 +37,7 @@ pub(crate) fn declared() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
         .merge(runs::router())
         .merge(webhooks::router())
         .merge(keys::router());
-    (keyed, hooks::router())
+    (keyed, hooks::router().merge(callbacks::router()))
 }
 
 /// The `/v1` routes, authenticated and rate limited (unknown routes included).

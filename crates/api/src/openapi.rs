@@ -407,6 +407,8 @@ mod tests {
             ApiError::EventExpired,
             ApiError::InvalidSignature(crate::hooks::verify::VerifyError::NoMatch),
             ApiError::HookNotFound,
+            ApiError::CallbackNotFound,
+            ApiError::CallbackUsed,
             ApiError::NotWebhookTriggered,
             ApiError::RateLimited {
                 retry_after_secs: 1,
@@ -437,9 +439,15 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let ops: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!((paths.len(), ops), (18, 25));
+        assert_eq!((paths.len(), ops), (19, 26));
         let hook = &doc["paths"]["/v1/hooks/{workflow_id}"]["post"];
         assert_eq!(hook["security"], json!([{}]), "hooks take no API key");
+        let callback = &doc["paths"]["/v1/callbacks/{token}"]["post"];
+        assert_eq!(
+            callback["security"],
+            json!([{}]),
+            "callbacks take no API key"
+        );
         assert!(hook["responses"].get("403").is_none());
         assert!(
             hook["responses"]["401"]["description"]

@@ -138,6 +138,7 @@ impl Context {
         default_executor: Executor,
         namespace: Option<String>,
         telemetry: EngineTelemetry,
+        public_url: String,
         jobs: flowline_engine::job::JobSettings,
     ) -> Arc<Self> {
         Arc::new(Context {
@@ -147,6 +148,7 @@ impl Context {
                 telemetry,
                 default_executor,
                 jobs,
+                public_url,
             },
             client,
             namespace,
@@ -219,6 +221,7 @@ impl Context {
         let namespace = run.namespace().unwrap_or_default();
         let now = Outside {
             approvals: run.spec.approvals.clone(),
+            callbacks: run.spec.callbacks.clone(),
             ended_children: run.status.as_ref().map_or_else(Default::default, |status| {
                 subworkflow::ended_children(status, |child| self.queue.ended(&namespace, child))
             }),

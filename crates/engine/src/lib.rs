@@ -4,6 +4,7 @@
 
 pub mod actions;
 pub mod call;
+mod callback;
 pub mod job;
 pub mod nesting;
 pub mod runner;

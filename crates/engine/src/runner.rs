@@ -20,9 +20,10 @@ use super::secrets;
 use super::status_writer::StatusWriter;
 use flowline_core::clock::now_ms;
 use flowline_core::crd::{
-    Action, ApprovalDecision, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM, EventKind,
-    Executor, IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS,
-    MAX_PARALLELISM, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord, WorkflowSnapshot,
+    Action, ApprovalDecision, CallbackReceived, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM,
+    EventKind, Executor, IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS,
+    MAX_ITERATION_RECORDS, MAX_PARALLELISM, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord,
+    WorkflowSnapshot,
 };
 use flowline_core::engine::expr;
 use flowline_core::engine::graph::{self, Graph, State};
@@ -44,6 +45,9 @@ pub struct Engine {
     /// Executor of workflows that do not choose one.
     pub default_executor: Executor,
     pub jobs: job::JobSettings,
+    /// The public base URL of the API (`--public-url`): what `{{ callbacks.<id>.url }}`
+    /// renders under.
+    pub public_url: String,
 }
 
 fn millis_between(a: Timestamp, b: Timestamp) -> u64 {
@@ -100,7 +104,21 @@ pub fn finish(status: &mut RunStatus, phase: RunPhase, error: Option<String>, as
 /// The `{{ … }}` context of step `index`: trigger payload, run, workflow and the
 /// finished steps it may read (`visible`: the steps before it, or its ancestors in a
 /// graph). The step's task adds `secrets`.
-fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, visible: &[bool]) -> Value {
+fn context(
+    run: &Run,
+    wf: &WorkflowSnapshot,
+    status: &RunStatus,
+    visible: &[bool],
+    public_url: &str,
+) -> Value {
+    let callbacks: Map<String, Value> = status
+        .callback_tokens
+        .iter()
+        .map(|t| {
+            let url = flowline_core::engine::callback::url(public_url, &t.token);
+            (t.step_id.clone(), json!({"url": url}))
+        })
+        .collect();
     let mut steps = Map::new();
     for (i, r) in status.steps.iter().enumerate() {
         if visible.get(i) == Some(&true)
@@ -121,6 +139,7 @@ fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, visible: &[bool
         "workflow": {"id": run.spec.workflow_ref, "name": wf.name},
         "steps": steps,
         "secrets": {},
+        "callbacks": callbacks,
     })
 }
 
@@ -137,7 +156,8 @@ fn run_output(
     let Some(template) = &wf.output else {
         return Ok(None);
     };
-    let ctx = context(run, wf, status, &vec![true; status.steps.len()]);
+    // No callback URL in the output: anyone who may read runs reads it.
+    let ctx = context(run, wf, status, &vec![true; status.steps.len()], "");
     // Errors are located from `output`: `output failed: output.total: template path …`.
     template::render_in(template, &ctx, "output")
         .map(|rendered| Some(output::cap(rendered)))
@@ -150,6 +170,7 @@ fn run_output(
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outside {
     pub approvals: Vec<ApprovalDecision>,
+    pub callbacks: Vec<CallbackReceived>,
     pub ended_children: BTreeSet<String>,
 }
 
@@ -158,6 +179,7 @@ impl Outside {
     pub fn of(run: &Run) -> Self {
         Outside {
             approvals: run.spec.approvals.clone(),
+            callbacks: run.spec.callbacks.clone(),
             ended_children: BTreeSet::new(),
         }
     }
@@ -171,6 +193,8 @@ pub(crate) struct Shared {
     /// The run's `spec.approvals` as last seen: from the Run, then as the controller
     /// passes on the changes its watch sees while the run executes.
     approvals: Arc<Vec<ApprovalDecision>>,
+    /// The run's `spec.callbacks`, passed on like its approvals.
+    callbacks: Arc<Vec<CallbackReceived>>,
     wf: Arc<WorkflowSnapshot>,
     pub(crate) namespace: String,
 }
@@ -265,6 +289,11 @@ async fn execute_steps(
     let mut status = initial_status(&run, &wf);
     // This execution's fencing token (see `RunStatus::execution_id`).
     status.execution_id = Some(flowline_core::ids::new_id("exec"));
+    // Callback URLs may be handed out by any step: their tokens are stored first.
+    let run = match super::callback::ensure_tokens(&api, run, &wf, &mut status).await {
+        Some(run) => run,
+        None => return None,
+    };
     flowline_core::engine::events::record(&mut status, EventKind::RunStarted, &run, &wf.name);
     // Fenced (another execution wrote the status): stop as a cancel does; the final
     // write is then skipped.
@@ -296,6 +325,7 @@ async fn execute_steps(
     let shared = Shared {
         engine,
         approvals: Arc::new(run.spec.approvals.clone()),
+        callbacks: Arc::new(run.spec.callbacks.clone()),
         run: Arc::new(run),
         wf: Arc::new(wf),
         namespace,
@@ -394,7 +424,13 @@ async fn schedule(
         }
         for index in decision.start {
             states[index] = transition(states[index], &Event::Started);
-            let ctx = context(&shared.run, &shared.wf, status, &graph.ancestors(index));
+            let ctx = context(
+                &shared.run,
+                &shared.wf,
+                status,
+                &graph.ancestors(index),
+                &shared.engine.public_url,
+            );
             let task = step_task(
                 shared.clone(),
                 index,
@@ -457,7 +493,8 @@ async fn schedule(
                 }
                 let latest = outside.borrow_and_update().clone();
                 for (i, state) in states.iter_mut().enumerate() {
-                    let decided = flowline_core::engine::waiting::decision_for(&latest.approvals, &steps[i].id).is_some();
+                    let decided = flowline_core::engine::waiting::decision_for(&latest.approvals, &steps[i].id).is_some()
+                        || latest.callbacks.iter().any(|c| c.step_id == steps[i].id);
                     let child_ended = flowline_core::engine::subworkflow::calls_of(&status.steps[i])
                         .iter()
                         .any(|c| c.child.as_ref().is_some_and(|c| latest.ended_children.contains(c)));
@@ -466,6 +503,7 @@ async fn schedule(
                     }
                 }
                 shared.approvals = Arc::new(latest.approvals);
+                shared.callbacks = Arc::new(latest.callbacks);
             }
             // A parked step's time comes while other steps still run: resume it here.
             _ = sleep_until(next_wake), if next_wake.is_some() => {
@@ -736,7 +774,11 @@ pub(crate) fn succeed(record: &mut StepRecord, out: Value) {
 /// What a waiting step is now ([`flowline_core::engine::waiting::resume`]), applied to its record.
 fn settle_waiting(shared: &Shared, step: &Step, record: &mut StepRecord) -> Outcome {
     use flowline_core::engine::waiting::Resumed;
-    match flowline_core::engine::waiting::resume(step, record, &shared.approvals, now_ms()) {
+    let inbox = flowline_core::engine::waiting::Inbox {
+        approvals: &shared.approvals,
+        callbacks: &shared.callbacks,
+    };
+    match flowline_core::engine::waiting::resume(step, record, inbox, now_ms()) {
         Resumed::Waiting(_) => Outcome::Parked,
         Resumed::Succeeded(out) => {
             succeed(record, out);

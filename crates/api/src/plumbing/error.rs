@@ -52,6 +52,8 @@ pub enum ErrorCode {
     StepNotWaiting,
     InvalidSignature,
     HookNotFound,
+    CallbackNotFound,
+    CallbackUsed,
     NotWebhookTriggered,
     IdempotencyKeyReused,
     RunNotFinished,
@@ -130,6 +132,12 @@ pub enum ApiError {
     /// active, so an unauthenticated caller learns nothing about which.
     #[error("no active webhook-triggered workflow exists with this id")]
     HookNotFound,
+    /// The same answer whether the token is made up, of a run that is gone, or of a
+    /// step that no longer waits (finished, timed out, cancelled).
+    #[error("no callback is waiting for this URL (unknown, or expired with its step)")]
+    CallbackNotFound,
+    #[error("this callback URL was already called; it accepts one call")]
+    CallbackUsed,
     #[error("the workflow's trigger is not `webhook`; it has no hook secret")]
     NotWebhookTriggered,
     #[error("request body is larger than 1 MiB")]
@@ -186,7 +194,7 @@ impl ApiError {
             }
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unauthenticated | ApiError::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
-            ApiError::HookNotFound => StatusCode::NOT_FOUND,
+            ApiError::HookNotFound | ApiError::CallbackNotFound => StatusCode::NOT_FOUND,
             ApiError::InsufficientScope(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) | ApiError::RouteNotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -197,6 +205,7 @@ impl ApiError {
             | ApiError::IdempotencyKeyReused
             | ApiError::RunNotFinished(_)
             | ApiError::EventExpired
+            | ApiError::CallbackUsed
             | ApiError::NotWebhookTriggered => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -238,6 +247,8 @@ impl ApiError {
             ApiError::EventExpired => ErrorCode::EventExpired,
             ApiError::InvalidSignature(_) => ErrorCode::InvalidSignature,
             ApiError::HookNotFound => ErrorCode::HookNotFound,
+            ApiError::CallbackNotFound => ErrorCode::CallbackNotFound,
+            ApiError::CallbackUsed => ErrorCode::CallbackUsed,
             ApiError::NotWebhookTriggered => ErrorCode::NotWebhookTriggered,
             ApiError::PayloadTooLarge => ErrorCode::PayloadTooLarge,
             ApiError::RateLimited { .. } => ErrorCode::RateLimited,

@@ -14,8 +14,9 @@ pub use common::{
     Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
 };
 pub use run::{
-    ApprovalDecision, EventDetail, IterationRecord, ParentRef, ReusedStep, Run, RunPhase, RunSpec,
-    RunStatus, RunTrigger, StepPhase, StepRecord, Verdict, WorkflowSnapshot,
+    ApprovalDecision, CallbackReceived, CallbackToken, EventDetail, IterationRecord, ParentRef,
+    ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord, Verdict,
+    WorkflowSnapshot,
 };
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,

@@ -96,6 +96,41 @@ pub struct RunSpec {
     /// it creates the child; immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentRef>,
+    /// Bodies received by the run's `callback` steps: appended by `POST
+    /// /v1/callbacks/{token}` (or by hand with kubectl). The first entry for a step
+    /// completes it; a step's URL accepts one call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub callbacks: Vec<CallbackReceived>,
+}
+
+/// A body a `callback` step received.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallbackReceived {
+    /// The id of the callback step.
+    #[schemars(length(min = 1, max = 63))]
+    pub step_id: String,
+    /// The JSON body of the call: the step's output.
+    #[serde(default)]
+    #[schemars(schema_with = "any_value")]
+    pub body: serde_json::Value,
+    /// When it was received (the API sets it; unset: when the engine reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Timestamp>,
+}
+
+/// The single-use token of a `callback` step's URL.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallbackToken {
+    /// The id of the callback step.
+    #[schemars(length(min = 1, max = 63))]
+    pub step_id: String,
+    /// The token: the last part of `/v1/callbacks/{token}`, the only credential of the
+    /// call. Whoever may read the Run may read it.
+    #[schemars(length(max = 400))]
+    pub token: String,
 }
 
 /// The run that started a child run, and where.
@@ -326,7 +361,7 @@ impl Run {
     }
 
     /// Drops what only the run's execution and a read of the whole run need: its
-    /// payload and headers, the pinned version, reused steps, step records, error, output
+    /// payload and headers, the pinned version, reused steps, callback bodies, step records, error, output
     /// and conditions, and the data of its pending events unless `events` says to keep
     /// them whole. What remains (metadata, workflow reference, cancel, idempotency key,
     /// retry link, phase, times, event identities) is what list caches serve and decide
@@ -336,6 +371,7 @@ impl Run {
         self.spec.headers = None;
         self.spec.workflow = None;
         self.spec.reused_steps = Vec::new();
+        self.spec.callbacks = Vec::new();
         if let Some(status) = self.status.as_mut() {
             status.steps = Vec::new();
             status.error = None;
@@ -443,6 +479,10 @@ pub struct RunStatus {
     /// True when the stored `output` was truncated to respect size limits.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_truncated: bool,
+    /// The tokens of the run's `callback` steps' URLs, made before its first step
+    /// executes (so a URL handed out early never changes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callback_tokens: Vec<CallbackToken>,
 }
 
 /// Execution record of one step.

@@ -284,7 +284,7 @@ pub struct Step {
     /// `http.request`: url, method, headers, query, body, expect_status,
     /// follow_redirects, timeout_ms. `transform`: value. `delay`: ms. `fail`: message.
     /// `container`: image, command, args, env. `wait`: ms or until. `approval`:
-    /// timeout_ms. `workflow`: workflow, payload, wait.
+    /// timeout_ms. `workflow`: workflow, payload, wait. `callback`: timeout_ms.
     #[serde(default, rename = "with", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless_object")]
     pub with: Option<serde_json::Value>,
@@ -364,6 +364,11 @@ pub enum Action {
     /// Engine-internal, like `wait`.
     #[serde(rename = "workflow")]
     Workflow,
+    /// Waits until its single-use URL (`{{ callbacks.<id>.url }}`, `POST
+    /// /v1/callbacks/{token}`) is called with a JSON body, which becomes its output; at
+    /// most `timeout_ms` when set. Engine-internal, like `wait`.
+    #[serde(rename = "callback")]
+    Callback,
 }
 
 impl Action {
@@ -377,13 +382,14 @@ impl Action {
             Action::Wait => "wait",
             Action::Approval => "approval",
             Action::Workflow => "workflow",
+            Action::Callback => "callback",
         }
     }
 
-    /// `wait` and `approval`: executed by the engine itself, never in a Job, and
-    /// without a task while they wait (the run is parked).
+    /// `wait`, `approval` and `callback`: executed by the engine itself, never in a
+    /// Job, and without a task while they wait (the run is parked).
     pub fn is_waiting_kind(self) -> bool {
-        matches!(self, Action::Wait | Action::Approval)
+        matches!(self, Action::Wait | Action::Approval | Action::Callback)
     }
 }
 

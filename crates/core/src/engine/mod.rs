@@ -2,6 +2,7 @@
 //! checks, retry, outputs, waiting, sub-workflow calls and the write-failure decisions. The parts that talk
 //! to the cluster are in flowline-engine.
 
+pub mod callback;
 pub mod concurrency_key;
 pub mod deadline;
 pub mod events;

@@ -297,7 +297,7 @@ pub fn action_inputs(step: &Step, at: &str, problems: &mut Vec<Problem>) {
                 "wait needs exactly one of `ms` and `until`".into(),
             ),
         },
-        Action::Approval => match get("timeout_ms") {
+        Action::Approval | Action::Callback => match get("timeout_ms") {
             None | Some(Value::Null) => {}
             Some(v)
                 if v.as_u64().is_some_and(|ms| (1..=MAX_WAIT_MS).contains(&ms))
@@ -349,7 +349,28 @@ fn references(scope: &Scope<'_>, paths: &[impl AsRef<str>], at: &str, problems: 
     for path in paths {
         let path = path.as_ref();
         let mut segments = path.split('.');
-        let (Some("steps"), Some(id)) = (segments.next(), segments.next()) else {
+        let (root, id) = (segments.next(), segments.next());
+        // A callback's URL exists from the run's start: any step may read any
+        // callback step's, and only `url`.
+        if let (Some("callbacks"), Some(id)) = (root, id) {
+            let callback = scope
+                .steps
+                .iter()
+                .any(|s| s.id == id && s.action == Action::Callback);
+            let message = if !callback {
+                format!("\"{path}\": this workflow has no callback step \"{id}\"")
+            } else if segments.next() != Some("url") || segments.next().is_some() {
+                format!("\"{path}\": a callback step gives only its url (callbacks.{id}.url)")
+            } else {
+                continue;
+            };
+            problems.push(Problem {
+                path: at.to_owned(),
+                message,
+            });
+            continue;
+        }
+        let (Some("steps"), Some(id)) = (root, id) else {
             continue;
         };
         if seen.contains(&id) {
@@ -455,6 +476,36 @@ mod tests {
     }
 
     #[test]
+    fn callback_urls_may_be_read_by_any_step_but_only_of_callback_steps() {
+        let sound = json!([
+            {"id": "send", "action": "http.request",
+             "with": {"url": "https://x/", "body": {"reply_to": "{{ callbacks.paid.url }}"}}},
+            {"id": "paid", "action": "callback", "with": {"timeout_ms": 60000}}
+        ]);
+        assert_eq!(problems(sound), Vec::<(String, String)>::new());
+        let bad = problems(json!([
+            {"id": "a", "action": "transform", "with": {"value": "{{ callbacks.nope.url }}"}},
+            {"id": "b", "action": "transform", "with": {"value": "{{ callbacks.a.url }}"}},
+            {"id": "c", "action": "transform", "with": {"value": "{{ callbacks.cb.token }}"}},
+            {"id": "cb", "action": "callback", "with": {"timeout_ms": 0}}
+        ]));
+        let messages: Vec<&str> = bad.iter().map(|(_, m)| m.as_str()).collect();
+        assert_eq!(bad.len(), 4, "{bad:?}");
+        assert!(
+            messages[0].contains("no callback step \"nope\""),
+            "{}",
+            messages[0]
+        );
+        assert!(
+            messages[1].contains("no callback step \"a\""),
+            "{}",
+            messages[1]
+        );
+        assert!(messages[2].contains("only its url"), "{}", messages[2]);
+        assert_eq!(bad[3].0, "steps[3].with.timeout_ms");
+    }
+
+    #[test]
     fn a_when_that_does_not_parse_is_a_problem_on_its_field() {
         for (when, message) in [
             (
@@ -521,7 +572,7 @@ mod tests {
                 ("steps[0].with.headers.X-Run", r#"empty template "{{ }}""#),
                 (
                     r#"steps[0].with.headers["odd key"]"#,
-                    r#"template path "nope.x" has an unknown root (expected trigger, steps, run, workflow or secrets)"#
+                    r#"template path "nope.x" has an unknown root (expected trigger, steps, run, workflow, secrets or callbacks)"#
                 ),
                 (
                     "steps[0].with.query.q",
@@ -964,7 +1015,7 @@ mod tests {
                 ),
                 (
                     "output.f",
-                    r#"template path "payload.x" has an unknown root (expected trigger, steps, run, workflow or secrets)"#
+                    r#"template path "payload.x" has an unknown root (expected trigger, steps, run, workflow, secrets or callbacks)"#
                 ),
             ]
             .map(|(p, m)| (p.to_string(), m.to_string()))

@@ -6,7 +6,14 @@
 use serde_json::Value;
 
 /// The top-level keys of the template context.
-pub const ROOTS: [&str; 5] = ["trigger", "steps", "run", "workflow", "secrets"];
+pub const ROOTS: [&str; 6] = [
+    "trigger",
+    "steps",
+    "run",
+    "workflow",
+    "secrets",
+    "callbacks",
+];
 
 /// The keys an iteration of a `forEach` step adds to its context: the element and its
 /// position. Templates may name them; only a `forEach` step's `with` may read them
@@ -16,7 +23,7 @@ pub const ITERATION_ROOTS: [&str; 2] = ["item", "index"];
 /// Every variable of the context, under [`ROOTS`] and [`ITERATION_ROOTS`], with a
 /// one-line description: what the workflow reference lists (`crate::reference`).
 /// `<id>`, `<name>` and `<key>` stand for a step id, a Secret name and one of its keys.
-pub const VARIABLES: [(&str, &str); 12] = [
+pub const VARIABLES: [(&str, &str); 13] = [
     (
         "trigger.payload",
         "The run's payload: the JSON object the run was started with (`{}` without one).",
@@ -31,6 +38,11 @@ pub const VARIABLES: [(&str, &str); 12] = [
         "`manual`, `schedule` or `webhook`; only in `concurrency.key`.",
     ),
     ("run.id", "The run's name (the Run's `metadata.name`)."),
+    (
+        "callbacks.<id>.url",
+        "The single-use URL that completes the `callback` step `<id>` (`POST` a JSON body to \
+         it); renderable in every step of the run, also before that step.",
+    ),
     ("workflow.id", "The workflow's name (`metadata.name`)."),
     (
         "workflow.name",
@@ -75,7 +87,7 @@ pub enum TemplateError {
     MissingPath { path: String },
     #[error(
         "template path \"{path}\" has an unknown root \
-         (expected trigger, steps, run, workflow or secrets)"
+         (expected trigger, steps, run, workflow, secrets or callbacks)"
     )]
     UnknownRoot { path: String },
     #[error(

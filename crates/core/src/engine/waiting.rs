@@ -11,7 +11,10 @@
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::crd::{Action, ApprovalDecision, Run, RunStatus, Step, StepPhase, StepRecord, Verdict};
+use crate::crd::{
+    Action, ApprovalDecision, CallbackReceived, Run, RunStatus, Step, StepPhase, StepRecord,
+    Verdict,
+};
 
 /// Longest `wait` (`ms`, or `until` from the step's start) and approval timeout: a year.
 pub const MAX_WAIT_MS: u64 = 366 * 24 * 3600 * 1000;
@@ -51,17 +54,36 @@ pub fn wake_at(action: Action, with: &Value, now: Timestamp) -> Result<Option<Ti
             }
             _ => Err("wait needs exactly one of `ms` and `until`".into()),
         },
-        Action::Approval => match with.get("timeout_ms") {
+        Action::Approval | Action::Callback => match with.get("timeout_ms") {
             None | Some(Value::Null) => Ok(None),
             Some(ms) => {
+                let name = action.as_str();
                 let ms = ms
                     .as_u64()
                     .filter(|ms| *ms > 0)
-                    .ok_or("approval: `timeout_ms` must be a positive integer")?;
-                after(ms, "approval: `timeout_ms`")
+                    .ok_or_else(|| format!("{name}: `timeout_ms` must be a positive integer"))?;
+                after(ms, &format!("{name}: `timeout_ms`"))
             }
         },
         other => Err(format!("{} is not a waiting action", other.as_str())),
+    }
+}
+
+/// What from outside the run ends its waiting steps: decisions on approvals, and bodies
+/// received by callbacks (the Run's `spec.approvals` and `spec.callbacks`).
+#[derive(Debug, Clone, Copy)]
+pub struct Inbox<'a> {
+    pub approvals: &'a [ApprovalDecision],
+    pub callbacks: &'a [CallbackReceived],
+}
+
+impl<'a> Inbox<'a> {
+    /// What `run`'s spec holds.
+    pub fn of(run: &'a Run) -> Self {
+        Inbox {
+            approvals: &run.spec.approvals,
+            callbacks: &run.spec.callbacks,
+        }
     }
 }
 
@@ -84,20 +106,33 @@ pub fn decision_for<'a>(
     approvals.iter().find(|d| d.step_id == step_id)
 }
 
-/// What the waiting `step` (its record `record`) is at `now`, given the run's
-/// `approvals`. A decision made before the timeout wins over it, even when it is read
-/// later; a decision without a time counts as made now.
-pub fn resume(
-    step: &Step,
-    record: &StepRecord,
-    approvals: &[ApprovalDecision],
-    now: Timestamp,
-) -> Resumed {
+/// What the waiting `step` (its record `record`) is at `now`, given what the run
+/// received (`inbox`). A decision or a callback made before the timeout wins over it,
+/// even when it is read later; one without a time counts as made now.
+pub fn resume(step: &Step, record: &StepRecord, inbox: Inbox<'_>, now: Timestamp) -> Resumed {
     let due = |at: Timestamp| at <= now;
     match step.action {
+        Action::Callback => {
+            let timeout_at = record.wake_at;
+            if let Some(c) = inbox.callbacks.iter().find(|c| c.step_id == step.id)
+                && timeout_at.is_none_or(|t| c.at.unwrap_or(now) < t)
+            {
+                return Resumed::Succeeded(c.body.clone());
+            }
+            match timeout_at {
+                Some(t) if due(t) => Resumed::Failed(format!(
+                    "callback timed out after {} ms",
+                    timeout_ms(step).unwrap_or_else(|| {
+                        let start = record.started_at.unwrap_or(t);
+                        (t.as_millisecond() - start.as_millisecond()).max(0) as u64
+                    })
+                )),
+                other => Resumed::Waiting(other),
+            }
+        }
         Action::Approval => {
             let timeout_at = record.wake_at;
-            if let Some(d) = decision_for(approvals, &step.id) {
+            if let Some(d) = decision_for(inbox.approvals, &step.id) {
                 let at = d.at.unwrap_or(now);
                 if timeout_at.is_none_or(|t| at < t) {
                     return decided(d, at);
@@ -186,7 +221,7 @@ pub fn still_parked(
             }
             continue;
         }
-        match resume(step, record, &run.spec.approvals, now) {
+        match resume(step, record, Inbox::of(run), now) {
             Resumed::Waiting(Some(t)) => earlier(t),
             Resumed::Waiting(None) => {}
             Resumed::Succeeded(_) | Resumed::Failed(_) => return None,
@@ -215,6 +250,58 @@ mod tests {
             wake_at: wake.map(at),
             ..Default::default()
         }
+    }
+
+    fn approvals(approvals: &[ApprovalDecision]) -> Inbox<'_> {
+        Inbox {
+            approvals,
+            callbacks: &[],
+        }
+    }
+
+    #[test]
+    fn a_callback_waits_for_its_body_until_its_timeout() {
+        let s = step("callback", json!({"timeout_ms": 5000}));
+        let r = waiting(100, Some(105));
+        let received = |when: Option<i64>| CallbackReceived {
+            step_id: "ok".into(),
+            body: json!({"paid": true}),
+            at: when.map(at),
+        };
+        let inbox = |c: &[CallbackReceived]| -> Resumed {
+            let callbacks = c.to_vec();
+            resume(
+                &s,
+                &r,
+                Inbox {
+                    approvals: &[],
+                    callbacks: &callbacks,
+                },
+                at(104),
+            )
+        };
+        assert_eq!(inbox(&[]), Resumed::Waiting(Some(at(105))));
+        assert_eq!(
+            inbox(&[received(Some(103))]),
+            Resumed::Succeeded(json!({"paid": true}))
+        );
+        // Another step's body does not count.
+        let mut other = received(Some(103));
+        other.step_id = "other".into();
+        assert_eq!(inbox(&[other]), Resumed::Waiting(Some(at(105))));
+        let late = [received(Some(106))];
+        assert_eq!(
+            resume(
+                &s,
+                &r,
+                Inbox {
+                    approvals: &[],
+                    callbacks: &late
+                },
+                at(106)
+            ),
+            Resumed::Failed("callback timed out after 5000 ms".into())
+        );
     }
 
     fn decision(v: Verdict, when: Option<i64>, comment: Option<&str>) -> ApprovalDecision {
@@ -261,11 +348,11 @@ mod tests {
         let s = step("wait", json!({"ms": 2000}));
         let r = waiting(100, Some(102));
         assert_eq!(
-            resume(&s, &r, &[], at(101)),
+            resume(&s, &r, approvals(&[]), at(101)),
             Resumed::Waiting(Some(at(102)))
         );
         assert_eq!(
-            resume(&s, &r, &[], at(102)),
+            resume(&s, &r, approvals(&[]), at(102)),
             Resumed::Succeeded(json!({"waited_until": at(102).to_string()}))
         );
     }
@@ -274,17 +361,20 @@ mod tests {
     fn an_approval_waits_for_its_decision() {
         let s = step("approval", json!({}));
         let r = waiting(100, None);
-        assert_eq!(resume(&s, &r, &[], at(5000)), Resumed::Waiting(None));
+        assert_eq!(
+            resume(&s, &r, approvals(&[]), at(5000)),
+            Resumed::Waiting(None)
+        );
         let yes = decision(Verdict::Approve, Some(200), Some("ship it"));
         assert_eq!(
-            resume(&s, &r, std::slice::from_ref(&yes), at(300)),
+            resume(&s, &r, approvals(std::slice::from_ref(&yes)), at(300)),
             Resumed::Succeeded(
                 json!({"approved": true, "comment": "ship it", "by": "key_1",
                 "at": at(200).to_string()})
             )
         );
         let no = decision(Verdict::Reject, Some(200), Some("not now"));
-        match resume(&s, &r, &[no.clone(), yes.clone()], at(300)) {
+        match resume(&s, &r, approvals(&[no.clone(), yes.clone()]), at(300)) {
             Resumed::Failed(e) => assert!(
                 e.starts_with("rejected by key_1") && e.ends_with("not now"),
                 "{e}"
@@ -296,7 +386,10 @@ mod tests {
             step_id: "other".into(),
             ..yes
         };
-        assert_eq!(resume(&s, &r, &[other], at(300)), Resumed::Waiting(None));
+        assert_eq!(
+            resume(&s, &r, approvals(&[other]), at(300)),
+            Resumed::Waiting(None)
+        );
     }
 
     #[test]
@@ -304,32 +397,32 @@ mod tests {
         let s = step("approval", json!({"timeout_ms": 5000}));
         let r = waiting(100, Some(105));
         assert_eq!(
-            resume(&s, &r, &[], at(104)),
+            resume(&s, &r, approvals(&[]), at(104)),
             Resumed::Waiting(Some(at(105)))
         );
         assert_eq!(
-            resume(&s, &r, &[], at(105)),
+            resume(&s, &r, approvals(&[]), at(105)),
             Resumed::Failed("approval timed out after 5000 ms".into())
         );
         // Decided before the timeout, read after it: the decision counts.
         let in_time = decision(Verdict::Approve, Some(104), None);
         assert!(matches!(
-            resume(&s, &r, &[in_time], at(110)),
+            resume(&s, &r, approvals(&[in_time]), at(110)),
             Resumed::Succeeded(_)
         ));
         let late = decision(Verdict::Approve, Some(106), None);
         assert!(matches!(
-            resume(&s, &r, &[late], at(110)),
+            resume(&s, &r, approvals(&[late]), at(110)),
             Resumed::Failed(_)
         ));
         // A decision without a time (kubectl) counts as made when it is read.
         let untimed = decision(Verdict::Approve, None, None);
         assert!(matches!(
-            resume(&s, &r, std::slice::from_ref(&untimed), at(104)),
+            resume(&s, &r, approvals(std::slice::from_ref(&untimed)), at(104)),
             Resumed::Succeeded(_)
         ));
         assert!(matches!(
-            resume(&s, &r, &[untimed], at(106)),
+            resume(&s, &r, approvals(&[untimed]), at(106)),
             Resumed::Failed(_)
         ));
     }

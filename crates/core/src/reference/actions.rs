@@ -364,5 +364,33 @@ pub fn table() -> Vec<ActionDoc> {
       order: "{{ trigger.payload.order_id }}"
 "#,
         },
+        ActionDoc {
+            action: Action::Callback,
+            summary: "Waits until its single-use URL is called with a JSON body.",
+            details: "The URL is `{{ callbacks.<id>.url }}`, renderable in every step of the run, \
+                      also before this one: an `http.request` step hands it to a third party, \
+                      which answers with `POST <url>` and a JSON body (no API key: the token in \
+                      the URL is the credential). The first call completes the step (a call \
+                      that comes before the step starts waiting is kept for it); a second gets \
+                      409 `callback_used`, a made-up or expired token 404 \
+                      `callback_not_found`. Parks like `wait`; not allowed with `forEach`."
+                .into(),
+            inputs: vec![input(
+                "timeout_ms",
+                "integer",
+                false,
+                "no timeout",
+                format!(
+                    "Milliseconds from the step's start to be called in, from 1, {year}; no \
+                     call by then fails the step (`callback timed out after <n> ms`)."
+                ),
+            )],
+            output: "The body of the call, as sent.".into(),
+            example: r#"- id: paid
+  action: callback
+  with:
+    timeout_ms: 3600000
+"#,
+        },
     ]
 }

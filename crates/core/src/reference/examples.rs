@@ -151,6 +151,9 @@ pub fn context() -> Value {
             "shop-api": {"token": "tok_live_123"},
             "chat": {"token": "xoxb-123"}
         },
+        "callbacks": {
+            "fetch-order": {"url": "https://flowline.example.com/v1/callbacks/shop~order-fulfilment-x7k2p~q3z7yk2mlw4vx5tbn6rdcj8hfa"}
+        },
         "item": {"sku": "Y-7", "quantity": 1},
         "index": 1
     })
