@@ -190,6 +190,7 @@ leader-election Lease, the step Jobs, and webhook deliveries. */}}
 - --step-memory-limit={{ .limits.memory }}
 {{- end }}
 - --step-job-ttl={{ .Values.controller.stepJobTtlSeconds | int }}
+- --public-url={{ include "flowline.publicUrl" . }}
 - --delivery-concurrency={{ .Values.delivery.concurrency | int }}
 {{- range .Values.delivery.allowCidrs }}
 - --allow-cidr={{ . }}
@@ -370,4 +371,18 @@ with the serviceMonitor or podMonitor values. */}}
   metricRelabelings:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end }}
+
+{{/*
+The URL the API is reached at from outside: the base of callback URLs. publicUrl, else
+the Ingress host, else the API Service inside the cluster.
+*/}}
+{{- define "flowline.publicUrl" -}}
+{{- if .Values.publicUrl -}}
+{{- .Values.publicUrl -}}
+{{- else if and .Values.ingress.enabled .Values.ingress.host -}}
+{{- ternary "https" "http" (ne .Values.ingress.tlsSecretName "") }}://{{ .Values.ingress.host }}
+{{- else -}}
+http://{{ include "flowline.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}
+{{- end -}}
 {{- end }}
