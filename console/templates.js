@@ -17,6 +17,7 @@ export function paths(value, prefix, out = [], depth = 0) {
 /** Outputs an action is known to produce (beyond what a sample shows). */
 const OUTPUTS = {
   'http.request': ['status', 'headers', 'body'],
+  workflow: ['run_id', 'status', 'output'],
 };
 
 /**
@@ -41,6 +42,11 @@ export function references(steps, index, sample) {
         return [base, ...known, ...shaped];
       }),
     });
+  }
+  // A callback's URL exists from the run's start: every step may hand it out.
+  const callbacks = steps.filter((s) => s.id && s.action === 'callback');
+  if (callbacks.length) {
+    groups.push({ group: 'Callback URLs', items: callbacks.map((s) => `callbacks.${s.id}.url`) });
   }
   groups.push({ group: 'Run', items: ['run.id', 'workflow.id'] });
   return groups;

@@ -39,6 +39,7 @@ export const ACTIONS = {
     { key: 'ms', label: 'Wait for (ms)', kind: 'int' },
     { key: 'until', label: 'or until (RFC 3339 time)', kind: 'text', placeholder: '2026-12-01T09:00:00Z' },
   ],
+  callback: [{ key: 'timeout_ms', label: 'Wait for the call at most (ms; empty: no limit)', kind: 'int' }],
   workflow: [
     { key: 'workflow', label: 'Workflow to start (its id)', kind: 'text', placeholder: 'wf-3k9x2m7q1d', list: 'workflow-ids' },
     { key: 'payload', label: 'Payload of the child run (JSON object with templates)', kind: 'json', placeholder: '{"order": "{{ trigger.payload.id }}"}' },

@@ -197,6 +197,9 @@ class Console(unittest.TestCase):
         refs = self.module("templates.js", "return m.references([{id: 'f', action: 'http.request'}, {id: 't', action: 'transform', with: {value: {x: 1}}}, {id: 'me', action: 'fail'}], 2, null)")
         self.assertEqual(refs[1]["items"], ["steps.f.output", "steps.f.output.status", "steps.f.output.headers",
                                             "steps.f.output.body", "steps.t.output", "steps.t.output.x"])
+        # A callback's URL is offered to every step, also those before it.
+        refs = self.module("templates.js", "return m.references([{id: 'send', action: 'http.request'}, {id: 'paid', action: 'callback'}], 0, null)")
+        self.assertIn({"group": "Callback URLs", "items": ["callbacks.paid.url"]}, refs)
         # yaml.js: CRD field names, quoting of what YAML would read as something else
         # (a bare N or yes is a boolean to YAML 1.1 parsers).
         yaml = self.module("yaml.js", "return m.toYaml(m.manifest({id: 'wf-1', name: 'N', description: null, state: 'draft', "
