@@ -402,7 +402,12 @@ mod tests {
             Ok("https://flowline.example.com")
         );
         assert!(parse_public_url("http://127.0.0.1:8080").is_ok());
-        for bad in ["ftp://x", "flowline.example.com", "https://x/?a=1", "https://x/#f"] {
+        for bad in [
+            "ftp://x",
+            "flowline.example.com",
+            "https://x/?a=1",
+            "https://x/#f",
+        ] {
             assert!(parse_public_url(bad).is_err(), "{bad}");
         }
     }

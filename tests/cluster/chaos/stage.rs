@@ -66,11 +66,13 @@ impl Stage {
         self.api.ns.client.clone()
     }
 
-    /// Flags of every operator: trust and reach the receiver, complete step Jobs in kwok.
+    /// Flags of every operator: trust and reach the receiver, complete step Jobs in
+    /// kwok, and make callback URLs that reach the API process.
     pub fn operator_flags(&self) -> Vec<String> {
         [
             crate::delivery::flags(&self.receiver.pki),
             workload::job_flags(),
+            vec!["--public-url".into(), self.api.url("")],
         ]
         .concat()
     }

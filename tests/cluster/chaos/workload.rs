@@ -1,6 +1,7 @@
 //! What the scenario executes: four workflows that cannot fail on their own (inline
 //! steps, a step Job inside an inline workflow, a workflow executed in Jobs, and one
-//! whose `workflow` step waits for a child run of the inline one), started
+//! whose `workflow` step waits for a child run of the inline one, then hands a callback
+//! URL to the step endpoint, which calls it back), started
 //! through `/v1` at a steady rate, and the local endpoint their `http.request` steps
 //! call. Job pods "run" in kwok, which completes them with the termination message the
 //! operator annotates them with.
@@ -41,7 +42,9 @@ pub struct Hit {
     pub at: std::time::Instant,
 }
 
-/// The endpoint of the `http.request` steps; records every call.
+/// The endpoint of the `http.request` steps; records every call, and calls back the
+/// callback URL a call hands it (`reply_to`), as a third party would, once per call:
+/// a repeated call (a retried step) calls back again and gets 409.
 pub struct StepSink {
     pub url: String,
     hits: Arc<Mutex<Vec<Hit>>>,
@@ -64,6 +67,12 @@ impl StepSink {
                     idempotency_key: key,
                     at: std::time::Instant::now(),
                 });
+                if let Some(url) = body["reply_to"].as_str().map(String::from) {
+                    tokio::spawn(async move {
+                        let answer = json!({"paid": true});
+                        let _ = reqwest::Client::new().post(url).json(&answer).send().await;
+                    });
+                }
                 async { "ok" }
             }),
         );
@@ -109,7 +118,10 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
     let nested = WorkflowBuilder::new("Nested").steps(json!([
         {"id": "sub", "action": "workflow", "with": {"workflow": ids[0],
             "payload": {"n": "{{ trigger.payload.n }}", "ms": "{{ trigger.payload.ms }}"}}},
-        {"id": "after", "action": "transform", "with": {"value": "{{ steps.sub.output.status }}"}}]));
+        {"id": "ask", "action": "http.request", "with": {"method": "POST", "url": sink.url,
+            "body": {"run": "{{ run.id }}", "reply_to": "{{ callbacks.paid.url }}"}}},
+        {"id": "paid", "action": "callback", "with": {"timeout_ms": 600_000}},
+        {"id": "after", "action": "transform", "with": {"value": "{{ steps.paid.output.paid }}"}}]));
     let id = api.workflow(&nested).await;
     keep_every_run(api, &id).await;
     ids.push(id);
