@@ -346,8 +346,8 @@ async fn part_h(client: &Client, ns: &str, runs: &Api<Run>) {
         n.as_secs_f64() / p.as_secs_f64()
     );
     println!(
-        "    writes per run: nested {:.1}, flat {:.1}; each child adds {:.2} (its own create and \
-         status, and the parent's park and resume)",
+        "    writes per run: nested {:.1}, flat {:.1}; each child adds {:.2} (goal: its own create \
+         and final status)",
         nested_writes / rounds,
         plain_writes / rounds,
         (nested_writes - plain_writes) / rounds / CALLS as f64

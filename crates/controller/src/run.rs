@@ -219,20 +219,41 @@ impl Context {
             return;
         };
         let namespace = run.namespace().unwrap_or_default();
-        let now = Outside {
-            approvals: run.spec.approvals.clone(),
-            callbacks: run.spec.callbacks.clone(),
-            ended_children: run.status.as_ref().map_or_else(Default::default, |status| {
-                subworkflow::ended_children(status, |child| self.queue.ended(&namespace, child))
-            }),
-        };
+        let ended = run.status.as_ref().map_or_else(Default::default, |status| {
+            subworkflow::ended_children(status, |child| self.queue.ended(&namespace, child))
+        });
         execution.send_if_modified(|seen| {
+            // Children reported ended stay so (`child_ended` may know more than the
+            // cached status shows).
+            let mut now = Outside {
+                approvals: run.spec.approvals.clone(),
+                callbacks: run.spec.callbacks.clone(),
+                ended_children: ended,
+            };
+            now.ended_children
+                .extend(seen.ended_children.iter().cloned());
             let changed = *seen != now;
             if changed {
                 *seen = now;
             }
             changed
         });
+    }
+
+    /// Tells the execution here of run `parent` (if any) that its child `child` ended:
+    /// a step waiting for it is settled at once, even before the parent's status
+    /// showing that it waits for this child has been written.
+    fn child_ended(&self, namespace: &str, parent: &str, child: &str) {
+        let executing = self.lock();
+        let Some(execution) = executing
+            .values()
+            .find(|e| e.name == parent && e.namespace == namespace)
+        else {
+            return;
+        };
+        execution
+            .outside
+            .send_if_modified(|seen| seen.ended_children.insert(child.to_string()));
     }
 
     /// Registers `run` as executing here, in the locked registry `executing`.
@@ -928,6 +949,7 @@ pub fn run(
                         && (run.phase().is_finished()
                             || matches!(event, Ok(watcher::Event::Delete(_))))
                     {
+                        observer.child_ended(&namespace, &parent.run_id, &run.name_any());
                         queue.wake_named(&namespace, &parent.run_id);
                     }
                 }

@@ -417,8 +417,13 @@ async fn schedule(
     let mut redactor = Redactor::default();
     let mut failure: Option<String> = None;
     let mut stop_seen = false;
+    // Set while the run lingers before parking on calls (see CALL_LINGER).
+    let mut linger_until: Option<tokio::time::Instant> = None;
     loop {
         let decision = graph::decide(graph, &states, parallelism, stop.is_cancelled());
+        if !decision.start.is_empty() {
+            linger_until = None;
+        }
         if decision.cancel_running {
             branches.cancel();
         }
@@ -445,9 +450,17 @@ async fn schedule(
             task_steps.insert(handle.id(), index);
         }
         if let Some(verdict) = decision.outcome {
-            return lifecycle::of_run(verdict, failure, |i| steps[i].id.as_str());
+            let lingers = verdict == graph::Outcome::Parked
+                && outside_open
+                && !stop.is_cancelled()
+                && parked_on_calls_only(&states, steps);
+            let until =
+                *linger_until.get_or_insert_with(|| tokio::time::Instant::now() + CALL_LINGER);
+            if !lingers || tokio::time::Instant::now() >= until {
+                return lifecycle::of_run(verdict, failure, |i| steps[i].id.as_str());
+            }
         }
-        let next_wake = earliest_wake(&states, status);
+        let next_wake = earliest_wake(&states, status, linger_until.is_some());
         tokio::select! {
             Some(report) = rx.recv() => {
                 match report {
@@ -505,6 +518,8 @@ async fn schedule(
                 shared.approvals = Arc::new(latest.approvals);
                 shared.callbacks = Arc::new(latest.callbacks);
             }
+            // The linger before parking on calls is over: park (the loop decides again).
+            _ = tokio::time::sleep_until(linger_until.unwrap_or_else(tokio::time::Instant::now)), if linger_until.is_some() && tasks.is_empty() => {}
             // A parked step's time comes while other steps still run: resume it here.
             _ = sleep_until(next_wake), if next_wake.is_some() => {
                 let now = now_ms();
@@ -518,10 +533,26 @@ async fn schedule(
     }
 }
 
-/// The earliest wake time of the parked steps (only while others still run: once
-/// nothing runs, the run parks and the controller wakes it).
-fn earliest_wake(states: &[State], status: &RunStatus) -> Option<Timestamp> {
-    if !states.contains(&State::Running) {
+/// How long a run whose only waiting steps are `workflow` calls stays in its task
+/// before parking: a child that ends within it is settled without the park's status
+/// write and the resume's reads (sequential calls of short children run at the speed of
+/// the children), while a long call holds no task after it.
+const CALL_LINGER: Duration = Duration::from_secs(2);
+
+/// Whether every parked step is a `workflow` call (none waits for a time, a decision
+/// or a callback).
+fn parked_on_calls_only(states: &[State], steps: &[Step]) -> bool {
+    states
+        .iter()
+        .zip(steps)
+        .filter(|(s, _)| **s == State::Parked)
+        .all(|(_, step)| step.action == Action::Workflow)
+}
+
+/// The earliest wake time of the parked steps (only while others still run, or the
+/// run lingers before parking: once it parks, the controller wakes it).
+fn earliest_wake(states: &[State], status: &RunStatus, lingering: bool) -> Option<Timestamp> {
+    if !lingering && !states.contains(&State::Running) {
         return None;
     }
     states
