@@ -13,6 +13,7 @@ mod containers;
 mod delivery;
 mod durable;
 mod engine;
+mod events;
 mod flow_control;
 mod foundation;
 mod graphs;

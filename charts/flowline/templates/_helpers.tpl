@@ -190,6 +190,7 @@ leader-election Lease, the step Jobs, and webhook deliveries. */}}
 - --step-memory-limit={{ .limits.memory }}
 {{- end }}
 - --step-job-ttl={{ .Values.controller.stepJobTtlSeconds | int }}
+- --event-retention={{ .Values.controller.eventRetention }}
 - --delivery-concurrency={{ .Values.delivery.concurrency | int }}
 {{- range .Values.delivery.allowCidrs }}
 - --allow-cidr={{ . }}

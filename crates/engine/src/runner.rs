@@ -112,11 +112,15 @@ fn context(run: &Run, wf: &WorkflowSnapshot, status: &RunStatus, visible: &[bool
             );
         }
     }
+    let mut trigger = json!({
+        "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
+        "headers": run.spec.headers.clone().unwrap_or_default(),
+    });
+    if let Some(event) = &run.spec.event {
+        trigger["event"] = json!({"id": event.id, "name": event.name});
+    }
     json!({
-        "trigger": {
-            "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
-            "headers": run.spec.headers.clone().unwrap_or_default(),
-        },
+        "trigger": trigger,
         "run": {"id": run.name_any()},
         "workflow": {"id": run.spec.workflow_ref, "name": wf.name},
         "steps": steps,

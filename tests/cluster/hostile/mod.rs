@@ -3,6 +3,7 @@
 //! and checks that it is refused or bounded and that other tenants are still served.
 
 mod egress;
+mod events;
 mod nesting;
 mod ratelimit;
 mod secrets;

@@ -75,6 +75,17 @@ pub struct TriggerInput {
     pub cron: Option<String>,
     /// IANA time zone, e.g. `Europe/Paris`; only for `schedule` (default `UTC`).
     pub timezone: Option<String>,
+    /// The event name that starts runs; required for `event`, refused otherwise.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[a-z0-9][a-z0-9._-]{0,127}$"
+    )]
+    pub event: Option<String>,
+    /// Expression over `event.payload`, `event.name` and `event.id` (the language of a
+    /// step's `when`); a run starts only when it holds. Only for `event`.
+    #[schema(max_length = 1000)]
+    pub filter: Option<String>,
 }
 
 /// Body of `PATCH /v1/workflows/{id}`: at least one of these fields; each given field
@@ -362,6 +373,24 @@ impl WorkflowPatchBody {
 
 impl TriggerInput {
     fn check(&self, p: &mut Problems) {
+        if self.type_ != TriggerType::Event {
+            for (extra, given) in [
+                ("event", self.event.is_some()),
+                ("filter", self.filter.is_some()),
+            ] {
+                if given {
+                    p.add(
+                        format!("trigger.{extra}"),
+                        "is only allowed when trigger.type is event",
+                    );
+                }
+            }
+        } else {
+            // The engine's own check, the one the workflow controller runs.
+            for problem in flowline_core::engine::spec_check::trigger(&self.to_trigger()) {
+                p.add(problem.path, problem.message);
+            }
+        }
         if self.type_ != TriggerType::Schedule {
             for (extra, given) in [
                 ("cron", self.cron.is_some()),
@@ -402,16 +431,21 @@ impl TriggerInput {
 
     fn to_trigger(&self) -> Trigger {
         if self.type_ != TriggerType::Schedule {
+            let event = self.type_ == TriggerType::Event;
             return Trigger {
                 type_: self.type_,
                 cron: None,
                 timezone: None,
+                event: self.event.clone().filter(|_| event),
+                filter: self.filter.clone().filter(|_| event),
             };
         }
         Trigger {
             type_: TriggerType::Schedule,
             cron: self.cron.as_deref().map(|c| c.trim().to_string()),
             timezone: self.timezone.clone(),
+            event: None,
+            filter: None,
         }
     }
 }

@@ -45,6 +45,13 @@ pub struct TriggerView {
     pub cron: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// `event` only: the event name that starts runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// `event` only: the filter expression, `null` for none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub filter: Option<Option<String>>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -120,6 +127,15 @@ impl From<&Workflow> for WorkflowView {
                 type_: spec.trigger.type_,
                 cron: None,
                 timezone: None,
+                event: None,
+                filter: None,
+            },
+            TriggerType::Event => TriggerView {
+                type_: TriggerType::Event,
+                cron: None,
+                timezone: None,
+                event: spec.trigger.event.clone(),
+                filter: Some(spec.trigger.filter.clone()),
             },
             TriggerType::Schedule => TriggerView {
                 type_: TriggerType::Schedule,
@@ -130,6 +146,8 @@ impl From<&Workflow> for WorkflowView {
                         .clone()
                         .unwrap_or_else(|| "UTC".into()),
                 ),
+                event: None,
+                filter: None,
             },
         };
         let steps = spec

@@ -5,6 +5,7 @@
 //! before any controller sees them.
 
 mod common;
+mod event;
 mod run;
 pub mod timestamps;
 mod webhook;
@@ -12,6 +13,10 @@ mod workflow;
 
 pub use common::{
     Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
+};
+pub use event::{
+    EVENT_NAME_RULE, EventPhase, EventRef, FlowlineEvent, FlowlineEventSpec, FlowlineEventStatus,
+    event_id, object_name as event_object_name, valid_event_name,
 };
 pub use run::{
     ApprovalDecision, EventDetail, IterationRecord, ReusedStep, Run, RunPhase, RunSpec, RunStatus,
@@ -46,10 +51,15 @@ pub mod labels {
 
 /// Every CRD Flowline owns, in the order they are installed.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![Workflow::crd(), Run::crd(), Webhook::crd()]
-        .into_iter()
-        .map(with_kubernetes_formats)
-        .collect()
+    vec![
+        Workflow::crd(),
+        Run::crd(),
+        Webhook::crd(),
+        FlowlineEvent::crd(),
+    ]
+    .into_iter()
+    .map(with_kubernetes_formats)
+    .collect()
 }
 
 /// schemars writes Rust's unsigned formats (`uint32`, …), which the API server does

@@ -90,6 +90,9 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub approvals: Vec<ApprovalDecision>,
+    /// The event that started the run (`trigger: event`), as `trigger.event` in templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<super::EventRef>,
 }
 
 /// A decision on an `approval` step.
@@ -198,6 +201,8 @@ pub enum RunTrigger {
     Schedule,
     /// A signed request to `POST /v1/hooks/{workflow}`.
     Webhook,
+    /// An event posted to `POST /v1/events` (`spec.event` names it).
+    Event,
 }
 
 /// Status of a run. A run without status has been accepted and is `running`

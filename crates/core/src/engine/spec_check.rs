@@ -39,7 +39,7 @@ use super::expr;
 use super::graph::{self, Graph};
 use super::template;
 use super::waiting::MAX_WAIT_MS;
-use crate::crd::{Action, Step, WorkflowSpec};
+use crate::crd::{Action, Step, Trigger, TriggerType, WorkflowSpec};
 use serde_json::Value;
 
 /// One problem, on the field it is about: `steps[2].when`, `steps[1].with.url`,
@@ -58,7 +58,8 @@ impl fmt::Display for Problem {
 
 /// Every problem of a workflow's spec, in the order of the spec.
 pub fn workflow(spec: &WorkflowSpec) -> Vec<Problem> {
-    let mut problems = steps(&spec.steps);
+    let mut problems = trigger(&spec.trigger);
+    problems.extend(steps(&spec.steps));
     if let Some(key) = spec.concurrency.as_ref().and_then(|c| c.key.as_deref())
         && let Err(message) = concurrency_key::check(key)
     {
@@ -69,6 +70,37 @@ pub fn workflow(spec: &WorkflowSpec) -> Vec<Problem> {
     }
     if let Some(value) = &spec.output {
         problems.extend(output(value, &spec.steps));
+    }
+    problems
+}
+
+/// Every problem of an event trigger: an `event` that is not an event name, a `filter`
+/// that does not parse as an expression over `event.*` ([`crate::fanout::FILTER_ROOTS`]).
+/// Other triggers have none here (their fields are checked by the CRD's rules and the
+/// API's input).
+pub fn trigger(trigger: &Trigger) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if trigger.type_ != TriggerType::Event {
+        return problems;
+    }
+    match trigger.event.as_deref() {
+        Some(name) if crate::crd::valid_event_name(name) => {}
+        Some(_) => problems.push(Problem {
+            path: "trigger.event".into(),
+            message: crate::crd::EVENT_NAME_RULE.into(),
+        }),
+        None => problems.push(Problem {
+            path: "trigger.event".into(),
+            message: "is required when trigger.type is event".into(),
+        }),
+    }
+    if let Some(filter) = trigger.filter.as_deref()
+        && let Err(e) = expr::check_over(filter, &crate::fanout::FILTER_ROOTS)
+    {
+        problems.push(Problem {
+            path: "trigger.filter".into(),
+            message: e.to_string(),
+        });
     }
     problems
 }

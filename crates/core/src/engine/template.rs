@@ -16,7 +16,7 @@ pub const ITERATION_ROOTS: [&str; 2] = ["item", "index"];
 /// Every variable of the context, under [`ROOTS`] and [`ITERATION_ROOTS`], with a
 /// one-line description: what the workflow reference lists (`crate::reference`).
 /// `<id>`, `<name>` and `<key>` stand for a step id, a Secret name and one of its keys.
-pub const VARIABLES: [(&str, &str); 12] = [
+pub const VARIABLES: [(&str, &str); 13] = [
     (
         "trigger.payload",
         "The run's payload: the JSON object the run was started with (`{}` without one).",
@@ -27,8 +27,13 @@ pub const VARIABLES: [(&str, &str); 12] = [
          `webhook-id` and `webhook-timestamp` of its request; `{}` for other runs.",
     ),
     (
+        "trigger.event",
+        "A run started by an event (`POST /v1/events`): `{\"id\", \"name\"}` of that event; \
+         absent for other runs.",
+    ),
+    (
         "trigger.type",
-        "`manual`, `schedule` or `webhook`; only in `concurrency.key`.",
+        "`manual`, `schedule`, `webhook` or `event`; only in `concurrency.key`.",
     ),
     ("run.id", "The run's name (the Run's `metadata.name`)."),
     ("workflow.id", "The workflow's name (`metadata.name`)."),
@@ -273,6 +278,12 @@ fn check_path(path: &str) -> Result<(), TemplateError> {
 /// Resolves a dot-separated path such as `steps.fetch.output.items.0.id`.
 pub fn lookup<'a>(ctx: &'a Value, path: &str) -> Result<&'a Value, TemplateError> {
     check_path(path)?;
+    resolve(ctx, path)
+}
+
+/// [`lookup`] of a path whose syntax and root the caller has checked already (an
+/// expression's paths are checked when it is parsed, against its own roots).
+pub fn resolve<'a>(ctx: &'a Value, path: &str) -> Result<&'a Value, TemplateError> {
     let segments: Vec<&str> = path.split('.').collect();
     if let ["steps", step, "output", ..] = segments.as_slice()
         && is_truncated(ctx, step)

@@ -457,6 +457,7 @@ fn anchors_are_unique_and_links_resolve() {
         "limits",
         "run",
         "webhook",
+        "flowlineevent",
     ] {
         anchors.push(heading);
     }
