@@ -290,6 +290,18 @@ async fn an_event_trigger_with_a_bad_filter_is_refused_by_the_api_and_kubernetes
             .collect();
         assert!(fields.contains(&field), "{trigger}: {body}");
     }
+    // PATCH sets and clears the event trigger whole.
+    let wf = api.create_workflow("patched").await;
+    let path = format!("/v1/workflows/{wf}");
+    let trigger = json!({"type": "event", "event": "x.y", "filter": "event.payload.a == 1"});
+    api.patch_workflow(&key, &wf, json!({"trigger": trigger}))
+        .await;
+    let view: Value = api.get(&key, &path).await.json().await.unwrap();
+    assert_eq!(view["trigger"], trigger);
+    api.patch_workflow(&key, &wf, json!({"trigger": {"type": "manual"}}))
+        .await;
+    let view: Value = api.get(&key, &path).await.json().await.unwrap();
+    assert_eq!(view["trigger"], json!({"type": "manual"}));
     // The CRD's rules refuse what kubectl would apply without `event`.
     let out = api.ns.kubectl_apply(
         &WorkflowBuilder::new("no-event")
@@ -302,4 +314,112 @@ async fn an_event_trigger_with_a_bad_filter_is_refused_by_the_api_and_kubernetes
         "{}",
         crate::support::text(&out.stderr)
     );
+}
+
+/// The run `run` once its first step has `status` (as `key` sees it).
+async fn first_step_is(api: &TestApi, run: &str, status: &str) {
+    eventually(
+        &format!("run {run}'s first step to be {status}"),
+        FINISH,
+        || async {
+            let view: Value = api
+                .get(&api.admin_key, &format!("/v1/runs/{run}"))
+                .await
+                .json()
+                .await
+                .ok()?;
+            (view["steps"][0]["status"] == status).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn an_event_cancels_the_unfinished_runs_its_cancel_on_matches() {
+    let api = TestApi::start("events-cancel").await;
+    let key = api.admin_key.clone();
+    let (_operator, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let cancel_on = json!({"cancel_on": [
+        {"event": "order.cancelled", "match": "trigger.payload.order == event.payload.order"}
+    ]});
+    // One whose run executes (a delay in a task), one whose run parks (a wait).
+    let busy = api
+        .workflow(
+            &WorkflowBuilder::new("busy")
+                .active()
+                .steps(json!([{"id": "slow", "action": "delay", "with": {"ms": 300000}}])),
+        )
+        .await;
+    api.patch_workflow(&key, &busy, cancel_on.clone()).await;
+    let parked = api
+        .workflow(
+            &WorkflowBuilder::new("parked")
+                .active()
+                .steps(json!([{"id": "later", "action": "wait", "with": {"ms": 300000}}])),
+        )
+        .await;
+    api.patch_workflow(&key, &parked, cancel_on).await;
+    let view: Value = api
+        .get(&key, &format!("/v1/workflows/{busy}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["cancel_on"][0]["event"], "order.cancelled", "{view}");
+
+    let order = |o: &str| Some(json!({"payload": {"order": o}}));
+    let busy_a = api.start_run(&key, &busy, order("A-1")).await;
+    let busy_b = api.start_run(&key, &busy, order("B-2")).await;
+    let parked_a = api.start_run(&key, &parked, order("A-1")).await;
+    first_step_is(&api, &busy_a, "running").await;
+    first_step_is(&api, &busy_b, "running").await;
+    first_step_is(&api, &parked_a, "waiting").await;
+
+    let (status, body) = post_event(
+        &api,
+        &key,
+        json!({"name": "order.cancelled", "payload": {"order": "A-1"}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let event = fanned_out(&api, &id, FINISH).await;
+    let mut expected = vec![busy_a.clone(), parked_a.clone()];
+    expected.sort();
+    assert_eq!(event["cancelled"], json!(expected), "{event}");
+    assert_eq!(event["runs"], json!([]));
+    for run in [&busy_a, &parked_a] {
+        let view = api.finished_view(&key, run, FINISH).await;
+        assert_eq!(view["status"], "cancelled", "{view}");
+        assert_eq!(view["error"], format!("cancelled by event {id}"), "{view}");
+    }
+    // The other order's run goes on; a user's cancel has no reason.
+    let view: Value = api
+        .get(&key, &format!("/v1/runs/{busy_b}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["status"], "running", "{view}");
+    let res = api
+        .send("POST", &key, &format!("/v1/runs/{busy_b}/cancel"), None)
+        .await;
+    assert_eq!(res.status(), 202);
+    let view = api.finished_view(&key, &busy_b, FINISH).await;
+    assert_eq!(view["status"], "cancelled");
+    assert_eq!(view["error"], Value::Null);
+
+    // A bad entry is refused on its field.
+    let res = api
+        .send(
+            "PATCH",
+            &key,
+            &format!("/v1/workflows/{busy}"),
+            Some(json!({"cancel_on": [{"event": "x", "match": "steps.a.output == 1"}]})),
+        )
+        .await;
+    let body = assert_error(res, 400, "validation_error").await;
+    assert_eq!(body["error"]["details"][0]["field"], "cancel_on[0].match");
 }

@@ -1,6 +1,6 @@
 //! The event controller: fans each posted event (`FlowlineEvent`) out to the workflows
-//! subscribed to its name, records the runs it started, and deletes events once the
-//! retention has passed. [`flowline_core::fanout`] decides (which workflows, the run
+//! subscribed to its name, cancels the unfinished runs of workflows whose `cancelOn`
+//! names it, records both, and deletes events once the retention has passed. [`flowline_core::fanout`] decides (which workflows, the run
 //! names, the status, the expiry); `reconcile` applies and returns every error, so a
 //! failed write retries the whole fan-out, whose run names make it idempotent.
 //!
@@ -23,8 +23,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use flowline_core::crd::{EventPhase, EventRef, FlowlineEvent, Run, RunTrigger, Workflow};
-use flowline_core::fanout::{self, FanOut};
+use flowline_core::crd::{EventPhase, EventRef, FlowlineEvent, Run, RunTrigger, Workflow, labels};
+use flowline_core::fanout::{self, Cancel, FanOut};
 use flowline_engine::status_writer::FIELD_MANAGER;
 use flowline_kube::lenient::Lenient;
 use flowline_telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
@@ -116,6 +116,57 @@ async fn create(api: &Api<Run>, run: &Run, workflow_uid: &str) -> Result<Created
     }
 }
 
+/// Cancels the unfinished runs `event` cancels (`cancelOn` of `workflows`, decided by
+/// [`fanout::cancel`]), at most [`fanout::MAX_CANCELS_PER_EVENT`] (beyond: `truncated`);
+/// returns their names, those an earlier try of this fan-out cancelled included.
+async fn cancel_runs(
+    client: &Client,
+    event: &FlowlineEvent,
+    workflows: &[Workflow],
+    fan: &mut FanOut,
+) -> Result<Vec<String>, kube::Error> {
+    let ns = event.namespace().unwrap_or_default();
+    let runs: Api<Lenient<Run>> = Api::namespaced(client.clone(), &ns);
+    let writes: Api<Run> = Api::namespaced(client.clone(), &ns);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let reason = fanout::cancel_reason(event);
+    let mut cancelled = Vec::new();
+    for wf in workflows {
+        let entries = fanout::cancel_entries(event, wf);
+        if entries.is_empty() {
+            continue;
+        }
+        let selector = format!("{}={}", labels::WORKFLOW, wf.name_any());
+        let listed = runs.list(&ListParams::default().labels(&selector)).await?;
+        let owned = listed.items.iter().filter_map(|r| r.decoded());
+        for run in owned.filter(|r| r.spec.workflow_ref == wf.name_any()) {
+            let name = run.name_any();
+            match fanout::cancel(event, &entries, run) {
+                Cancel::Keep => {}
+                Cancel::Problem(why) => fan.problem(why),
+                Cancel::Cancelled => cancelled.push(name),
+                Cancel::Cancel if cancelled.len() >= fanout::MAX_CANCELS_PER_EVENT => {
+                    fan.truncated = true;
+                    return Ok(cancelled);
+                }
+                Cancel::Cancel => {
+                    let patch = json!({"spec": {"cancel": true, "cancelReason": reason}});
+                    match writes.patch(&name, &params, &Patch::Merge(patch)).await {
+                        Ok(_) => cancelled.push(name),
+                        // Deleted meanwhile (retention): nothing left to cancel.
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+    Ok(cancelled)
+}
+
 async fn reconcile(
     object: Arc<Lenient<FlowlineEvent>>,
     ctx: Arc<Context>,
@@ -165,7 +216,8 @@ async fn reconcile(
             Created::Skipped(why) => fan.problem(why),
         }
     }
-    let status = fanout::done_status(event.status.as_ref(), &fan, started, now);
+    let cancelled = cancel_runs(&ctx.client, event, &listed, &mut fan).await?;
+    let status = fanout::done_status(event.status.as_ref(), &fan, started, cancelled, now);
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()

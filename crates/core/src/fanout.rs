@@ -15,12 +15,20 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::crd::{
-    EventPhase, FlowlineEvent, FlowlineEventStatus, TriggerType, Workflow, WorkflowState,
+    CancelOn, EventPhase, FlowlineEvent, FlowlineEventStatus, Run, TriggerType, Workflow,
+    WorkflowState,
 };
 use crate::engine::expr;
 
 /// The roots of a trigger's `filter`: `event.payload`, `event.name`, `event.id`.
 pub const FILTER_ROOTS: [&str; 1] = ["event"];
+
+/// The roots of a `cancelOn` entry's `match`: the event, and the run's trigger.
+pub const MATCH_ROOTS: [&str; 2] = ["event", "trigger"];
+
+/// Most runs one event cancels. Bounds one fan-out's writes and the size of the
+/// event's status (`cancelled`); the status says `truncated` when more matched.
+pub const MAX_CANCELS_PER_EVENT: usize = 1000;
 
 /// How long a client id names the same event: a repeat within it answers the first
 /// event; after it, the id names a new event.
@@ -174,20 +182,103 @@ impl FanOut {
     }
 }
 
+/// The `cancelOn` entries of `wf` that name `event`'s name (any state: a paused
+/// workflow's runs may still be running).
+pub fn cancel_entries<'a>(event: &FlowlineEvent, wf: &'a Workflow) -> Vec<&'a CancelOn> {
+    wf.spec
+        .cancel_on
+        .iter()
+        .filter(|c| c.event == event.spec.name)
+        .collect()
+}
+
+/// The error of a run `event` cancels.
+pub fn cancel_reason(event: &FlowlineEvent) -> String {
+    format!("cancelled by event {}", event.id())
+}
+
+/// What `event` does to one run of a workflow whose `cancelOn` entries naming it are
+/// `entries`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancel {
+    /// Leave it: finished, started by this very event, cancelled for another reason
+    /// already, or no entry's `match` holds.
+    Keep,
+    /// Cancel it (set `spec.cancel` and the reason).
+    Cancel,
+    /// This event cancelled it already (an earlier try of this fan-out): record it.
+    Cancelled,
+    /// A `match` could not be evaluated: keep the run, report why.
+    Problem(String),
+}
+
+/// The expression context of a `match`: the event, and the run's trigger (`payload`,
+/// `event` when an event started it, `headers`).
+pub fn match_context(event: &FlowlineEvent, run: &Run) -> Value {
+    let mut ctx = context(event);
+    ctx["trigger"] = json!({
+        "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
+        "headers": run.spec.headers.clone().unwrap_or_default(),
+    });
+    if let Some(started_by) = &run.spec.event {
+        ctx["trigger"]["event"] = json!({"id": started_by.id, "name": started_by.name});
+    }
+    ctx
+}
+
+/// Decides what `event` does to `run` under `entries` (see [`Cancel`]). An entry
+/// without `match` matches every run; several entries match when any does.
+pub fn cancel(event: &FlowlineEvent, entries: &[&CancelOn], run: &Run) -> Cancel {
+    let reason = cancel_reason(event);
+    if run.spec.cancel {
+        return if run.spec.cancel_reason.as_deref() == Some(reason.as_str()) {
+            Cancel::Cancelled
+        } else {
+            Cancel::Keep
+        };
+    }
+    let started_by_this = run.spec.event.as_ref().is_some_and(|e| e.id == event.id());
+    if entries.is_empty() || run.phase().is_finished() || started_by_this {
+        return Cancel::Keep;
+    }
+    let ctx = match_context(event, run);
+    let mut problem = None;
+    for entry in entries {
+        match entry.match_.as_deref() {
+            None => return Cancel::Cancel,
+            Some(m) => match expr::evaluate_over(m, &ctx, &MATCH_ROOTS) {
+                Ok(true) => return Cancel::Cancel,
+                Ok(false) => {}
+                Err(e) => problem = Some(format!("match failed: {e}")),
+            },
+        }
+    }
+    problem.map_or(Cancel::Keep, |why| {
+        Cancel::Problem(format!(
+            "run {}: {why}",
+            run.metadata.name.as_deref().unwrap_or_default()
+        ))
+    })
+}
+
 /// The status of a fanned-out event: `done`, the runs started (by name, sorted), and
 /// what [`plan`] found; what an earlier status recorded (`resumed`, `cancelled`) kept.
 pub fn done_status(
     previous: Option<&FlowlineEventStatus>,
     fan: &FanOut,
     mut runs: Vec<String>,
+    mut cancelled: Vec<String>,
     now: Timestamp,
 ) -> FlowlineEventStatus {
     runs.sort();
     runs.dedup();
+    cancelled.sort();
+    cancelled.dedup();
     let previous = previous.cloned().unwrap_or_default();
     FlowlineEventStatus {
         phase: EventPhase::Done,
         runs,
+        cancelled,
         observed_workflows: fan.observed,
         truncated: fan.truncated,
         problems: fan.problems.clone(),
@@ -370,6 +461,7 @@ mod tests {
             None,
             &FanOut::default(),
             vec![],
+            vec![],
             at("2026-01-01T00:00:01Z"),
         ));
         for (now, expected) in [
@@ -385,7 +477,7 @@ mod tests {
     #[test]
     fn the_done_status_lists_runs_once_and_keeps_what_was_recorded() {
         let previous = FlowlineEventStatus {
-            cancelled: vec!["r-x".into()],
+            resumed: vec!["r-x".into()],
             ..Default::default()
         };
         let fan = FanOut {
@@ -397,11 +489,128 @@ mod tests {
             Some(&previous),
             &fan,
             vec!["b".into(), "a".into(), "b".into()],
+            vec!["c".into(), "c".into()],
             Timestamp::UNIX_EPOCH,
         );
         assert_eq!(status.phase, EventPhase::Done);
         assert_eq!(status.runs, ["a", "b"]);
-        assert_eq!(status.cancelled, ["r-x"]);
+        assert_eq!(status.cancelled, ["c"]);
+        assert_eq!(status.resumed, ["r-x"]);
         assert_eq!((status.observed_workflows, status.truncated), (3, true));
+    }
+
+    fn run(name: &str, phase: Option<&str>, spec: Value) -> Run {
+        let mut full = json!({"workflowRef": "w"});
+        full.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().cloned().unwrap_or_default());
+        let mut object = json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": full,
+        });
+        if let Some(phase) = phase {
+            object["status"] = json!({"phase": phase});
+        }
+        serde_json::from_value(object).unwrap()
+    }
+
+    #[test]
+    fn cancel_on_cancels_unfinished_matching_runs_once() {
+        let ev = event(
+            "order.cancelled",
+            json!({"order": "A-1"}),
+            "2026-01-01T00:00:00Z",
+        );
+        let wf = workflow("w", "active", json!({"type": "manual"}));
+        let mut wf = wf;
+        wf.spec.cancel_on = serde_json::from_value(json!([
+            {"event": "order.cancelled", "match": "trigger.payload.order == event.payload.order"},
+            {"event": "order.refunded"},
+        ]))
+        .unwrap();
+        let entries = cancel_entries(&ev, &wf);
+        assert_eq!(entries.len(), 1);
+        let reason = cancel_reason(&ev);
+        assert_eq!(reason, "cancelled by event evt_abc");
+        let rows = [
+            (
+                "running, matching",
+                run("r1", None, json!({"payload": {"order": "A-1"}})),
+                Cancel::Cancel,
+            ),
+            (
+                "queued, matching",
+                run("r2", Some("queued"), json!({"payload": {"order": "A-1"}})),
+                Cancel::Cancel,
+            ),
+            (
+                "another order",
+                run("r3", Some("running"), json!({"payload": {"order": "B-2"}})),
+                Cancel::Keep,
+            ),
+            (
+                "finished",
+                run(
+                    "r4",
+                    Some("succeeded"),
+                    json!({"payload": {"order": "A-1"}}),
+                ),
+                Cancel::Keep,
+            ),
+            (
+                "cancelled by a user",
+                run(
+                    "r5",
+                    None,
+                    json!({"payload": {"order": "A-1"}, "cancel": true}),
+                ),
+                Cancel::Keep,
+            ),
+            (
+                "cancelled by this event before",
+                run(
+                    "r6",
+                    None,
+                    json!({"payload": {"order": "A-1"}, "cancel": true, "cancelReason": reason}),
+                ),
+                Cancel::Cancelled,
+            ),
+            (
+                "started by this event",
+                run(
+                    "r7",
+                    None,
+                    json!({"payload": {"order": "A-1"}, "event": {"id": "evt_abc", "name": "order.cancelled"}}),
+                ),
+                Cancel::Keep,
+            ),
+        ];
+        for (name, r, expected) in rows {
+            assert_eq!(cancel(&ev, &entries, &r), expected, "{name}");
+        }
+        // No payload path: a problem, the run kept.
+        let r = run("r8", None, json!({}));
+        assert!(
+            matches!(cancel(&ev, &entries, &r), Cancel::Problem(p) if p.starts_with("run r8: match failed"))
+        );
+        // Without `match`, every unfinished run; no entry, none.
+        let all = CancelOn {
+            event: "order.cancelled".into(),
+            match_: None,
+        };
+        assert_eq!(cancel(&ev, &[&all], &r), Cancel::Cancel);
+        assert_eq!(cancel(&ev, &[], &r), Cancel::Keep);
+        // The run's own event is readable as trigger.event.
+        let by_event = CancelOn {
+            event: "order.cancelled".into(),
+            match_: Some("trigger.event.name == 'order.created'".into()),
+        };
+        let started = run(
+            "r9",
+            None,
+            json!({"event": {"id": "evt_x", "name": "order.created"}}),
+        );
+        assert_eq!(cancel(&ev, &[&by_event], &started), Cancel::Cancel);
     }
 }

@@ -15,9 +15,9 @@ use crate::plumbing::validation::{
 };
 use crate::state::ApiConfig;
 use flowline_core::crd::{
-    Action, Concurrency, ConcurrencyPolicy, Executor, MAX_CONCURRENCY_KEY, MAX_CONCURRENCY_LIMIT,
-    MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM, MAX_RUN_TIMEOUT_MS, MAX_STEPS,
-    RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
+    Action, CancelOn, Concurrency, ConcurrencyPolicy, Executor, MAX_CONCURRENCY_KEY,
+    MAX_CONCURRENCY_LIMIT, MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM,
+    MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
 };
 use flowline_core::cron::Schedule;
 
@@ -139,6 +139,38 @@ pub struct WorkflowPatchBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<Value>)]
     pub output: Option<Option<Value>>,
+    /// Events that cancel this workflow's unfinished runs (at most 10), each
+    /// `{"event": "<name>", "match": "<expression over event.* and trigger.*>"}`;
+    /// replaced whole; `null` or `[]` removes them.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<Vec<CancelOnInput>>, max_items = 10)]
+    pub cancel_on: Option<Option<Vec<CancelOnInput>>>,
+}
+
+/// An entry of `cancel_on`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelOnInput {
+    /// The event name.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[a-z0-9][a-z0-9._-]{0,127}$"
+    )]
+    pub event: String,
+    /// Expression over `event.*` and the run's `trigger.*`; absent: every unfinished run.
+    #[serde(rename = "match")]
+    #[schema(max_length = 1000)]
+    pub match_: Option<String>,
+}
+
+impl CancelOnInput {
+    fn to_cancel_on(&self) -> CancelOn {
+        CancelOn {
+            event: self.event.clone(),
+            match_: self.match_.clone(),
+        }
+    }
 }
 
 /// A step as written in `PATCH /v1/workflows/{id}`.
@@ -281,6 +313,8 @@ pub struct WorkflowPatch {
     pub parallelism: Option<Option<u32>>,
     /// `Some(None)` removes the output.
     pub output: Option<Option<Value>>,
+    /// `Some(vec![])` removes the entries.
+    pub cancel_on: Option<Vec<CancelOn>>,
 }
 
 impl Validate for WorkflowPatchBody {
@@ -290,7 +324,7 @@ impl Validate for WorkflowPatchBody {
             p.add(
                 "body",
                 "give at least one of: name, description, state, trigger, executor, steps, \
-                 timeout_ms, concurrency, parallelism, output",
+                 timeout_ms, concurrency, parallelism, output, cancel_on",
             );
             return p.finish();
         }
@@ -328,6 +362,13 @@ impl Validate for WorkflowPatchBody {
         if let Some(Some(c)) = &self.concurrency {
             c.check(&mut p);
         }
+        if let Some(Some(entries)) = &self.cancel_on {
+            let entries: Vec<CancelOn> = entries.iter().map(CancelOnInput::to_cancel_on).collect();
+            // The engine's own check, the one the workflow controller runs.
+            for problem in flowline_core::engine::spec_check::cancel_on(&entries) {
+                p.add(problem.path, problem.message);
+            }
+        }
         p.finish()
     }
 }
@@ -345,6 +386,7 @@ impl WorkflowPatchBody {
             && self.concurrency.is_none()
             && self.parallelism.is_none()
             && self.output.is_none()
+            && self.cancel_on.is_none()
     }
 
     /// The patch in the custom resource's types (the defaults of a step's `retry`
@@ -367,6 +409,12 @@ impl WorkflowPatchBody {
             timeout_ms: self.timeout_ms,
             parallelism: self.parallelism,
             output: self.output,
+            cancel_on: self.cancel_on.as_ref().map(|c| {
+                c.iter()
+                    .flatten()
+                    .map(CancelOnInput::to_cancel_on)
+                    .collect()
+            }),
         }
     }
 }

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use crate::plumbing::time::ApiTime;
 use flowline_core::crd::timestamps::{created_at, updated_at};
 use flowline_core::crd::{
-    Action, ConcurrencyPolicy, Executor, TriggerType, Workflow, WorkflowState,
+    Action, CancelOn, ConcurrencyPolicy, Executor, TriggerType, Workflow, WorkflowState,
 };
 
 /// Workflow list item.
@@ -113,6 +113,8 @@ pub struct WorkflowView {
     /// rendered when a run succeeds (the run's `output`); `null` for none.
     #[schema(value_type = Option<Value>)]
     pub output: Option<Value>,
+    /// Events that cancel this workflow's unfinished runs (empty: none).
+    pub cancel_on: Vec<CancelOn>,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: ApiTime,
     #[schema(value_type = String, format = DateTime)]
@@ -186,6 +188,7 @@ impl From<&Workflow> for WorkflowView {
             }),
             parallelism: spec.parallelism,
             output: spec.output.clone(),
+            cancel_on: spec.cancel_on.clone(),
             created_at: ApiTime(created_at(&wf.metadata)),
             updated_at: ApiTime(updated_at(&wf.metadata)),
         }

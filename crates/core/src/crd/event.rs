@@ -134,6 +134,23 @@ pub fn valid_event_name(name: &str) -> bool {
         })
 }
 
+/// Most `cancelOn` entries of one workflow.
+pub const MAX_CANCEL_ON: usize = 10;
+
+/// An entry of a workflow's `cancelOn`: an event that cancels its unfinished runs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, utoipa::ToSchema)]
+pub struct CancelOn {
+    /// The event name.
+    #[schemars(length(min = 1, max = 128))]
+    pub event: String,
+    /// Expression over `event.*` (`id`, `name`, `payload`) and the run's `trigger.*`
+    /// (`payload`, `event`, `headers`), in the language of a step's `when`; a run is
+    /// cancelled only when it holds. Unset: every unfinished run.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub match_: Option<String>,
+}
+
 /// Prefix of an event object's name; the API's ids use `evt_` instead.
 pub const OBJECT_PREFIX: &str = "evt-";
 /// Prefix of an event id.

@@ -15,8 +15,9 @@ pub use common::{
     Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
 };
 pub use event::{
-    EVENT_NAME_RULE, EventPhase, EventRef, FlowlineEvent, FlowlineEventSpec, FlowlineEventStatus,
-    event_id, object_name as event_object_name, valid_event_name,
+    CancelOn, EVENT_NAME_RULE, EventPhase, EventRef, FlowlineEvent, FlowlineEventSpec,
+    FlowlineEventStatus, MAX_CANCEL_ON, event_id, object_name as event_object_name,
+    valid_event_name,
 };
 pub use run::{
     ApprovalDecision, EventDetail, IterationRecord, ReusedStep, Run, RunPhase, RunSpec, RunStatus,

@@ -58,6 +58,10 @@ pub struct RunSpec {
     /// Set to true to cancel the run: in-flight work stops, completed steps stay.
     #[serde(default)]
     pub cancel: bool,
+    /// Why the run was cancelled, shown as its error (an event's `cancelOn` sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub cancel_reason: Option<String>,
     /// The workflow version this run executes: its steps and settings as they were
     /// when the run was created, so later edits of the Workflow never change a run in
     /// flight. Filled in by Flowline (the API and schedules at creation; the run

@@ -96,6 +96,12 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::common::any_value")]
     pub output: Option<serde_json::Value>,
+    /// Events that cancel this workflow's unfinished runs (at most 10): a posted event
+    /// of an entry's name cancels each run for which the entry's `match` holds, with the
+    /// error `cancelled by event <id>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub cancel_on: Vec<super::CancelOn>,
 }
 
 /// Steps of one run executing at once in a graph workflow, by default.
