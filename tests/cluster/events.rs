@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
+use kube::api::PostParams;
 use serde_json::{Value, json};
 
 use crate::builders::WorkflowBuilder;
 use crate::support::{Process, TestApi, assert_error, eventually, ready};
+use flowline_core::crd::FlowlineEvent;
 
 const FINISH: Duration = Duration::from_secs(60);
 
@@ -39,7 +41,7 @@ pub async fn post_event(api: &TestApi, key: &str, body: Value) -> (u16, Value) {
 /// The event `id` once the operator has fanned it out (its object's phase is `done`).
 pub async fn fanned_out(api: &TestApi, id: &str, within: Duration) -> Value {
     let name = id.replacen("evt_", "evt-", 1);
-    let events = api.ns.api::<flowline_core::crd::FlowlineEvent>();
+    let events = api.ns.api::<FlowlineEvent>();
     eventually(&format!("event {id} to be fanned out"), within, || async {
         let event = events.get(&name).await.ok()?;
         (event.phase() == flowline_core::crd::EventPhase::Done).then_some(())
@@ -422,4 +424,74 @@ async fn an_event_cancels_the_unfinished_runs_its_cancel_on_matches() {
         .await;
     let body = assert_error(res, 400, "validation_error").await;
     assert_eq!(body["error"]["details"][0]["field"], "cancel_on[0].match");
+}
+
+/// A FlowlineEvent object as the API would have stored it, received at `received`.
+fn stored_event(name: &str, event: &str, client_id: Option<&str>, received: &str) -> FlowlineEvent {
+    let mut object = json!({
+        "apiVersion": "flowline.io/v1", "kind": "FlowlineEvent",
+        "metadata": {"name": name},
+        "spec": {"name": event, "payload": {"n": 0}, "receivedAt": received},
+    });
+    if let Some(id) = client_id {
+        object["spec"]["clientId"] = json!(id);
+    }
+    serde_json::from_value(object).unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn old_events_are_fanned_out_then_deleted_and_an_old_client_id_names_a_new_event() {
+    let api = TestApi::start("events-old").await;
+    let key = api.admin_key.clone();
+    let (_operator, port) = Process::operator(&api.ns, &["--no-api", "--event-retention", "7d"]);
+    ready(port).await;
+    let wf = api
+        .workflow(&subscriber("sub", "tick", None, "active"))
+        .await;
+    let events = api.ns.api::<FlowlineEvent>();
+
+    // Received 8 days ago: past the retention. It is fanned out all the same (an
+    // accepted event is never lost), then deleted.
+    let stale = stored_event("evt-stale", "tick", None, "2020-01-01T00:00:00Z");
+    events.create(&PostParams::default(), &stale).await.unwrap();
+    eventually("the stale event to be deleted", FINISH, || async {
+        events
+            .get_opt("evt-stale")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let ids = api.run_ids(&wf, "").await;
+    assert_eq!(ids.len(), 1, "{ids:?}");
+
+    // A client id last used two days ago names a new event: 202, a fresh fan-out.
+    let name = flowline_core::fanout::object_name_for(Some("nightly"));
+    let two_days_ago = flowline_core::clock::format_ts(
+        flowline_core::clock::now_ms() - jiff::SignedDuration::from_hours(48),
+    );
+    let old = stored_event(&name, "tick", Some("nightly"), &two_days_ago);
+    let old = events.create(&PostParams::default(), &old).await.unwrap();
+    let id = name.replacen("evt-", "evt_", 1);
+    fanned_out(&api, &id, FINISH).await;
+    assert_eq!(api.run_ids(&wf, "").await.len(), 2);
+    let (status, body) = post_event(
+        &api,
+        &key,
+        json!({"name": "tick", "payload": {"n": 5}, "id": "nightly"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["id"], id.as_str());
+    let event = fanned_out(&api, &id, FINISH).await;
+    assert_eq!(event["payload"], json!({"n": 5}));
+    let replaced = events.get(&name).await.unwrap();
+    assert_ne!(replaced.metadata.uid, old.metadata.uid);
+    assert_eq!(api.run_ids(&wf, "").await.len(), 3, "its own run");
+    // Within the day, the same id is that event.
+    let (status, again) = post_event(&api, &key, json!({"name": "tick", "id": "nightly"})).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["payload"], json!({"n": 5}));
 }

@@ -347,6 +347,7 @@ pub fn parse_retention(text: &str) -> Result<SignedDuration, String> {
 mod tests {
     use super::*;
     use kube::Resource;
+    use serde_json::Value;
 
     #[test]
     fn retention_reads_a_number_and_a_unit_within_bounds() {
@@ -412,5 +413,91 @@ mod tests {
         assert_eq!(run.spec.workflow.as_ref().map(|w| w.generation), Some(4));
         let owner = &run.meta().owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.uid.as_str(), owner.controller), ("w-1", Some(true)));
+    }
+
+    fn fixtures() -> (FlowlineEvent, Workflow) {
+        let event: FlowlineEvent = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "FlowlineEvent",
+            "metadata": {"name": "evt-abc", "namespace": "team", "uid": "e-1"},
+            "spec": {"name": "tick", "receivedAt": "2026-01-01T00:00:00Z"},
+        }))
+        .unwrap();
+        let wf: Workflow = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "w", "namespace": "team", "uid": "w-1"},
+            "spec": {"name": "W", "state": "active", "trigger": {"type": "event", "event": "tick"}},
+        }))
+        .unwrap();
+        (event, wf)
+    }
+
+    /// What `create` makes of each answer of the API server to the run's POST (and,
+    /// after a conflict, to the read of the run holding the name).
+    #[tokio::test]
+    async fn creating_a_run_is_idempotent_skips_refusals_and_surfaces_failures() {
+        use flowline_kube::mock_api;
+        let (event, wf) = fixtures();
+        let run = run_of(&event, &wf, Timestamp::UNIX_EPOCH);
+        let name = run.name_any();
+        let holder = |owner: &str| {
+            json!({"apiVersion": "flowline.io/v1", "kind": "Run",
+                   "metadata": {"name": name, "namespace": "team",
+                   "ownerReferences": [{"apiVersion": "flowline.io/v1", "kind": "Workflow",
+                                        "name": "w", "uid": owner, "controller": true}]}})
+        };
+        let rows: Vec<(&str, u16, Option<Value>, Result<Created, u16>)> = vec![
+            ("created", 201, None, Ok(Created::Run(name.clone()))),
+            (
+                "made by an earlier try",
+                409,
+                Some(holder("w-1")),
+                Ok(Created::Run(name.clone())),
+            ),
+            (
+                "another workflow's",
+                409,
+                Some(holder("w-2")),
+                Ok(Created::Skipped(format!(
+                    "workflow w: the run name {name} is taken by another Run"
+                ))),
+            ),
+            (
+                "refused",
+                422,
+                None,
+                Ok(Created::Skipped(
+                    "workflow w: run refused: mocked 422".into(),
+                )),
+            ),
+            ("server error", 500, None, Err(500)),
+        ];
+        for (what, code, existing, expected) in rows {
+            let created = serde_json::to_value(&run).unwrap();
+            let (client, log) = mock_api::client(move |seen| match seen.method.as_str() {
+                "POST" if code == 201 => (201, created.clone()),
+                "POST" => (code, mock_api::status(code)),
+                _ => match &existing {
+                    Some(run) => (200, run.clone()),
+                    None => (404, mock_api::status(404)),
+                },
+            });
+            let api: Api<Run> = Api::namespaced(client, "team");
+            let got = create(&api, &run, "w-1").await.map_err(|e| match e {
+                kube::Error::Api(s) => s.code,
+                _ => 0,
+            });
+            assert_eq!(got, expected, "{what}");
+            assert_eq!(mock_api::seen(&log)[0].method, "POST", "{what}");
+        }
+        // A run too large is skipped before any request.
+        let mut big = run.clone();
+        big.spec.payload =
+            Some(json!({"x": "x".repeat(flowline_core::limits::MAX_RUN_SPEC_BYTES)}));
+        let (client, log) = mock_api::client(|_| (500, mock_api::status(500)));
+        let got = create(&Api::namespaced(client, "team"), &big, "w-1")
+            .await
+            .unwrap();
+        assert!(matches!(got, Created::Skipped(why) if why.contains("at most 1 MiB")));
+        assert!(mock_api::seen(&log).is_empty());
     }
 }
