@@ -495,3 +495,44 @@ async fn old_events_are_fanned_out_then_deleted_and_an_old_client_id_names_a_new
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["payload"], json!({"n": 5}));
 }
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_fan_out_interrupted_after_its_first_run_completes_without_a_second() {
+    let api = TestApi::start("events-crash").await;
+    let key = api.admin_key.clone();
+    let first = api
+        .workflow(&subscriber("first", "tick", None, "active"))
+        .await;
+    let second = api
+        .workflow(&subscriber("second", "tick", None, "active"))
+        .await;
+    // Posted while no operator runs: accepted and kept pending.
+    let (status, body) = post_event(&api, &key, json!({"name": "tick", "payload": {"n": 3}})).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let events = api.ns.api::<FlowlineEvent>();
+    let event = events.get(&id.replacen("evt_", "evt-", 1)).await.unwrap();
+    assert_eq!(event.phase(), flowline_core::crd::EventPhase::Pending);
+    // What an operator killed right after creating the first workflow's run left.
+    let wf = api
+        .ns
+        .api::<flowline_core::crd::Workflow>()
+        .get(&first)
+        .await
+        .unwrap();
+    let run = flowline_controller::event::run_of(&event, &wf, flowline_core::clock::now_ms());
+    let made = api
+        .ns
+        .api::<flowline_core::crd::Run>()
+        .create(&PostParams::default(), &run)
+        .await
+        .unwrap();
+
+    let (_operator, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let event = fanned_out(&api, &id, FINISH).await;
+    assert_eq!(event["runs"].as_array().unwrap().len(), 2, "{event}");
+    assert_eq!(api.run_ids(&first, "").await, [made.metadata.name.unwrap()]);
+    assert_eq!(api.run_ids(&second, "").await.len(), 1);
+}

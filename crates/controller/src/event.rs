@@ -18,7 +18,7 @@ use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use flowline_core::crd::{EventPhase, EventRef, FlowlineEvent, Run, RunTrigger, Workflow, labels};
 use flowline_core::fanout::{self, Cancel, FanOut};
 use flowline_engine::status_writer::FIELD_MANAGER;
-use flowline_kube::lenient::Lenient;
+use flowline_kube::lenient::{self, Lenient};
 use flowline_telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
 #[derive(Debug, thiserror::Error)]
@@ -196,6 +196,16 @@ async fn reconcile(
         }
         return Ok(wake_at(fanout::expires_at(event, ctx.retention)));
     }
+    // The watch keeps events without their payloads (see `run`): read this one whole.
+    let whole: Api<Lenient<FlowlineEvent>> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(Lenient::Decoded(event)) = whole.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
+    if event.phase() == EventPhase::Done || event.uid() != object.uid() {
+        // Done meanwhile, or replaced: its own watch event brings it back.
+        return Ok(Action::await_change());
+    }
+    let event = &*event;
 
     let workflows: Api<Lenient<Workflow>> = Api::namespaced(ctx.client.clone(), &ns);
     let listed: Vec<Workflow> = workflows
@@ -235,7 +245,7 @@ async fn reconcile(
     if fan.truncated {
         ctx.telemetry
             .event(
-                &**event,
+                event,
                 true,
                 "FanOutTruncated",
                 format!(
@@ -292,7 +302,14 @@ pub async fn run(
         telemetry,
         backoff: Default::default(),
     });
-    Controller::new(events, watcher::Config::default())
+    // The watch keeps no payloads (up to 1 MiB each, for the whole retention): a
+    // pending event is read whole when it is fanned out, a done one needs none.
+    let (store, writer) = kube::runtime::reflector::store();
+    let watch = lenient::compact_watch(events, watcher::Config::default(), drop_payload);
+    let applied = kube::runtime::reflector(writer, watch)
+        .default_backoff()
+        .applied_objects();
+    Controller::for_stream(applied, store)
         .with_config(kube::runtime::controller::Config::default().concurrency(8))
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(
@@ -314,6 +331,11 @@ pub async fn run(
             futures::future::ready(())
         })
         .await;
+}
+
+/// What the controller's watch keeps of an event: everything but its payload.
+fn drop_payload(event: &mut FlowlineEvent) {
+    event.spec.payload = None;
 }
 
 /// How long events are kept (`--event-retention`).
