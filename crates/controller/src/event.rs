@@ -467,7 +467,9 @@ mod tests {
                    "ownerReferences": [{"apiVersion": "flowline.io/v1", "kind": "Workflow",
                                         "name": "w", "uid": owner, "controller": true}]}})
         };
-        let rows: Vec<(&str, u16, Option<Value>, Result<Created, u16>)> = vec![
+        /// What, the POST's answer, the Run holding the name, what `create` returns.
+        type Row<'a> = (&'a str, u16, Option<Value>, Result<Created, u16>);
+        let rows: Vec<Row> = vec![
             ("created", 201, None, Ok(Created::Run(name.clone()))),
             (
                 "made by an earlier try",
