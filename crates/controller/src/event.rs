@@ -33,6 +33,8 @@ use flowline_telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 pub enum ReconcileError {
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
+    #[error("evaluating the filters failed: {0}")]
+    Plan(#[from] tokio::task::JoinError),
 }
 
 pub struct Context {
@@ -215,7 +217,12 @@ async fn reconcile(
         .into_iter()
         .filter_map(|w| w.decoded().map(|w| Workflow::clone(w)))
         .collect();
-    let mut fan: FanOut = fanout::plan(event, &listed);
+    // Filters are evaluated off the async runtime: a thousand of the costliest over a
+    // 1 MiB payload take seconds of CPU, which must not hold up lease renewals.
+    let (mut fan, listed) = {
+        let event = event.clone();
+        tokio::task::spawn_blocking(move || (fanout::plan(&event, &listed), listed)).await?
+    };
     let runs: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
     let mut started = Vec::with_capacity(fan.start.len());
     for &i in &fan.start.clone() {

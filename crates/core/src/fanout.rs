@@ -409,6 +409,16 @@ mod tests {
         let begun = std::time::Instant::now();
         assert_eq!(plan(&ev, &wfs).start, [0]);
         assert!(begun.elapsed() < std::time::Duration::from_secs(2));
+        // The same over a payload of many small members (a walk per comparison).
+        let many: serde_json::Map<String, Value> = (0..40_000)
+            .map(|i| (format!("k{i:05}"), json!(i)))
+            .collect();
+        let ev = event("tick", json!({"blob": many}), "2026-01-01T00:00:00Z");
+        let begun = std::time::Instant::now();
+        assert_eq!(plan(&ev, &wfs).start, [0]);
+        let took = begun.elapsed();
+        eprintln!("hostile filter over 40,000 members: {took:?}");
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
         // Paths outside `event` do not parse as a filter.
         assert!(expr::check_over("trigger.payload.a == 1", &FILTER_ROOTS).is_err());
         assert!(expr::check_over("steps.a.output == 1", &FILTER_ROOTS).is_err());
