@@ -53,6 +53,7 @@ export async function render(main, params) {
       h('dt', {}, 'Finished'), h('dd', {}, time(run.finished_at)),
       h('dt', {}, 'Duration'), h('dd', {}, duration(run.duration_ms)),
       run.retry_of ? [h('dt', {}, 'Retry of'), h('dd', {}, link(`/runs/${run.retry_of}`, run.retry_of))] : null,
+      run.event_id ? [h('dt', {}, 'Event'), h('dd', { id: 'run-event' }, h('code', {}, run.event_id))] : null,
       run.error ? [h('dt', {}, 'Error'), h('dd.error', { id: 'run-error' }, run.error)] : null,
       h('dt', {}, 'Payload'), h('dd', {}, json(run.payload)));
     drawTimeline(timeline, run);
