@@ -107,6 +107,12 @@ async fn events_fan_out_to_matching_active_workflows_only() {
     assert_eq!(event["payload"], json!({"n": 7}));
     let runs: Vec<String> = serde_json::from_value(event["runs"].clone()).unwrap();
     assert_eq!(runs.len(), 2, "{event}");
+    let metrics = crate::support::metrics_text(port).await.unwrap_or_default();
+    assert!(
+        metrics.contains("flowline_events_fanned_out_total 1")
+            && metrics.contains("flowline_event_runs_total{action=\"started\"} 2"),
+        "{metrics}"
+    );
 
     for (workflow, expected) in [
         (&plain, 1),

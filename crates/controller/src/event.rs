@@ -27,7 +27,7 @@ use flowline_core::crd::{EventPhase, EventRef, FlowlineEvent, Run, RunTrigger, W
 use flowline_core::fanout::{self, Cancel, FanOut};
 use flowline_engine::status_writer::FIELD_MANAGER;
 use flowline_kube::lenient::{self, Lenient};
-use flowline_telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
+use flowline_telemetry::engine_metrics::{ActionLabel, ControllerLabel, EngineTelemetry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -242,6 +242,16 @@ async fn reconcile(
     events
         .patch_status(&name, &params, &Patch::Merge(json!({"status": status})))
         .await?;
+    ctx.telemetry.events_fanned_out.inc();
+    for (action, count) in [
+        ("started", status.runs.len()),
+        ("cancelled", status.cancelled.len()),
+    ] {
+        ctx.telemetry
+            .event_runs
+            .get_or_create(&ActionLabel { action })
+            .inc_by(count as u64);
+    }
     tracing::info!(
         event = %event.id(),
         name = %event.spec.name,
