@@ -192,6 +192,26 @@ async fn a_repeated_event_id_answers_the_first_event_and_starts_nothing_more() {
     let res = api.get(&key, "/v1/events?limit=100").await;
     let page: Value = res.json().await.unwrap();
     assert_eq!(page["data"].as_array().unwrap().len(), 2, "{page}");
+
+    // Eight concurrent posts of a new id: one is accepted, the others answer it.
+    let body = json!({"name": "tick", "id": "burst"});
+    let answers =
+        futures::future::join_all((0..8).map(|_| post_event(&api, &key, body.clone()))).await;
+    let accepted: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == 202)
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(accepted.len(), 1, "{answers:?}");
+    let id = accepted[0]["id"].as_str().unwrap();
+    for (status, body) in &answers {
+        assert!(*status == 202 || *status == 200, "{status} {body}");
+        assert_eq!(body["id"], id);
+    }
+    fanned_out(&api, id, FINISH).await;
+    for wf in [&a, &b] {
+        assert_eq!(api.run_ids(wf, "").await.len(), 3, "{wf}");
+    }
 }
 
 #[tokio::test]
