@@ -130,7 +130,8 @@ reference: ## Regenerate docs/reference/workflow.md from the CRD schema and the 
 install-crds: ## Apply crds/ to the cluster (server-side) and wait until Established
 	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) apply --server-side --force-conflicts -f crds/ >/dev/null
 	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) wait --for condition=Established --timeout 60s \
-	  crd/workflows.flowline.io crd/runs.flowline.io crd/webhooks.flowline.io >/dev/null
+	  crd/workflows.flowline.io crd/runs.flowline.io crd/webhooks.flowline.io \
+	  crd/flowlineevents.flowline.io >/dev/null
 
 .PHONY: chart-crds
 chart-crds: ## Copy crds/ into the Helm chart (run after make crds; chart-test fails while they differ)

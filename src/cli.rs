@@ -276,6 +276,11 @@ pub struct ControllerArgs {
     /// Webhook delivery attempts in flight per webhook.
     #[arg(long, default_value = "16", value_parser = clap::value_parser!(u16).range(1..))]
     pub delivery_concurrency: u16,
+    /// How long posted events (`FlowlineEvent` objects) are kept after they were
+    /// received, e.g. `7d`, `36h`, `90m` (from 1 minute to 365 days). An event still
+    /// waiting for its fan-out is never deleted.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = flowline_controller::event::parse_retention)]
+    pub event_retention: flowline_controller::event::Retention,
     /// Multiplies every webhook retry delay (1 in production; tests compress time).
     #[arg(long, default_value = "1", hide = true)]
     pub delivery_time_scale: f64,

@@ -213,6 +213,7 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
             .map(|ns| controller.delivery_settings(ns))
             .collect();
         let workers = client.clone();
+        let event_retention = controller.event_retention;
         // One watch of the Runs per listed namespace (or one for the cluster), shared by
         // the three components that read them; started with the first shard held.
         let run_caches: std::sync::OnceLock<Vec<RunCache>> = std::sync::OnceLock::new();
@@ -236,12 +237,20 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
                         controllers.clone(),
                     ));
                 }
-                // Schedules and deliveries: one process at a time, shard 0's holder.
+                // Schedules, event fan-out and deliveries: one process at a time, shard
+                // 0's holder.
                 if shard == 0 {
                     tokio::spawn(flowline_controller::workflow::run(
                         workers.clone(),
                         namespace,
                         runs.clone(),
+                        telemetry.clone(),
+                        controllers.clone(),
+                    ));
+                    tokio::spawn(flowline_controller::event::run(
+                        workers.clone(),
+                        settings.namespace.clone(),
+                        event_retention,
                         telemetry.clone(),
                         controllers.clone(),
                     ));

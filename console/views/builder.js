@@ -65,6 +65,12 @@ function draw(main, view) {
         h('p', {}, 'Runs start when a signed request reaches ', h('code', { id: 'hook-url' }, url),
           ' (Standard Webhooks signature with the workflow\'s inbound secret, shown once when the trigger is saved). The workflow must be active.'),
         id && canWrite ? h('button.secondary', { type: 'button', onclick: rotateHookSecret }, 'Rotate inbound secret') : null);
+    } else if (t.type === 'event') {
+      fill(triggerExtra,
+        h('div.grid', {},
+          input('trigger.event', 'Event name', t.event, (v) => { t.event = v; }, { placeholder: 'order.created', spellcheck: 'false', class: 'mono' }),
+          input('trigger.filter', 'Filter (optional, over event.payload, event.name, event.id)', t.filter, (v) => { t.filter = v || null; }, { placeholder: 'event.payload.total > 100', spellcheck: 'false', class: 'mono' })),
+        h('p.muted', {}, 'Runs start on each event of this name posted to POST /v1/events whose filter holds, while the workflow is active.'));
     } else {
       fill(triggerExtra, h('p.muted', {}, 'Runs start only when someone starts one (console, API or CLI).'));
     }

@@ -43,6 +43,7 @@ async fn crds_are_installed_and_established() {
         "workflows.flowline.io",
         "runs.flowline.io",
         "webhooks.flowline.io",
+        "flowlineevents.flowline.io",
     ] {
         let crd = api
             .get(name)

@@ -14,6 +14,7 @@ mod containers;
 mod delivery;
 mod durable;
 mod engine;
+mod events;
 mod flow_control;
 mod foundation;
 mod graphs;

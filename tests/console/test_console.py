@@ -350,6 +350,23 @@ class Console(unittest.TestCase):
         self.go(f"/workflows/{wf}", "#hook-url")
         self.assertNotIn(secret, self.driver.page_source, "the inbound secret is shown only once")
 
+    def test_06c_an_event_trigger_takes_its_name_and_filter(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-trigger-type")
+        self.set_value(self.find("#wf-name"), "On orders")
+        Select(self.find("#wf-trigger-type")).select_by_value("event")
+        self.set_value(self.find("#wf-trigger-event"), "order.created")
+        self.set_value(self.find("#wf-trigger-filter"), "event.payload.total > 100")
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        self.go(f"/workflows/{wf}", "#wf-trigger-event")
+        self.assertEqual(self.find("#wf-trigger-event").get_attribute("value"), "order.created")
+        self.assertEqual(
+            self.find("#wf-trigger-filter").get_attribute("value"), "event.payload.total > 100"
+        )
+        self.shot("event-trigger")
+
     def test_07_yaml_view_of_the_manifest(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}", "#steps .step-card")

@@ -191,6 +191,7 @@ leader-election Lease, the step Jobs, and webhook deliveries. */}}
 {{- end }}
 - --step-job-ttl={{ .Values.controller.stepJobTtlSeconds | int }}
 - --public-url={{ include "flowline.publicUrl" . }}
+- --event-retention={{ .Values.controller.eventRetention }}
 - --delivery-concurrency={{ .Values.delivery.concurrency | int }}
 {{- range .Values.delivery.allowCidrs }}
 - --allow-cidr={{ . }}

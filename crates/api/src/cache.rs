@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::plumbing::auth::SECRET_TYPE;
 use crate::plumbing::idempotency;
-use flowline_core::crd::{EventDetail, Run, Webhook, Workflow};
+use flowline_core::crd::{EventDetail, FlowlineEvent, Run, Webhook, Workflow};
 use flowline_kube::lenient::{self, DecodedStore, Lenient};
 use flowline_kube::name_index::{self, SharedNameIndex};
 use flowline_kube::{WatchScope, scoped_api};
@@ -194,11 +194,19 @@ fn summarize_run(run: &mut Run) {
     }
 }
 
+/// The event cache holds everything but payloads (up to 1 MiB each, kept for the
+/// operator's retention): `GET /v1/events/{id}` reads the payload from the API server.
+fn summarize_event(event: &mut FlowlineEvent) {
+    event.spec.payload = None;
+}
+
 #[derive(Clone)]
 pub struct Caches {
     pub workflows: ScopedStore<Workflow>,
     pub runs: ScopedStore<Run>,
     pub webhooks: ScopedStore<Webhook>,
+    /// Inbound events (`/v1/events`), as summaries ([`summarize_event`]).
+    pub events: ScopedStore<FlowlineEvent>,
     pub api_keys: ScopedStore<Secret>,
     /// Inbound secrets of webhook-triggered workflows (type `flowline.io/hook-secret`).
     pub hook_secrets: ScopedStore<Secret>,
@@ -284,6 +292,12 @@ impl Caches {
                 namespace_index,
                 &shutdown,
             ),
+            events: spawn_scoped(
+                per_namespace(&client, &each, &plain),
+                summarize_event,
+                namespace_index,
+                &shutdown,
+            ),
             api_keys: spawn_scoped(
                 per_namespace(&client, &each, &keys_config),
                 whole,
@@ -307,6 +321,7 @@ impl Caches {
                 waiting.workflows.wait_until_ready().await?;
                 waiting.runs.wait_until_ready().await?;
                 waiting.webhooks.wait_until_ready().await?;
+                waiting.events.wait_until_ready().await?;
                 waiting.api_keys.wait_until_ready().await?;
                 waiting.hook_secrets.wait_until_ready().await?;
                 waiting.namespaces.wait_until_ready().await
@@ -340,6 +355,7 @@ impl Caches {
         workflows: Vec<Workflow>,
         runs: Vec<Run>,
         webhooks: Vec<Webhook>,
+        events: Vec<FlowlineEvent>,
         secrets: Vec<Secret>,
         namespaces: Vec<PartialObjectMeta<Namespace>>,
     ) -> Caches {
@@ -376,6 +392,7 @@ impl Caches {
                 SharedNameIndex::new(name_index::by_workflow),
             ),
             webhooks: listed(webhooks, whole, namespace_index()),
+            events: listed(events, summarize_event, namespace_index()),
             api_keys: listed(api_keys, whole, namespace_index()),
             hook_secrets: listed(hook_secrets, whole, namespace_index()),
             namespaces: listed(namespaces, whole, namespace_index()),

@@ -1,11 +1,12 @@
 //! The `/v1` REST facade: reads from watch caches, writes to the API server.
-//! One folder per resource (`workflows`, `runs`, `webhooks`, `keys`, `hooks`), each with
+//! One folder per resource (`workflows`, `runs`, `webhooks`, `events`, `keys`, `hooks`), each with
 //! its router and handlers (`mod.rs`), its request bodies and their rules (`input.rs`)
 //! and its answers (`views.rs`); the HTTP parts they share are in `plumbing`. The
 //! routers are merged here behind authentication and rate limits.
 
 pub mod cache;
 pub mod callbacks;
+pub mod events;
 pub mod hooks;
 pub mod keys;
 pub mod openapi;
@@ -36,6 +37,7 @@ pub(crate) fn declared() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
         .merge(workflows::router())
         .merge(runs::router())
         .merge(webhooks::router())
+        .merge(events::router())
         .merge(keys::router());
     (keyed, hooks::router().merge(callbacks::router()))
 }

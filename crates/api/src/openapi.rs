@@ -69,6 +69,7 @@ pub struct RunListQuery {
         (name = "workflows", description = "Stored automations: a trigger and ordered steps"),
         (name = "runs", description = "Executions of a workflow, with their steps"),
         (name = "webhooks", description = "Event subscriptions and their delivery attempts"),
+        (name = "events", description = "Events posted to the account, and the runs they started"),
         (name = "api-keys", description = "Keys of this account (admin scope)"),
         (name = "hooks", description = "Inbound, signed requests that start runs (no API key)"),
     ),
@@ -394,6 +395,7 @@ mod tests {
             ApiError::NotFound(Missing::ApiKey),
             ApiError::NotFound(Missing::Delivery),
             ApiError::NotFound(Missing::Logs),
+            ApiError::NotFound(Missing::Event),
             ApiError::RouteNotFound,
             ApiError::MethodNotAllowed,
             ApiError::WorkflowActive,
@@ -439,7 +441,7 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let ops: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!((paths.len(), ops), (19, 26));
+        assert_eq!((paths.len(), ops), (21, 29));
         let hook = &doc["paths"]["/v1/hooks/{workflow_id}"]["post"];
         assert_eq!(hook["security"], json!([{}]), "hooks take no API key");
         let callback = &doc["paths"]["/v1/callbacks/{token}"]["post"];

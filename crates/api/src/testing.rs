@@ -21,7 +21,7 @@ use crate::cache::Caches;
 use crate::plumbing::auth::{SECRET_TYPE, hash_key};
 use crate::plumbing::ratelimit::{PLAN_ANNOTATION, Plan, PlanDefaults, RPM_ANNOTATION};
 use crate::state::{ApiConfig, ApiState};
-use flowline_core::crd::{Run, Webhook, Workflow};
+use flowline_core::crd::{FlowlineEvent, Run, Webhook, Workflow};
 use flowline_kube::mock_api::{self, Log, Seen};
 
 /// The account the keys below belong to.
@@ -58,6 +58,7 @@ pub struct World {
     workflows: Vec<Workflow>,
     runs: Vec<Run>,
     webhooks: Vec<Webhook>,
+    events: Vec<FlowlineEvent>,
     secrets: Vec<Secret>,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     config: ApiConfig,
@@ -73,6 +74,7 @@ impl Default for World {
             workflows: Vec::new(),
             runs: Vec::new(),
             webhooks: Vec::new(),
+            events: Vec::new(),
             secrets: KEYS
                 .iter()
                 .map(|(ns, id, token, scopes)| key_secret(ns, id, token, scopes))
@@ -107,6 +109,11 @@ impl World {
 
     pub fn webhook(mut self, hook: Webhook) -> Self {
         self.webhooks.push(hook);
+        self
+    }
+
+    pub fn event(mut self, event: FlowlineEvent) -> Self {
+        self.events.push(event);
         self
     }
 
@@ -157,6 +164,7 @@ impl World {
             self.workflows,
             self.runs,
             self.webhooks,
+            self.events,
             self.secrets,
             namespaces,
         );

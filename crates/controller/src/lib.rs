@@ -2,6 +2,7 @@
 //! (unit-tested with fixtures) and a thin layer that applies them.
 
 pub mod backoff;
+pub mod event;
 pub mod leader;
 pub mod queue;
 pub mod run;

@@ -605,7 +605,8 @@ async fn act(
             }
         }
         Need::MarkCancelled => {
-            end_without_executing(ctx, &run, workflow, RunPhase::Cancelled, None).await;
+            let reason = (run.spec.cancel_reason.clone()).map(flowline_core::limits::cap_error);
+            end_without_executing(ctx, &run, workflow, RunPhase::Cancelled, reason).await;
         }
         Need::Fail(error) => {
             tracing::info!(run = %run.name_any(), %error, "run cannot execute");

@@ -10,6 +10,7 @@ pub mod crd;
 pub mod cron;
 pub mod delivery;
 pub mod engine;
+pub mod fanout;
 pub mod ids;
 pub mod leader;
 pub mod limits;

@@ -130,17 +130,42 @@ fn context(
             );
         }
     }
+    let mut trigger = json!({
+        "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
+        "headers": run.spec.headers.clone().unwrap_or_default(),
+    });
+    if let Some(event) = &run.spec.event {
+        trigger["event"] = json!({"id": event.id, "name": event.name});
+    }
     json!({
-        "trigger": {
-            "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
-            "headers": run.spec.headers.clone().unwrap_or_default(),
-        },
+        "trigger": trigger,
         "run": {"id": run.name_any()},
         "workflow": {"id": run.spec.workflow_ref, "name": wf.name},
         "steps": steps,
         "secrets": {},
         "callbacks": callbacks,
     })
+}
+
+/// Why a cancelled run was cancelled (`spec.cancelReason`, set with `spec.cancel` by an
+/// event's `cancelOn`), read afresh: the run this execution started with predates the
+/// cancel. A failed read is logged and leaves the error unset, as for a cancel without a
+/// reason; the cancel itself stands either way.
+async fn cancel_reason(api: &Api<Run>, run: &Run) -> Option<String> {
+    let fresh = match api.get_opt(&run.name_any()).await {
+        Ok(fresh) => fresh,
+        Err(err) => {
+            tracing::warn!(run = %run.name_any(), error = %err, "cannot read why the run was cancelled");
+            None
+        }
+    };
+    fresh
+        .as_ref()
+        .unwrap_or(run)
+        .spec
+        .cancel_reason
+        .clone()
+        .map(flowline_core::limits::cap_error)
 }
 
 /// The output of a run whose steps all ended well: the workflow version's `output`
@@ -297,6 +322,7 @@ async fn execute_steps(
     flowline_core::engine::events::record(&mut status, EventKind::RunStarted, &run, &wf.name);
     // Fenced (another execution wrote the status): stop as a cancel does; the final
     // write is then skipped.
+    let reason_reader = api.clone();
     let writer = StatusWriter::start(api, &run, RunStatus::default(), &cancel);
     writer.update(&status);
 
@@ -360,6 +386,10 @@ async fn execute_steps(
             status.output_truncated = truncated;
             (RunPhase::Succeeded, end.error)
         }
+        (RunPhase::Cancelled, _) => (
+            RunPhase::Cancelled,
+            cancel_reason(&reason_reader, run).await.or(end.error),
+        ),
         _ => (end.phase, end.error),
     };
     finish(&mut status, phase, error, end.unfinished_steps);

@@ -67,6 +67,11 @@ pub struct EngineTelemetry {
     /// Runs waiting for a concurrency slot, as the leader's cache shows them (0 on
     /// followers, which run no controller).
     pub runs_queued: Gauge,
+    /// Posted events whose fan-out was recorded.
+    pub events_fanned_out: Counter,
+    /// Runs posted events started (`action="started"`) and cancelled
+    /// (`action="cancelled"`).
+    pub event_runs: Family<ActionLabel, Counter>,
     recorder: Option<Recorder>,
 }
 
@@ -81,6 +86,8 @@ impl EngineTelemetry {
             reconcile_duration: Family::new_with_constructor(step_histogram),
             runs_in_progress: Gauge::default(),
             runs_queued: Gauge::default(),
+            events_fanned_out: Counter::default(),
+            event_runs: Family::default(),
             recorder: client.map(recorder),
         };
         metrics.with_registry(|r| {
@@ -113,6 +120,16 @@ impl EngineTelemetry {
                 "runs_queued",
                 "Runs waiting for a slot of their workflow's concurrency limit",
                 telemetry.runs_queued.clone(),
+            );
+            r.register(
+                "events_fanned_out",
+                "Posted events whose fan-out was recorded",
+                telemetry.events_fanned_out.clone(),
+            );
+            r.register(
+                "event_runs",
+                "Runs posted events started or cancelled, by action",
+                telemetry.event_runs.clone(),
             );
         });
         telemetry

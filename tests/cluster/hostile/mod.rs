@@ -5,6 +5,7 @@
 mod callbacks;
 mod calls;
 mod egress;
+mod events;
 mod nesting;
 mod ratelimit;
 mod secrets;

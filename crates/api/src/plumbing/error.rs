@@ -43,6 +43,7 @@ pub enum ErrorCode {
     ApiKeyNotFound,
     DeliveryNotFound,
     LogsNotFound,
+    EventNotFound,
     EventExpired,
     NotFound,
     MethodNotAllowed,
@@ -81,6 +82,8 @@ pub enum Missing {
     Delivery,
     /// A step attempt's log: it never ran in a pod, or its pod is gone.
     Logs,
+    /// An inbound event (`/v1/events/{id}`).
+    Event,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +161,7 @@ fn missing_message(m: Missing) -> &'static str {
         Missing::Webhook => "no webhook exists with this id",
         Missing::ApiKey => "no API key exists with this id",
         Missing::Delivery => "no delivery exists with this id",
+        Missing::Event => "no event exists with this id",
         Missing::Logs => {
             "no log is kept for this step attempt: it did not run in a pod, or its pod is gone"
         }
@@ -236,6 +240,7 @@ impl ApiError {
             ApiError::NotFound(Missing::ApiKey) => ErrorCode::ApiKeyNotFound,
             ApiError::NotFound(Missing::Delivery) => ErrorCode::DeliveryNotFound,
             ApiError::NotFound(Missing::Logs) => ErrorCode::LogsNotFound,
+            ApiError::NotFound(Missing::Event) => ErrorCode::EventNotFound,
             ApiError::RouteNotFound => ErrorCode::NotFound,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::WorkflowActive => ErrorCode::WorkflowActive,

@@ -124,6 +124,8 @@ pub struct RunView {
     pub payload: Value,
     /// Whether cancellation was requested (`spec.cancel`).
     pub cancel_requested: bool,
+    /// The event that started the run (`trigger: event`), else `null`.
+    pub event_id: Option<String>,
     /// The workflow version (its `metadata.generation`) this run executes: the steps
     /// and settings it had when the run was created; later edits do not change it.
     pub workflow_generation: Option<i64>,
@@ -171,6 +173,7 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
         trigger: run.spec.trigger,
         payload: run.spec.payload.clone().unwrap_or_else(|| json!({})),
         cancel_requested: run.spec.cancel,
+        event_id: run.spec.event.as_ref().map(|e| e.id.clone()),
         workflow_generation: run.workflow_generation(),
         idempotency_key: run.spec.idempotency_key.clone(),
         retry_of: run.spec.retry_of.clone(),

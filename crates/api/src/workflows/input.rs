@@ -15,9 +15,9 @@ use crate::plumbing::validation::{
 };
 use crate::state::ApiConfig;
 use flowline_core::crd::{
-    Action, Concurrency, ConcurrencyPolicy, Executor, MAX_CONCURRENCY_KEY, MAX_CONCURRENCY_LIMIT,
-    MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM, MAX_RUN_TIMEOUT_MS, MAX_STEPS,
-    RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
+    Action, CancelOn, Concurrency, ConcurrencyPolicy, Executor, MAX_CONCURRENCY_KEY,
+    MAX_CONCURRENCY_LIMIT, MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM,
+    MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
 };
 use flowline_core::cron::Schedule;
 
@@ -75,6 +75,17 @@ pub struct TriggerInput {
     pub cron: Option<String>,
     /// IANA time zone, e.g. `Europe/Paris`; only for `schedule` (default `UTC`).
     pub timezone: Option<String>,
+    /// The event name that starts runs; required for `event`, refused otherwise.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[a-z0-9][a-z0-9._-]{0,127}$"
+    )]
+    pub event: Option<String>,
+    /// Expression over `event.payload`, `event.name` and `event.id` (the language of a
+    /// step's `when`); a run starts only when it holds. Only for `event`.
+    #[schema(max_length = 1000)]
+    pub filter: Option<String>,
 }
 
 /// Body of `PATCH /v1/workflows/{id}`: at least one of these fields; each given field
@@ -128,6 +139,38 @@ pub struct WorkflowPatchBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<Value>)]
     pub output: Option<Option<Value>>,
+    /// Events that cancel this workflow's unfinished runs (at most 10), each
+    /// `{"event": "<name>", "match": "<expression over event.* and trigger.*>"}`;
+    /// replaced whole; `null` or `[]` removes them.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<Vec<CancelOnInput>>, max_items = 10)]
+    pub cancel_on: Option<Option<Vec<CancelOnInput>>>,
+}
+
+/// An entry of `cancel_on`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelOnInput {
+    /// The event name.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[a-z0-9][a-z0-9._-]{0,127}$"
+    )]
+    pub event: String,
+    /// Expression over `event.*` and the run's `trigger.*`; absent: every unfinished run.
+    #[serde(rename = "match")]
+    #[schema(max_length = 1000)]
+    pub match_: Option<String>,
+}
+
+impl CancelOnInput {
+    fn to_cancel_on(&self) -> CancelOn {
+        CancelOn {
+            event: self.event.clone(),
+            match_: self.match_.clone(),
+        }
+    }
 }
 
 /// A step as written in `PATCH /v1/workflows/{id}`.
@@ -270,6 +313,8 @@ pub struct WorkflowPatch {
     pub parallelism: Option<Option<u32>>,
     /// `Some(None)` removes the output.
     pub output: Option<Option<Value>>,
+    /// `Some(vec![])` removes the entries.
+    pub cancel_on: Option<Vec<CancelOn>>,
 }
 
 impl Validate for WorkflowPatchBody {
@@ -279,7 +324,7 @@ impl Validate for WorkflowPatchBody {
             p.add(
                 "body",
                 "give at least one of: name, description, state, trigger, executor, steps, \
-                 timeout_ms, concurrency, parallelism, output",
+                 timeout_ms, concurrency, parallelism, output, cancel_on",
             );
             return p.finish();
         }
@@ -317,6 +362,13 @@ impl Validate for WorkflowPatchBody {
         if let Some(Some(c)) = &self.concurrency {
             c.check(&mut p);
         }
+        if let Some(Some(entries)) = &self.cancel_on {
+            let entries: Vec<CancelOn> = entries.iter().map(CancelOnInput::to_cancel_on).collect();
+            // The engine's own check, the one the workflow controller runs.
+            for problem in flowline_core::engine::spec_check::cancel_on(&entries) {
+                p.add(problem.path, problem.message);
+            }
+        }
         p.finish()
     }
 }
@@ -334,6 +386,7 @@ impl WorkflowPatchBody {
             && self.concurrency.is_none()
             && self.parallelism.is_none()
             && self.output.is_none()
+            && self.cancel_on.is_none()
     }
 
     /// The patch in the custom resource's types (the defaults of a step's `retry`
@@ -356,12 +409,36 @@ impl WorkflowPatchBody {
             timeout_ms: self.timeout_ms,
             parallelism: self.parallelism,
             output: self.output,
+            cancel_on: self.cancel_on.as_ref().map(|c| {
+                c.iter()
+                    .flatten()
+                    .map(CancelOnInput::to_cancel_on)
+                    .collect()
+            }),
         }
     }
 }
 
 impl TriggerInput {
     fn check(&self, p: &mut Problems) {
+        if self.type_ != TriggerType::Event {
+            for (extra, given) in [
+                ("event", self.event.is_some()),
+                ("filter", self.filter.is_some()),
+            ] {
+                if given {
+                    p.add(
+                        format!("trigger.{extra}"),
+                        "is only allowed when trigger.type is event",
+                    );
+                }
+            }
+        } else {
+            // The engine's own check, the one the workflow controller runs.
+            for problem in flowline_core::engine::spec_check::trigger(&self.to_trigger()) {
+                p.add(problem.path, problem.message);
+            }
+        }
         if self.type_ != TriggerType::Schedule {
             for (extra, given) in [
                 ("cron", self.cron.is_some()),
@@ -402,16 +479,21 @@ impl TriggerInput {
 
     fn to_trigger(&self) -> Trigger {
         if self.type_ != TriggerType::Schedule {
+            let event = self.type_ == TriggerType::Event;
             return Trigger {
                 type_: self.type_,
                 cron: None,
                 timezone: None,
+                event: self.event.clone().filter(|_| event),
+                filter: self.filter.clone().filter(|_| event),
             };
         }
         Trigger {
             type_: TriggerType::Schedule,
             cron: self.cron.as_deref().map(|c| c.trim().to_string()),
             timezone: self.timezone.clone(),
+            event: None,
+            filter: None,
         }
     }
 }

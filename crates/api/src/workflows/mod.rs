@@ -139,6 +139,7 @@ async fn create(
             concurrency: None,
             parallelism: None,
             output: body.output,
+            cancel_on: Vec::new(),
         },
     );
     wf.metadata.annotations = Some(creation_annotations(now_ms()));
@@ -197,7 +198,8 @@ async fn update(
         // Explicit nulls: a merge patch would otherwise keep a stale cron.
         spec.insert(
             "trigger".into(),
-            json!({"type": t.type_, "cron": t.cron, "timezone": t.timezone}),
+            json!({"type": t.type_, "cron": t.cron, "timezone": t.timezone,
+                   "event": t.event, "filter": t.filter}),
         );
     }
     if let Some(e) = patch.executor {
@@ -226,6 +228,11 @@ async fn update(
             "output".into(),
             replacing(stored.spec.output.as_ref(), output.as_ref()),
         );
+    }
+    if let Some(entries) = patch.cancel_on {
+        // Replaced whole (a merge patch replaces lists); none: removed.
+        let entries = (!entries.is_empty()).then_some(entries);
+        spec.insert("cancelOn".into(), json!(entries));
     }
     let body = json!({
         "metadata": {"annotations": {UPDATED_AT_ANNOTATION: format_ts(now_ms())}},

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use crate::plumbing::time::ApiTime;
 use flowline_core::crd::timestamps::{created_at, updated_at};
 use flowline_core::crd::{
-    Action, ConcurrencyPolicy, Executor, TriggerType, Workflow, WorkflowState,
+    Action, CancelOn, ConcurrencyPolicy, Executor, TriggerType, Workflow, WorkflowState,
 };
 
 /// Workflow list item.
@@ -45,6 +45,13 @@ pub struct TriggerView {
     pub cron: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// `event` only: the event name that starts runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// `event` only: the filter expression, `null` for none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub filter: Option<Option<String>>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -106,6 +113,8 @@ pub struct WorkflowView {
     /// rendered when a run succeeds (the run's `output`); `null` for none.
     #[schema(value_type = Option<Value>)]
     pub output: Option<Value>,
+    /// Events that cancel this workflow's unfinished runs (empty: none).
+    pub cancel_on: Vec<CancelOn>,
     #[schema(value_type = String, format = DateTime)]
     pub created_at: ApiTime,
     #[schema(value_type = String, format = DateTime)]
@@ -120,6 +129,15 @@ impl From<&Workflow> for WorkflowView {
                 type_: spec.trigger.type_,
                 cron: None,
                 timezone: None,
+                event: None,
+                filter: None,
+            },
+            TriggerType::Event => TriggerView {
+                type_: TriggerType::Event,
+                cron: None,
+                timezone: None,
+                event: spec.trigger.event.clone(),
+                filter: Some(spec.trigger.filter.clone()),
             },
             TriggerType::Schedule => TriggerView {
                 type_: TriggerType::Schedule,
@@ -130,6 +148,8 @@ impl From<&Workflow> for WorkflowView {
                         .clone()
                         .unwrap_or_else(|| "UTC".into()),
                 ),
+                event: None,
+                filter: None,
             },
         };
         let steps = spec
@@ -168,6 +188,7 @@ impl From<&Workflow> for WorkflowView {
             }),
             parallelism: spec.parallelism,
             output: spec.output.clone(),
+            cancel_on: spec.cancel_on.clone(),
             created_at: ApiTime(created_at(&wf.metadata)),
             updated_at: ApiTime(updated_at(&wf.metadata)),
         }

@@ -5,6 +5,7 @@
 //! before any controller sees them.
 
 mod common;
+mod event;
 mod run;
 pub mod timestamps;
 mod webhook;
@@ -12,6 +13,11 @@ mod workflow;
 
 pub use common::{
     Condition, ConditionStatus, EventKind, PendingEvent, schemaless_object, set_condition,
+};
+pub use event::{
+    CancelOn, EVENT_NAME_RULE, EventPhase, EventRef, FlowlineEvent, FlowlineEventSpec,
+    FlowlineEventStatus, MAX_CANCEL_ON, event_id, object_name as event_object_name,
+    valid_event_name,
 };
 pub use run::{
     ApprovalDecision, CallbackReceived, CallbackToken, EventDetail, IterationRecord, ParentRef,
@@ -49,10 +55,15 @@ pub mod labels {
 
 /// Every CRD Flowline owns, in the order they are installed.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![Workflow::crd(), Run::crd(), Webhook::crd()]
-        .into_iter()
-        .map(with_kubernetes_formats)
-        .collect()
+    vec![
+        Workflow::crd(),
+        Run::crd(),
+        Webhook::crd(),
+        FlowlineEvent::crd(),
+    ]
+    .into_iter()
+    .map(with_kubernetes_formats)
+    .collect()
 }
 
 /// schemars writes Rust's unsigned formats (`uint32`, …), which the API server does

@@ -60,6 +60,10 @@ pub struct RunSpec {
     /// Set to true to cancel the run: in-flight work stops, completed steps stay.
     #[serde(default)]
     pub cancel: bool,
+    /// Why the run was cancelled, shown as its error (an event's `cancelOn` sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub cancel_reason: Option<String>,
     /// The workflow version this run executes: its steps and settings as they were
     /// when the run was created, so later edits of the Workflow never change a run in
     /// flight. Filled in by Flowline (the API and schedules at creation; the run
@@ -102,6 +106,9 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub callbacks: Vec<CallbackReceived>,
+    /// The event that started the run (`trigger: event`), as `trigger.event` in templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<super::EventRef>,
 }
 
 /// A body a `callback` step received.
@@ -259,6 +266,8 @@ pub enum RunTrigger {
     Webhook,
     /// A `workflow` step of another run (`spec.parent`).
     Workflow,
+    /// An event posted to `POST /v1/events` (`spec.event` names it).
+    Event,
 }
 
 /// Status of a run. A run without status has been accepted and is `running`

@@ -96,6 +96,12 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::common::any_value")]
     pub output: Option<serde_json::Value>,
+    /// Events that cancel this workflow's unfinished runs (at most 10): a posted event
+    /// of an entry's name cancels each run for which the entry's `match` holds, with the
+    /// error `cancelled by event <id>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub cancel_on: Vec<super::CancelOn>,
 }
 
 /// Steps of one run executing at once in a graph workflow, by default.
@@ -212,11 +218,14 @@ impl WorkflowState {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.type == 'schedule' ? has(self.cron) : !has(self.cron)").message("trigger.cron is required when trigger.type is schedule, and not allowed otherwise"))]
 #[x_kube(validation = Rule::new("self.type == 'schedule' || !has(self.timezone)").message("trigger.timezone is only allowed when trigger.type is schedule"))]
+#[x_kube(validation = Rule::new("self.type == 'event' ? has(self.event) : !has(self.event)").message("trigger.event is required when trigger.type is event, and not allowed otherwise"))]
+#[x_kube(validation = Rule::new("self.type == 'event' || !has(self.filter)").message("trigger.filter is only allowed when trigger.type is event"))]
 pub struct Trigger {
     /// `manual` (runs start only through the API or by creating a Run),
-    /// `schedule` (runs also start at each cron tick while the workflow is active) or
+    /// `schedule` (runs also start at each cron tick while the workflow is active),
     /// `webhook` (runs also start on each signed `POST /v1/hooks/{id}` while the
-    /// workflow is active; the secret is in the Secret `<name>-hook`).
+    /// workflow is active; the secret is in the Secret `<name>-hook`) or `event` (runs
+    /// also start on each posted event named `event` while the workflow is active).
     #[serde(rename = "type")]
     pub type_: TriggerType,
     /// Standard 5-field cron expression, e.g. `*/5 * * * *`. Required for `schedule`.
@@ -227,6 +236,15 @@ pub struct Trigger {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]
     pub timezone: Option<String>,
+    /// The event name that starts runs; required for `event`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub event: Option<String>,
+    /// Expression over `event.payload`, `event.name` and `event.id` (the language of a
+    /// step's `when`); a run starts only when it holds. Only for `event`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub filter: Option<String>,
 }
 
 impl Default for Trigger {
@@ -235,6 +253,8 @@ impl Default for Trigger {
             type_: TriggerType::Manual,
             cron: None,
             timezone: None,
+            event: None,
+            filter: None,
         }
     }
 }
@@ -249,6 +269,8 @@ pub enum TriggerType {
     Manual,
     Schedule,
     Webhook,
+    /// Runs also start on each `POST /v1/events` of the named event (see `event`).
+    Event,
 }
 
 /// Where a workflow's steps execute: `inline` (built-in actions run as tasks inside the

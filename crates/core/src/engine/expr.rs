@@ -76,7 +76,13 @@ pub enum ExprError {
 
 /// Evaluates a `when` expression to a boolean, using truthiness for a bare value.
 pub fn evaluate(expr: &str, ctx: &Value) -> Result<bool, ExprError> {
-    Ok(truthy(eval(&parse(expr)?, ctx)?.as_ref()))
+    evaluate_over(expr, ctx, &ROOTS)
+}
+
+/// [`evaluate`] for an expression whose paths start with one of `roots` instead of the
+/// step context's (an event trigger's `filter` reads `event.*`).
+pub fn evaluate_over(expr: &str, ctx: &Value, roots: &[&str]) -> Result<bool, ExprError> {
+    Ok(truthy(eval(&parse(expr, roots)?, ctx)?.as_ref()))
 }
 
 /// Parses `expr` as [`evaluate`] does, without evaluating it: an error here fails every
@@ -84,10 +90,15 @@ pub fn evaluate(expr: &str, ctx: &Value) -> Result<bool, ExprError> {
 /// run, `engine::spec_check`). What remains for evaluation is data: missing or truncated
 /// paths and comparisons of mismatched types.
 pub fn check(expr: &str) -> Result<(), ExprError> {
-    parse(expr).map(drop)
+    check_over(expr, &ROOTS)
 }
 
-fn parse(expr: &str) -> Result<Node, ExprError> {
+/// [`check`] for an expression over `roots` (see [`evaluate_over`]).
+pub fn check_over(expr: &str, roots: &[&str]) -> Result<(), ExprError> {
+    parse(expr, roots).map(drop)
+}
+
+fn parse(expr: &str, roots: &[&str]) -> Result<Node, ExprError> {
     let len = expr.chars().count();
     if len > MAX_LEN {
         return Err(ExprError::TooLong {
@@ -97,7 +108,7 @@ fn parse(expr: &str) -> Result<Node, ExprError> {
     }
     let chars: Vec<char> = expr.chars().collect();
     let mut parser = Parser {
-        tokens: tokenize(&chars)?.into_iter().peekable(),
+        tokens: tokenize(&chars, roots)?.into_iter().peekable(),
         end: chars.len(),
         depth: 0,
     };
@@ -119,7 +130,7 @@ pub fn paths(expr: &str) -> Vec<String> {
         return Vec::new();
     }
     let chars: Vec<char> = expr.chars().collect();
-    tokenize(&chars)
+    tokenize(&chars, &ROOTS)
         .unwrap_or_default()
         .into_iter()
         .filter_map(|token| match token.kind {
@@ -191,7 +202,7 @@ struct Token {
     position: usize,
 }
 
-fn tokenize(chars: &[char]) -> Result<Vec<Token>, ExprError> {
+fn tokenize(chars: &[char], roots: &[&str]) -> Result<Vec<Token>, ExprError> {
     let mut tokens = Vec::new();
     let mut i = 0;
     while let Some(&c) = chars.get(i) {
@@ -221,7 +232,7 @@ fn tokenize(chars: &[char]) -> Result<Vec<Token>, ExprError> {
                 (Kind::Literal(Value::String(text)), len)
             }
             ('{', Some('{')) => {
-                let (path, len) = braced_path(&chars[i..], position)?;
+                let (path, len) = braced_path(&chars[i..], position, roots)?;
                 (Kind::Path(path), len)
             }
             ('-', _) | ('0'..='9', _) => {
@@ -230,7 +241,7 @@ fn tokenize(chars: &[char]) -> Result<Vec<Token>, ExprError> {
             }
             (c, _) if is_word_start(c) => {
                 let len = word_len(&chars[i..]);
-                (word(&chars[i..i + len], position)?, len)
+                (word(&chars[i..i + len], position, roots)?, len)
             }
             (c, _) => return Err(syntax(format!("unexpected character '{c}'"), position)),
         };
@@ -251,30 +262,32 @@ fn word_len(chars: &[char]) -> usize {
         .count()
 }
 
-fn word(chars: &[char], position: usize) -> Result<Kind, ExprError> {
+fn word(chars: &[char], position: usize, roots: &[&str]) -> Result<Kind, ExprError> {
     let text: String = chars.iter().collect();
     Ok(match text.as_str() {
         "true" => Kind::Literal(Value::Bool(true)),
         "false" => Kind::Literal(Value::Bool(false)),
         "null" => Kind::Literal(Value::Null),
-        _ => Kind::Path(checked_path(text, position)?),
+        _ => Kind::Path(checked_path(text, position, roots)?),
     })
 }
 
 /// Checks path syntax and root up front, so that evaluation only fails on absent data.
-fn checked_path(path: String, position: usize) -> Result<String, ExprError> {
+fn checked_path(path: String, position: usize, roots: &[&str]) -> Result<String, ExprError> {
     if path.split('.').any(str::is_empty) {
         return Err(syntax(format!("invalid path '{path}'"), position));
     }
     if !path
         .split('.')
         .next()
-        .is_some_and(|root| ROOTS.contains(&root))
+        .is_some_and(|root| roots.contains(&root))
     {
-        let message = format!(
-            "unknown name '{path}' (paths start with trigger, steps, run, workflow or secrets; \
-             quote strings)"
-        );
+        let listed = match roots {
+            [] => String::new(),
+            [one] => (*one).to_string(),
+            [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+        };
+        let message = format!("unknown name '{path}' (paths start with {listed}; quote strings)");
         return Err(syntax(message, position));
     }
     Ok(path)
@@ -308,7 +321,11 @@ fn string(chars: &[char], position: usize) -> Result<(String, usize), ExprError>
 }
 
 /// `{{ path }}`, accepted so a condition can be written like a template.
-fn braced_path(chars: &[char], position: usize) -> Result<(String, usize), ExprError> {
+fn braced_path(
+    chars: &[char],
+    position: usize,
+    roots: &[&str],
+) -> Result<(String, usize), ExprError> {
     let skip_space = |from: usize| {
         from + chars[from.min(chars.len())..]
             .iter()
@@ -323,7 +340,11 @@ fn braced_path(chars: &[char], position: usize) -> Result<(String, usize), ExprE
     if len == 0 {
         return Err(syntax("expected a path inside '{{ }}'", position + start));
     }
-    let path = checked_path(chars[start..start + len].iter().collect(), position + start)?;
+    let path = checked_path(
+        chars[start..start + len].iter().collect(),
+        position + start,
+        roots,
+    )?;
     let end = skip_space(start + len);
     if chars.get(end..end + 2) != Some(&['}', '}'][..]) {
         return Err(syntax("expected '}}' to close '{{'", position + end));
@@ -499,7 +520,7 @@ fn eval<'a>(node: &'a Node, ctx: &'a Value) -> Result<Cow<'a, Value>, ExprError>
     Ok(match node {
         Node::Literal(value) => Cow::Borrowed(value),
         Node::Path { path, position } => {
-            Cow::Borrowed(template::lookup(ctx, path).map_err(|e| path_error(e, *position))?)
+            Cow::Borrowed(template::resolve(ctx, path).map_err(|e| path_error(e, *position))?)
         }
         Node::Not(inner) => boolean(!truthy(eval(inner, ctx)?.as_ref())),
         Node::And(items) => {

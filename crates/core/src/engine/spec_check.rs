@@ -39,7 +39,7 @@ use super::expr;
 use super::graph::{self, Graph};
 use super::template;
 use super::waiting::MAX_WAIT_MS;
-use crate::crd::{Action, Step, WorkflowSpec};
+use crate::crd::{Action, Step, Trigger, TriggerType, WorkflowSpec};
 use serde_json::Value;
 
 /// One problem, on the field it is about: `steps[2].when`, `steps[1].with.url`,
@@ -58,7 +58,8 @@ impl fmt::Display for Problem {
 
 /// Every problem of a workflow's spec, in the order of the spec.
 pub fn workflow(spec: &WorkflowSpec) -> Vec<Problem> {
-    let mut problems = steps(&spec.steps);
+    let mut problems = trigger(&spec.trigger);
+    problems.extend(steps(&spec.steps));
     if let Some(key) = spec.concurrency.as_ref().and_then(|c| c.key.as_deref())
         && let Err(message) = concurrency_key::check(key)
     {
@@ -69,6 +70,68 @@ pub fn workflow(spec: &WorkflowSpec) -> Vec<Problem> {
     }
     if let Some(value) = &spec.output {
         problems.extend(output(value, &spec.steps));
+    }
+    problems.extend(cancel_on(&spec.cancel_on));
+    problems
+}
+
+/// Every problem of a workflow's `cancelOn`: more than [`crate::crd::MAX_CANCEL_ON`]
+/// entries, an entry's `event` that is not an event name, a `match` that does not parse
+/// over `event.*` and `trigger.*` ([`crate::fanout::MATCH_ROOTS`]).
+pub fn cancel_on(entries: &[crate::crd::CancelOn]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if entries.len() > crate::crd::MAX_CANCEL_ON {
+        problems.push(Problem {
+            path: "cancel_on".into(),
+            message: format!("at most {} entries", crate::crd::MAX_CANCEL_ON),
+        });
+    }
+    for (i, entry) in entries.iter().enumerate() {
+        if !crate::crd::valid_event_name(&entry.event) {
+            problems.push(Problem {
+                path: format!("cancel_on[{i}].event"),
+                message: crate::crd::EVENT_NAME_RULE.into(),
+            });
+        }
+        if let Some(m) = entry.match_.as_deref()
+            && let Err(e) = expr::check_over(m, &crate::fanout::MATCH_ROOTS)
+        {
+            problems.push(Problem {
+                path: format!("cancel_on[{i}].match"),
+                message: e.to_string(),
+            });
+        }
+    }
+    problems
+}
+
+/// Every problem of an event trigger: an `event` that is not an event name, a `filter`
+/// that does not parse as an expression over `event.*` ([`crate::fanout::FILTER_ROOTS`]).
+/// Other triggers have none here (their fields are checked by the CRD's rules and the
+/// API's input).
+pub fn trigger(trigger: &Trigger) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if trigger.type_ != TriggerType::Event {
+        return problems;
+    }
+    match trigger.event.as_deref() {
+        Some(name) if crate::crd::valid_event_name(name) => {}
+        Some(_) => problems.push(Problem {
+            path: "trigger.event".into(),
+            message: crate::crd::EVENT_NAME_RULE.into(),
+        }),
+        None => problems.push(Problem {
+            path: "trigger.event".into(),
+            message: "is required when trigger.type is event".into(),
+        }),
+    }
+    if let Some(filter) = trigger.filter.as_deref()
+        && let Err(e) = expr::check_over(filter, &crate::fanout::FILTER_ROOTS)
+    {
+        problems.push(Problem {
+            path: "trigger.filter".into(),
+            message: e.to_string(),
+        });
     }
     problems
 }
@@ -416,6 +479,65 @@ mod tests {
 
     fn spec(steps: Value) -> WorkflowSpec {
         serde_json::from_value(json!({"name": "t", "steps": steps})).unwrap()
+    }
+
+    #[test]
+    fn an_event_trigger_needs_a_name_and_a_filter_over_event_only() {
+        let check = |trigger: Value| -> Vec<String> {
+            let spec: WorkflowSpec =
+                serde_json::from_value(json!({"name": "t", "trigger": trigger})).unwrap();
+            workflow(&spec)
+                .into_iter()
+                .map(|p| format!("{}: {}", p.path, p.message))
+                .collect()
+        };
+        assert!(check(json!({"type": "event", "event": "order.created"})).is_empty());
+        assert!(
+            check(json!({"type": "event", "event": "a", "filter": "event.payload.n > 1 && event.id != ''"}))
+                .is_empty()
+        );
+        assert!(check(json!({"type": "manual"})).is_empty());
+        for (trigger, expected) in [
+            (json!({"type": "event"}), "trigger.event: is required"),
+            (
+                json!({"type": "event", "event": "Bad"}),
+                "trigger.event: must match",
+            ),
+            (
+                json!({"type": "event", "event": "a", "filter": "trigger.payload.n"}),
+                "trigger.filter: syntax error at position 0: unknown name 'trigger.payload.n' (paths start with event;",
+            ),
+            (
+                json!({"type": "event", "event": "a", "filter": "event.payload.n >"}),
+                "trigger.filter: syntax error",
+            ),
+        ] {
+            let found = check(trigger.clone());
+            assert!(
+                found.iter().any(|p| p.starts_with(expected)),
+                "{trigger}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn cancel_on_entries_need_event_names_and_matches_over_event_and_trigger() {
+        let check = |entries: Value| -> Vec<String> {
+            let spec: WorkflowSpec =
+                serde_json::from_value(json!({"name": "t", "cancelOn": entries})).unwrap();
+            workflow(&spec).into_iter().map(|p| p.path).collect()
+        };
+        assert!(
+            check(json!([{"event": "a"}, {"event": "b", "match": "trigger.payload.x == event.payload.x"}]))
+                .is_empty()
+        );
+        assert_eq!(check(json!([{"event": "A"}])), ["cancel_on[0].event"]);
+        assert_eq!(
+            check(json!([{"event": "a"}, {"event": "b", "match": "steps.x.output"}])),
+            ["cancel_on[1].match"]
+        );
+        let eleven: Vec<Value> = (0..11).map(|i| json!({"event": format!("e{i}")})).collect();
+        assert_eq!(check(json!(eleven)), ["cancel_on"]);
     }
 
     fn problems(steps: Value) -> Vec<(String, String)> {

@@ -34,8 +34,13 @@ pub const VARIABLES: [(&str, &str); 13] = [
          `webhook-id` and `webhook-timestamp` of its request; `{}` for other runs.",
     ),
     (
+        "trigger.event",
+        "A run started by an event (`POST /v1/events`): `{\"id\", \"name\"}` of that event; \
+         absent for other runs.",
+    ),
+    (
         "trigger.type",
-        "`manual`, `schedule` or `webhook`; only in `concurrency.key`.",
+        "`manual`, `schedule`, `webhook` or `event`; only in `concurrency.key`.",
     ),
     ("run.id", "The run's name (the Run's `metadata.name`)."),
     (
@@ -285,6 +290,12 @@ fn check_path(path: &str) -> Result<(), TemplateError> {
 /// Resolves a dot-separated path such as `steps.fetch.output.items.0.id`.
 pub fn lookup<'a>(ctx: &'a Value, path: &str) -> Result<&'a Value, TemplateError> {
     check_path(path)?;
+    resolve(ctx, path)
+}
+
+/// [`lookup`] of a path whose syntax and root the caller has checked already (an
+/// expression's paths are checked when it is parsed, against its own roots).
+pub fn resolve<'a>(ctx: &'a Value, path: &str) -> Result<&'a Value, TemplateError> {
     let segments: Vec<&str> = path.split('.').collect();
     if let ["steps", step, "output", ..] = segments.as_slice()
         && is_truncated(ctx, step)

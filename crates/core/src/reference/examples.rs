@@ -110,7 +110,8 @@ pub fn context() -> Value {
                 "user-agent": "shop/2.3",
                 "webhook-id": "msg_2mVq",
                 "webhook-timestamp": "1772366400"
-            }
+            },
+            "event": {"id": "evt_3k9x2m7q1d", "name": "order.created"}
         },
         "run": {"id": "order-fulfilment-x7k2p"},
         "workflow": {"id": "order-fulfilment", "name": "Order fulfilment"},

@@ -72,6 +72,7 @@ pub fn markdown() -> String {
     limits_section(&mut out);
     kind_section(&mut out, &mut tables, kind("Run"), RUN_INTRO);
     kind_section(&mut out, &mut tables, kind("Webhook"), WEBHOOK_INTRO);
+    kind_section(&mut out, &mut tables, kind("FlowlineEvent"), EVENT_INTRO);
     // One newline at the end, whatever the last section wrote.
     let end = out.trim_end().len();
     out.truncate(end);
@@ -89,6 +90,10 @@ const RUN_INTRO: &str = "The API, schedules and inbound webhooks create Runs; yo
 
 const WEBHOOK_INTRO: &str = "You write `spec`; the delivery worker writes `status`.";
 
+const EVENT_INTRO: &str = "`POST /v1/events` creates events (docs/events.md); the event \
+    controller writes `status` once it has started the event's runs, and deletes the event \
+    after its `--event-retention`.";
+
 fn intro(out: &mut String) {
     out.push_str(
         "<!-- Generated from the code by `make reference` (crates/core/src/reference); \
@@ -98,8 +103,8 @@ fn intro(out: &mut String) {
     out.push_str(
         "A **workflow** is a `Workflow` object (`flowline.io/v1`): a trigger, steps that \
          each run a built-in action, and settings. Each execution is a `Run`; a `Webhook` \
-         subscribes a URL to run and workflow events. This page lists every field of the \
-         three kinds, every action with its inputs and output, the variables templates \
+         subscribes a URL to run and workflow events; a `FlowlineEvent` is an event posted \
+         to the account. This page lists every field of the four kinds, every action with its inputs and output, the variables templates \
          read, and the expression language of `when`. The field descriptions are the ones \
          `kubectl explain` prints.\n\n",
     );
@@ -119,7 +124,8 @@ fn intro(out: &mut String) {
     out.push_str("- [Expressions](#expressions)\n");
     out.push_str("- [Limits](#limits)\n");
     out.push_str("- [Run](#run)\n");
-    out.push_str("- [Webhook](#webhook)\n\n");
+    out.push_str("- [Webhook](#webhook)\n");
+    out.push_str("- [FlowlineEvent](#flowlineevent)\n\n");
 }
 
 /// A minimal Run of the example workflow, as a user creates one with kubectl.

@@ -462,6 +462,7 @@ fn anchors_are_unique_and_links_resolve() {
         "limits",
         "run",
         "webhook",
+        "flowlineevent",
     ] {
         anchors.push(heading);
     }
