@@ -637,7 +637,7 @@ mod tests {
             (
                 "payload.n == 1",
                 "syntax error at position 0: unknown name 'payload.n' (paths start with trigger, \
-                 steps, run, workflow or secrets; quote strings)",
+                 steps, run, workflow, secrets or callbacks; quote strings)",
             ),
             ("(true", "syntax error at position 5: expected ')'"),
             (

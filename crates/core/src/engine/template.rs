@@ -23,7 +23,7 @@ pub const ITERATION_ROOTS: [&str; 2] = ["item", "index"];
 /// Every variable of the context, under [`ROOTS`] and [`ITERATION_ROOTS`], with a
 /// one-line description: what the workflow reference lists (`crate::reference`).
 /// `<id>`, `<name>` and `<key>` stand for a step id, a Secret name and one of its keys.
-pub const VARIABLES: [(&str, &str); 13] = [
+pub const VARIABLES: [(&str, &str); 14] = [
     (
         "trigger.payload",
         "The run's payload: the JSON object the run was started with (`{}` without one).",
