@@ -17,6 +17,9 @@
 //! (h) a parent run calling 10 child runs in sequence (`workflow` steps, each child one
 //!     10 ms delay step) vs one run of the same 10 steps: the ratio of their create →
 //!     finished times (goal: at most 1.5x), and the API-server writes each child adds.
+//! (i) event fan-out: one event to 100 subscribed workflows, and 1,000 events to 10
+//!     workflows, from the event's create to every run finished, vs creating the same
+//!     runs directly (goal: at least 0.9x).
 //! Not a test: it prints figures; docs/benchmarks.md records them.
 
 use std::sync::Arc;
@@ -189,8 +192,8 @@ async fn main() {
         .into(),
         ..Default::default()
     };
-    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdefgh).
-    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdefgh".into());
+    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdefghi).
+    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdefghi".into());
     if parts.contains(['a', 'b', 'c']) {
         abc(&client, &ns, &runs, kwok, &parts).await;
     }
@@ -221,6 +224,13 @@ async fn main() {
         let stop = controller(&client, &ns, Default::default());
         part_h(&client, &ns, &runs).await;
         stop.cancel();
+    }
+    if parts.contains('i') {
+        // A namespace of its own: its runs are counted by one watch of the namespace.
+        let events_ns = format!("{ns}-events");
+        namespace(&client, &events_ns).await;
+        part_i(&client, &events_ns).await;
+        delete_namespace(&client, &events_ns).await;
     }
 
     delete_namespace(&client, &ns).await;
@@ -352,6 +362,104 @@ async fn part_h(client: &Client, ns: &str, runs: &Api<Run>) {
         plain_writes / rounds,
         (nested_writes - plain_writes) / rounds / CALLS as f64
     );
+}
+
+/// (i) event fan-out vs the same runs created directly, in two shapes: one event to 100
+/// workflows, and 1,000 events to 10 workflows. Each side is timed from its first
+/// create to its last run finished, counted by one watch of the namespace.
+async fn part_i(client: &Client, ns: &str) {
+    use flowline_core::crd::{FlowlineEvent, FlowlineEventSpec};
+    let stop = controller(client, ns, Default::default());
+    let telemetry = EngineTelemetry::new(&flowline_telemetry::metrics::Metrics::default(), None);
+    tokio::spawn(flowline_controller::event::run(
+        client.clone(),
+        Some(ns.to_string()),
+        jiff::SignedDuration::from_hours(1),
+        telemetry,
+        stop.clone(),
+    ));
+    let runs: Api<Run> = Api::namespaced(client.clone(), ns);
+    let events: Api<FlowlineEvent> = Api::namespaced(client.clone(), ns);
+    println!("(i) event fan-out vs the same runs created directly");
+    for (shape, workflows, posts) in [
+        ("one event, 100 workflows", 100, 1),
+        ("1,000 events, 10 workflows", 10, 1000),
+    ] {
+        let name = format!("bench.{workflows}");
+        let mut subscribed = Vec::new();
+        for w in 0..workflows {
+            let spec = json!({"name": format!("W{w}"), "state": "active",
+                "history": {"succeeded": 10000, "failed": 10000},
+                "trigger": {"type": "event", "event": name},
+                "steps": [{"id": "s", "action": "transform", "with": {"value": 1}}]});
+            subscribed.push(workflow(client, ns, &format!("sub-{workflows}-{w}"), spec).await);
+        }
+        let total = workflows * posts;
+        let already = runs.list(&Default::default()).await.unwrap().items.len();
+        let t = Instant::now();
+        let waiting = until_count_finished(&runs, already + total);
+        let posting = in_parallel(posts, |i| {
+            let events = events.clone();
+            let name = name.clone();
+            async move {
+                let event = FlowlineEvent::new(
+                    &format!("evt-b{workflows}x{i}"),
+                    FlowlineEventSpec {
+                        name,
+                        payload: Some(json!({"i": i})),
+                        client_id: None,
+                        received_at: jiff::Timestamp::now(),
+                    },
+                );
+                events.create(&PostParams::default(), &event).await.unwrap();
+            }
+        });
+        tokio::join!(waiting, posting);
+        let fanned = t.elapsed();
+        let t = Instant::now();
+        let waiting = until_count_finished(&runs, already + 2 * total);
+        let creating = in_parallel(total, |i| {
+            let runs = runs.clone();
+            let wf = subscribed[i % workflows].clone();
+            async move {
+                runs.create(
+                    &PostParams::default(),
+                    &run_object(&format!("direct-{workflows}-{i}"), &wf),
+                )
+                .await
+                .unwrap();
+            }
+        });
+        tokio::join!(waiting, creating);
+        let direct = t.elapsed();
+        println!(
+            "    {shape}: {total} runs; fan-out {:.2} s ({:.0} runs/s), direct {:.2} s ({:.0} runs/s); ratio {:.2}x (goal ≥ 0.9x)",
+            fanned.as_secs_f64(),
+            total as f64 / fanned.as_secs_f64(),
+            direct.as_secs_f64(),
+            total as f64 / direct.as_secs_f64(),
+            direct.as_secs_f64() / fanned.as_secs_f64()
+        );
+    }
+    stop.cancel();
+}
+
+/// Until `n` runs of the namespace have finished, through one watch of it.
+async fn until_count_finished(runs: &Api<Run>, n: usize) {
+    let mut finished = std::collections::HashSet::new();
+    let mut objects = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(
+        kube::runtime::watcher(runs.clone(), Default::default())
+    ));
+    while finished.len() < n {
+        let run = objects
+            .next()
+            .await
+            .expect("the watch ended")
+            .expect("watch");
+        if run.status.as_ref().is_some_and(|s| s.phase.is_finished()) {
+            finished.insert(kube::ResourceExt::name_any(&run));
+        }
+    }
 }
 
 /// (e) 99 parallel 10 ms steps after a no-op root (100 steps, the most a workflow
