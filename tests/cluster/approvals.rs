@@ -11,21 +11,8 @@ use crate::support::{Process, TestApi, assert_error, eventually, ready};
 
 const FINISH: Duration = Duration::from_secs(90);
 
-/// Waits until step `step` of the run is `waiting` and the run is parked (the status
-/// that says so has landed); returns the Run.
 async fn parked(api: &TestApi, run: &str, step: &str) -> Run {
-    let runs = api.ns.api::<Run>();
-    eventually(
-        &format!("step {step} of {run} to wait, the run parked"),
-        Duration::from_secs(30),
-        || async {
-            let r = runs.get(run).await.ok()?;
-            let status = r.status.as_ref()?;
-            let record = status.steps.iter().find(|s| s.step_id == step)?;
-            (record.status == StepPhase::Waiting && status.parked).then_some(r)
-        },
-    )
-    .await
+    crate::support::parked_on(&api.ns, run, step).await
 }
 
 fn decision_path(run: &str, step: &str, verdict: &str) -> String {

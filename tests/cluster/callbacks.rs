@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use flowline_core::crd::{Run, StepPhase};
 use serde_json::{Value, json};
 
 use crate::builders::WorkflowBuilder;
-use crate::support::{Process, TestApi, assert_error, eventually, ready};
+use crate::support::{Process, TestApi, assert_error, ready};
 
 const FINISH: Duration = Duration::from_secs(60);
 
@@ -17,22 +16,6 @@ async fn operator(api: &TestApi) -> Process {
     let (op, port) = Process::operator(&api.ns, &["--no-api", "--public-url", &base]);
     ready(port).await;
     op
-}
-
-/// Waits until step `step` of `run` waits and the run is parked.
-async fn parked_on(api: &TestApi, run: &str, step: &str) {
-    let runs = api.ns.api::<Run>();
-    eventually(
-        &format!("{run} parked on {step}"),
-        Duration::from_secs(30),
-        || async {
-            let r = runs.get(run).await.ok()?;
-            let status = r.status.as_ref()?;
-            let record = status.steps.iter().find(|s| s.step_id == step)?;
-            (record.status == StepPhase::Waiting && status.parked).then_some(())
-        },
-    )
-    .await;
 }
 
 /// The URL step `hand` rendered (it reads `{{ callbacks.paid.url }}`).
@@ -74,7 +57,7 @@ async fn a_callback_completes_its_step_once_with_the_body() {
         .await;
     let _op = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
-    parked_on(&api, &run, "paid").await;
+    crate::support::parked_on(&api.ns, &run, "paid").await;
     let url = handed_url(&api, &run).await;
     assert!(url.starts_with(&api.url("/v1/callbacks/")), "{url}");
 
@@ -109,7 +92,7 @@ async fn an_early_call_is_kept_and_an_expired_url_is_refused() {
         .await;
     let _op = operator(&api).await;
     let run = api.start_run(&key, &wf, None).await;
-    parked_on(&api, &run, "gate").await;
+    crate::support::parked_on(&api.ns, &run, "gate").await;
     let url = handed_url(&api, &run).await;
     let res = call(&api, &url, json!({"amount": 5})).await;
     assert_eq!(res.status(), 200, "a call before the step starts is kept");

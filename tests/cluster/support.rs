@@ -621,6 +621,24 @@ pub async fn step_running(ns: &TestNamespace, name: &str, step: &str) {
     .await
 }
 
+/// Waits until step `step` of the Run `name` waits and the run is parked (the status
+/// that says so has landed); returns the Run.
+pub async fn parked_on(ns: &TestNamespace, name: &str, step: &str) -> flowline_core::crd::Run {
+    let runs = ns.api::<flowline_core::crd::Run>();
+    eventually(
+        &format!("step {step} of {name} to wait, the run parked"),
+        Duration::from_secs(30),
+        || async {
+            let run = runs.get(name).await.ok()?;
+            let status = run.status.as_ref()?;
+            let record = status.steps.iter().find(|s| s.step_id == step)?;
+            (record.status == flowline_core::crd::StepPhase::Waiting && status.parked)
+                .then_some(run)
+        },
+    )
+    .await
+}
+
 /// A child process killed when the test ends, even when it fails.
 pub struct Process(Child);
 

@@ -2,13 +2,11 @@
 //! the token's secret nothing is found, whatever the caller knows of the run, and each
 //! address has a budget of such requests.
 
-use std::time::Duration;
-
-use flowline_core::crd::{Run, StepPhase};
+use flowline_core::crd::Run;
 use serde_json::{Value, json};
 
 use crate::builders::WorkflowBuilder;
-use crate::support::{ApiOptions, Process, TestApi, assert_error, eventually, ready};
+use crate::support::{ApiOptions, Process, TestApi, assert_error, ready};
 
 /// Guesses around a real token (its run known, its secret not), made-up shapes, and a
 /// token of one account moved to another's namespace: all 404 `callback_not_found`,
@@ -27,13 +25,8 @@ async fn guessed_or_moved_tokens_find_nothing() {
     let (_op, port) = Process::operator(&api.ns, &["--no-api", "--public-url", &base]);
     ready(port).await;
     let run = api.start_run(&key, &wf, None).await;
+    crate::support::parked_on(&api.ns, &run, "cb").await;
     let runs = api.ns.api::<Run>();
-    eventually("the callback to wait", Duration::from_secs(30), || async {
-        let r = runs.get(&run).await.ok()?;
-        let s = r.status.as_ref()?;
-        (s.parked && s.steps[1].status == StepPhase::Waiting).then_some(())
-    })
-    .await;
     let view: Value = api
         .get(&key, &format!("/v1/runs/{run}"))
         .await
