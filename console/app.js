@@ -14,6 +14,8 @@ const routes = [
   [/^\/webhooks\/?$/, () => import('./views/webhooks.js')],
   [/^\/webhooks\/([^/]+)$/, () => import('./views/webhooks.js'), 'webhookId'],
   [/^\/api-keys\/?$/, () => import('./views/keys.js')],
+  [/^\/events\/?$/, () => import('./views/events.js')],
+  [/^\/events\/([^/]+)$/, () => import('./views/events.js'), 'eventId'],
 ];
 
 const main = document.getElementById('main');

@@ -55,7 +55,7 @@ export async function render(main, params) {
       run.retry_of ? [h('dt', {}, 'Retry of'), h('dd', {}, link(`/runs/${run.retry_of}`, run.retry_of))] : null,
       run.parent_run_id ? [h('dt', {}, 'Started by'), h('dd', { id: 'parent-run' },
         link(`/runs/${run.parent_run_id}`, run.parent_run_id), ` (step ${run.parent_step_id})`)] : null,
-      run.event_id ? [h('dt', {}, 'Event'), h('dd', { id: 'run-event' }, h('code', {}, run.event_id))] : null,
+      run.event_id ? [h('dt', {}, 'Event'), h('dd', { id: 'run-event' }, link(`/events/${run.event_id}`, run.event_id))] : null,
       run.error ? [h('dt', {}, 'Error'), h('dd.error', { id: 'run-error' }, run.error)] : null,
       h('dt', {}, 'Payload'), h('dd', {}, json(run.payload)));
     drawTimeline(timeline, run);

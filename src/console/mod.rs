@@ -36,6 +36,8 @@ const CLIENT_ROUTES: &[&str] = &[
     "/webhooks",
     "/webhooks/{*rest}",
     "/api-keys",
+    "/events",
+    "/events/{*rest}",
 ];
 
 /// The console's routes (no state, no authentication: the files are public, the
@@ -122,6 +124,8 @@ mod tests {
             "/workflows/wf-1/runs",
             "/runs/r-1",
             "/api-keys",
+            "/events",
+            "/events/evt_1",
         ] {
             let res = get(uri, None).await;
             assert_eq!(res.status(), 200, "{uri}");

@@ -367,6 +367,27 @@ class Console(unittest.TestCase):
         )
         self.shot("event-trigger")
 
+    def test_06d_events_list_and_detail_link_the_runs_an_event_started(self):
+        self.ensure_admin()
+        wf = self.make_workflow("On paid", [{"id": "s", "action": "transform", "with": {"value": 1}}])
+        status, _ = api("PATCH", f"/workflows/{wf}", {"trigger": {"type": "event", "event": "console.paid"}})
+        self.assertEqual(status, 200)
+        status, posted = api("POST", "/events", {"name": "console.paid", "payload": {"total": 3}})
+        self.assertEqual(status, 202, posted)
+        self.go("/events?name=console.paid", "#events")
+        row = self.find(f'#events tr[data-id="{posted["id"]}"]')
+        self.assertIn("console.paid", row.text)
+        self.click(f'#events a[href="/events/{posted["id"]}"]')
+        self.text_in("#event-name", "console.paid")
+        # The fan-out lands shortly after the 202: the page shows it once reloaded.
+        self.wait.until(lambda d: api("GET", f"/events/{posted['id']}")[1]["runs"])
+        self.go(f"/events/{posted['id']}", "#event-runs")
+        run = api("GET", f"/events/{posted['id']}")[1]["runs"][0]
+        self.shot("event")
+        self.click(f'#event-runs a[href="/runs/{run}"]')
+        self.wait.until(EC.url_contains(run))
+        self.text_in("#run-event", posted["id"])
+
     def test_07_yaml_view_of_the_manifest(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}", "#steps .step-card")
