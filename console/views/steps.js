@@ -40,6 +40,11 @@ export const ACTIONS = {
     { key: 'until', label: 'or until (RFC 3339 time)', kind: 'text', placeholder: '2026-12-01T09:00:00Z' },
   ],
   callback: [{ key: 'timeout_ms', label: 'Wait for the call at most (ms; empty: no limit)', kind: 'int' }],
+  wait_for_event: [
+    { key: 'event', label: 'Event name', kind: 'text', placeholder: 'order.shipped' },
+    { key: 'match', label: 'Match (expression over event, trigger and steps; empty: any)', kind: 'text', placeholder: 'event.payload.order_id == trigger.payload.order_id' },
+    { key: 'timeout_ms', label: 'Wait at most (ms; empty: no limit)', kind: 'int' },
+  ],
   workflow: [
     { key: 'workflow', label: 'Workflow to start (its id)', kind: 'text', placeholder: 'wf-3k9x2m7q1d', list: 'workflow-ids' },
     { key: 'payload', label: 'Payload of the child run (JSON object with templates)', kind: 'json', placeholder: '{"order": "{{ trigger.payload.id }}"}' },
@@ -58,6 +63,7 @@ export const DEFAULT_WITH = {
   fail: { message: 'failed on purpose' },
   container: { image: '' },
   workflow: { workflow: '', wait: true },
+  wait_for_event: { event: '' },
 };
 
 /** The text an input shows for a `with` value. */

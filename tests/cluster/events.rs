@@ -562,3 +562,76 @@ async fn a_fan_out_interrupted_after_its_first_run_completes_without_a_second() 
     assert_eq!(api.run_ids(&first, "").await, [made.metadata.name.unwrap()]);
     assert_eq!(api.run_ids(&second, "").await.len(), 1);
 }
+
+/// A `wait_for_event` step is completed by the first event of its name posted after it
+/// started whose `match` holds: not by one posted before, nor by one that does not
+/// match; the event lists the run as resumed. Without a match in time it fails.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_wait_for_event_is_completed_by_the_second_event_only() {
+    let api = TestApi::start("events-wait").await;
+    let key = api.admin_key.clone();
+    let steps = |timeout_ms: u64| {
+        json!([
+            {"id": "w", "action": "wait_for_event", "with": {"event": "order.shipped",
+                "match": "event.payload.order == trigger.payload.order", "timeout_ms": timeout_ms}},
+            {"id": "after", "action": "transform", "with": {"value": "{{ steps.w.output.payload.carrier }}"}}
+        ])
+    };
+    let wf = api
+        .workflow(&WorkflowBuilder::new("ship").steps(steps(600_000)))
+        .await;
+    let (_op, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let (status, early) = post_event(
+        &api,
+        &key,
+        json!({"name": "order.shipped", "payload": {"order": 5, "carrier": "early"}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{early}");
+    fanned_out(&api, early["id"].as_str().unwrap(), FINISH).await;
+    let run = api
+        .start_run(&key, &wf, Some(json!({"payload": {"order": 5}})))
+        .await;
+    crate::support::parked_on(&api.ns, &run, "w").await;
+
+    let (_, other) = post_event(
+        &api,
+        &key,
+        json!({"name": "order.shipped", "payload": {"order": 6, "carrier": "ups"}}),
+    )
+    .await;
+    let seen = fanned_out(&api, other["id"].as_str().unwrap(), FINISH).await;
+    assert_eq!(seen["resumed"], json!([]), "{seen}");
+    let (_, mine) = post_event(
+        &api,
+        &key,
+        json!({"name": "order.shipped", "payload": {"order": 5, "carrier": "dhl"}}),
+    )
+    .await;
+    let id = mine["id"].as_str().unwrap();
+    let seen = fanned_out(&api, id, FINISH).await;
+    assert_eq!(seen["resumed"], json!([run]), "{seen}");
+
+    let view = api.finished_view(&key, &run, FINISH).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+    assert_eq!(
+        view["steps"][0]["output"],
+        json!({"event_id": id, "payload": {"order": 5, "carrier": "dhl"}}),
+        "{view}"
+    );
+    assert_eq!(view["steps"][1]["output"], "dhl", "{view}");
+
+    let short = api
+        .workflow(&WorkflowBuilder::new("late").steps(steps(1_000)))
+        .await;
+    let run = api
+        .start_run(&key, &short, Some(json!({"payload": {"order": 9}})))
+        .await;
+    let view = api.finished_view(&key, &run, FINISH).await;
+    assert_eq!(
+        view["error"], "step w (wait_for_event) failed: timed out waiting for event order.shipped",
+        "{view}"
+    );
+}

@@ -23,7 +23,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use flowline_core::crd::{EventPhase, EventRef, FlowlineEvent, Run, RunTrigger, Workflow, labels};
+use flowline_core::crd::{
+    EventPhase, EventRef, FlowlineEvent, MatchedEvent, Run, RunTrigger, Workflow, labels,
+};
 use flowline_core::fanout::{self, Cancel, FanOut};
 use flowline_engine::status_writer::FIELD_MANAGER;
 use flowline_kube::lenient::{self, Lenient};
@@ -169,6 +171,73 @@ async fn cancel_runs(
     Ok(cancelled)
 }
 
+/// Completes the `wait_for_event` steps `event` matches ([`fanout::resumes`]) in the
+/// namespace's unfinished runs: the event is appended to the Run's
+/// `spec.matchedEvents` with a write conditional on the Run as read (a run that changed
+/// meanwhile is read again). Returns the runs it completed a step of, those an earlier
+/// try of this fan-out completed included.
+async fn resume_runs(
+    client: &Client,
+    event: &FlowlineEvent,
+    fan: &mut FanOut,
+) -> Result<Vec<String>, kube::Error> {
+    let ns = event.namespace().unwrap_or_default();
+    let runs: Api<Lenient<Run>> = Api::namespaced(client.clone(), &ns);
+    let writes: Api<Run> = Api::namespaced(client.clone(), &ns);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let mut resumed = Vec::new();
+    let listed = runs.list(&ListParams::default()).await?;
+    for run in listed.items.iter().filter_map(|r| r.decoded()) {
+        let name = run.name_any();
+        let mut current = (**run).clone();
+        for _ in 0..3 {
+            let (steps, problems) = fanout::resumes(event, &current);
+            for why in problems {
+                fan.problem(why);
+            }
+            if steps.is_empty() {
+                break;
+            }
+            if steps.iter().all(|(_, done)| *done) {
+                resumed.push(name.clone());
+                break;
+            }
+            let mut matched = current.spec.matched_events.clone();
+            for (step_id, done) in steps {
+                if !done {
+                    matched.push(MatchedEvent {
+                        step_id,
+                        event_id: event.id(),
+                        payload: event.spec.payload.clone().unwrap_or_else(|| json!({})),
+                        at: Some(event.spec.received_at),
+                    });
+                }
+            }
+            let patch = json!({
+                "metadata": {"resourceVersion": current.resource_version()},
+                "spec": {"matchedEvents": matched},
+            });
+            match writes.patch(&name, &params, &Patch::Merge(patch)).await {
+                Ok(_) => {
+                    resumed.push(name.clone());
+                    break;
+                }
+                // Changed meanwhile: decide again on the Run as it is now.
+                Err(kube::Error::Api(s)) if s.code == 409 => match writes.get_opt(&name).await? {
+                    Some(fresh) => current = fresh,
+                    None => break,
+                },
+                Err(kube::Error::Api(s)) if s.code == 404 => break,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(resumed)
+}
+
 async fn reconcile(
     object: Arc<Lenient<FlowlineEvent>>,
     ctx: Arc<Context>,
@@ -234,7 +303,11 @@ async fn reconcile(
         }
     }
     let cancelled = cancel_runs(&ctx.client, event, &listed, &mut fan).await?;
-    let status = fanout::done_status(event.status.as_ref(), &fan, started, cancelled, now);
+    let resumed = resume_runs(&ctx.client, event, &mut fan).await?;
+    let mut status = fanout::done_status(event.status.as_ref(), &fan, started, cancelled, now);
+    status.resumed = resumed;
+    status.resumed.sort();
+    status.resumed.dedup();
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
@@ -246,6 +319,7 @@ async fn reconcile(
     for (action, count) in [
         ("started", status.runs.len()),
         ("cancelled", status.cancelled.len()),
+        ("resumed", status.resumed.len()),
     ] {
         ctx.telemetry
             .event_runs

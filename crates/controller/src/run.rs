@@ -228,6 +228,7 @@ impl Context {
             let mut now = Outside {
                 approvals: run.spec.approvals.clone(),
                 callbacks: run.spec.callbacks.clone(),
+                events: run.spec.matched_events.clone(),
                 ended_children: ended,
             };
             now.ended_children

@@ -26,6 +26,10 @@ pub const FILTER_ROOTS: [&str; 1] = ["event"];
 /// The roots of a `cancelOn` entry's `match`: the event, and the run's trigger.
 pub const MATCH_ROOTS: [&str; 2] = ["event", "trigger"];
 
+/// The roots of a `wait_for_event` step's `match`: the event, the run's trigger and
+/// the outputs of the run's finished steps.
+pub const WAIT_MATCH_ROOTS: [&str; 3] = ["event", "trigger", "steps"];
+
 /// Most runs one event cancels. Bounds one fan-out's writes and the size of the
 /// event's status (`cancelled`); the status says `truncated` when more matched.
 pub const MAX_CANCELS_PER_EVENT: usize = 1000;
@@ -226,6 +230,90 @@ pub fn match_context(event: &FlowlineEvent, run: &Run) -> Value {
     ctx
 }
 
+/// The `wait_for_event` steps of `run` that `event` completes, as (step id, whether
+/// this event completed it already): steps waiting for an event of its name since
+/// before it was received, whose `match` (over `event.*`, `trigger.*` and `steps.*`)
+/// holds. A step another event completed is left alone; a `match` that cannot be
+/// evaluated is a problem, named like a cancel's.
+pub fn resumes(event: &FlowlineEvent, run: &Run) -> (Vec<(String, bool)>, Vec<String>) {
+    use crate::crd::{Action, StepPhase};
+    let (mut found, mut problems) = (Vec::new(), Vec::new());
+    let (Some(wf), Some(status)) = (run.spec.workflow.as_ref(), run.status.as_ref()) else {
+        return (found, problems);
+    };
+    if run.phase().is_finished() {
+        return (found, problems);
+    }
+    let mut ctx = Value::Null;
+    for (step, record) in wf.steps.iter().zip(&status.steps) {
+        if step.action != Action::WaitForEvent {
+            continue;
+        }
+        let with = step.with.as_ref();
+        if with.and_then(|w| w.get("event")).and_then(Value::as_str) != Some(&event.spec.name) {
+            continue;
+        }
+        match run
+            .spec
+            .matched_events
+            .iter()
+            .find(|m| m.step_id == step.id)
+        {
+            Some(m) if m.event_id == event.id() => {
+                found.push((step.id.clone(), true));
+                continue;
+            }
+            Some(_) => continue,
+            None => {}
+        }
+        let waiting_since = record
+            .started_at
+            .filter(|_| record.status == StepPhase::Waiting);
+        if waiting_since.is_none_or(|since| since >= event.spec.received_at) {
+            continue;
+        }
+        let holds = match with.and_then(|w| w.get("match")).and_then(Value::as_str) {
+            None => Ok(true),
+            Some(m) => {
+                if ctx.is_null() {
+                    ctx = match_context(event, run);
+                    ctx["steps"] = steps_context(status);
+                }
+                expr::evaluate_over(m, &ctx, &WAIT_MATCH_ROOTS)
+            }
+        };
+        match holds {
+            Ok(true) => found.push((step.id.clone(), false)),
+            Ok(false) => {}
+            Err(e) => problems.push(format!(
+                "run {} step {}: match failed: {e}",
+                run.metadata.name.as_deref().unwrap_or_default(),
+                step.id
+            )),
+        }
+    }
+    (found, problems)
+}
+
+/// `steps.<id>.output` and `.status` of the finished steps of a run, as its templates
+/// see them.
+fn steps_context(status: &crate::crd::RunStatus) -> Value {
+    use crate::crd::StepPhase;
+    Value::Object(
+        status
+            .steps
+            .iter()
+            .filter(|r| matches!(r.status, StepPhase::Succeeded | StepPhase::Skipped))
+            .map(|r| {
+                (
+                    r.step_id.clone(),
+                    json!({"output": r.output, "status": r.status}),
+                )
+            })
+            .collect(),
+    )
+}
+
 /// Decides what `event` does to `run` under `entries` (see [`Cancel`]). An entry
 /// without `match` matches every run; several entries match when any does.
 pub fn cancel(event: &FlowlineEvent, entries: &[&CancelOn], run: &Run) -> Cancel {
@@ -298,6 +386,122 @@ mod tests {
             "spec": {"name": name, "payload": payload, "receivedAt": received},
         }))
         .unwrap()
+    }
+
+    /// A run whose step `w` waits (since `since`) for `order.shipped` with `match`, after
+    /// a step `a` whose output is `{"order": 7}`; `matched` is its spec.matchedEvents.
+    fn waiting_run(since: &str, m: Option<&str>, phase: &str, matched: Value) -> Run {
+        let mut with = json!({"event": "order.shipped"});
+        if let Some(m) = m {
+            with["match"] = json!(m);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "team"},
+            "spec": {"workflowRef": "wf", "payload": {"order": 7}, "matchedEvents": matched,
+                "workflow": {"generation": 1, "name": "W", "steps": [
+                    {"id": "a", "action": "transform", "with": {"value": {"order": 7}}},
+                    {"id": "w", "action": "wait_for_event", "with": with}]}},
+            "status": {"phase": phase, "steps": [
+                {"stepId": "a", "name": "a", "status": "succeeded", "output": {"order": 7}},
+                {"stepId": "w", "name": "w", "status": "waiting", "startedAt": since}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_event_completes_the_steps_waiting_for_it_since_before_it_whose_match_holds() {
+        let at = "2026-01-01T00:00:10Z";
+        let before = "2026-01-01T00:00:05Z";
+        let after = "2026-01-01T00:00:20Z";
+        let shipped = |order: i64| event("order.shipped", json!({"order": order}), at);
+        let mine = json!([{"stepId": "w", "eventId": "evt_abc", "payload": {}}]);
+        let others = json!([{"stepId": "w", "eventId": "evt_zzz", "payload": {}}]);
+        let done = |ids: &[(&str, bool)]| -> Vec<(String, bool)> {
+            ids.iter().map(|(s, d)| (s.to_string(), *d)).collect()
+        };
+        let rows: Vec<(&str, FlowlineEvent, Run, Vec<(String, bool)>)> = vec![
+            (
+                "no match: any event of the name",
+                shipped(1),
+                waiting_run(before, None, "running", json!([])),
+                done(&[("w", false)]),
+            ),
+            (
+                "a match over event, trigger and steps that holds",
+                shipped(7),
+                waiting_run(
+                    before,
+                    Some(
+                        "event.payload.order == trigger.payload.order && steps.a.output.order == 7",
+                    ),
+                    "running",
+                    json!([]),
+                ),
+                done(&[("w", false)]),
+            ),
+            (
+                "a match that does not hold",
+                shipped(8),
+                waiting_run(
+                    before,
+                    Some("event.payload.order == trigger.payload.order"),
+                    "running",
+                    json!([]),
+                ),
+                vec![],
+            ),
+            (
+                "waiting only since after the event",
+                shipped(1),
+                waiting_run(after, None, "running", json!([])),
+                vec![],
+            ),
+            (
+                "another name",
+                event("order.paid", json!({}), at),
+                waiting_run(before, None, "running", json!([])),
+                vec![],
+            ),
+            (
+                "already completed by this event (a repeated fan-out)",
+                shipped(1),
+                waiting_run(before, None, "running", mine),
+                done(&[("w", true)]),
+            ),
+            (
+                "already completed by another event",
+                shipped(1),
+                waiting_run(before, None, "running", others),
+                vec![],
+            ),
+            (
+                "a finished run",
+                shipped(1),
+                waiting_run(before, None, "failed", json!([])),
+                vec![],
+            ),
+        ];
+        for (name, ev, run, want) in rows {
+            let (found, problems) = resumes(&ev, &run);
+            assert_eq!(found, want, "{name}");
+            assert!(problems.is_empty(), "{name}: {problems:?}");
+        }
+        let (found, problems) = resumes(
+            &shipped(1),
+            &waiting_run(
+                before,
+                Some("event.payload.nope.x > 1"),
+                "running",
+                json!([]),
+            ),
+        );
+        assert!(found.is_empty());
+        assert_eq!(
+            problems.len(),
+            1,
+            "a match that cannot be evaluated is a problem"
+        );
     }
 
     fn workflow(name: &str, state: &str, trigger: Value) -> Workflow {

@@ -93,9 +93,13 @@ pub async fn execute(
             .unwrap_or("the step failed on purpose"))),
         Action::HttpRequest => http_request(with, http, step_timeout).await,
         Action::Container => Err(err("container steps run only with the job executor")),
-        Action::Wait | Action::Approval | Action::Workflow | Action::Callback => Err(err(
-            "wait, approval, workflow and callback steps are executed by the engine itself, \
-             never as an attempt",
+        Action::Wait
+        | Action::Approval
+        | Action::Workflow
+        | Action::Callback
+        | Action::WaitForEvent => Err(err(
+            "wait, approval, workflow, callback and wait_for_event steps are executed by the \
+             engine itself, never as an attempt",
         )),
     }
 }

@@ -22,8 +22,8 @@ use flowline_core::clock::now_ms;
 use flowline_core::crd::{
     Action, ApprovalDecision, CallbackReceived, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM,
     EventKind, Executor, IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS,
-    MAX_ITERATION_RECORDS, MAX_PARALLELISM, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord,
-    WorkflowSnapshot,
+    MAX_ITERATION_RECORDS, MAX_PARALLELISM, MatchedEvent, Run, RunPhase, RunStatus, Step,
+    StepPhase, StepRecord, WorkflowSnapshot,
 };
 use flowline_core::engine::expr;
 use flowline_core::engine::graph::{self, Graph, State};
@@ -196,6 +196,7 @@ fn run_output(
 pub struct Outside {
     pub approvals: Vec<ApprovalDecision>,
     pub callbacks: Vec<CallbackReceived>,
+    pub events: Vec<MatchedEvent>,
     pub ended_children: BTreeSet<String>,
 }
 
@@ -205,6 +206,7 @@ impl Outside {
         Outside {
             approvals: run.spec.approvals.clone(),
             callbacks: run.spec.callbacks.clone(),
+            events: run.spec.matched_events.clone(),
             ended_children: BTreeSet::new(),
         }
     }
@@ -218,8 +220,10 @@ pub(crate) struct Shared {
     /// The run's `spec.approvals` as last seen: from the Run, then as the controller
     /// passes on the changes its watch sees while the run executes.
     approvals: Arc<Vec<ApprovalDecision>>,
-    /// The run's `spec.callbacks`, passed on like its approvals.
+    /// The run's `spec.callbacks` and `spec.matchedEvents`, passed on like its
+    /// approvals.
     callbacks: Arc<Vec<CallbackReceived>>,
+    events: Arc<Vec<MatchedEvent>>,
     wf: Arc<WorkflowSnapshot>,
     pub(crate) namespace: String,
 }
@@ -352,6 +356,7 @@ async fn execute_steps(
         engine,
         approvals: Arc::new(run.spec.approvals.clone()),
         callbacks: Arc::new(run.spec.callbacks.clone()),
+        events: Arc::new(run.spec.matched_events.clone()),
         run: Arc::new(run),
         wf: Arc::new(wf),
         namespace,
@@ -537,7 +542,8 @@ async fn schedule(
                 let latest = outside.borrow_and_update().clone();
                 for (i, state) in states.iter_mut().enumerate() {
                     let decided = flowline_core::engine::waiting::decision_for(&latest.approvals, &steps[i].id).is_some()
-                        || latest.callbacks.iter().any(|c| c.step_id == steps[i].id);
+                        || latest.callbacks.iter().any(|c| c.step_id == steps[i].id)
+                        || latest.events.iter().any(|e| e.step_id == steps[i].id);
                     let child_ended = flowline_core::engine::subworkflow::calls_of(&status.steps[i])
                         .iter()
                         .any(|c| c.child.as_ref().is_some_and(|c| latest.ended_children.contains(c)));
@@ -547,6 +553,7 @@ async fn schedule(
                 }
                 shared.approvals = Arc::new(latest.approvals);
                 shared.callbacks = Arc::new(latest.callbacks);
+                shared.events = Arc::new(latest.events);
             }
             // The linger before parking on calls is over: park (the loop decides again).
             _ = tokio::time::sleep_until(linger_until.unwrap_or_else(tokio::time::Instant::now)), if linger_until.is_some() && tasks.is_empty() => {}
@@ -838,6 +845,7 @@ fn settle_waiting(shared: &Shared, step: &Step, record: &mut StepRecord) -> Outc
     let inbox = flowline_core::engine::waiting::Inbox {
         approvals: &shared.approvals,
         callbacks: &shared.callbacks,
+        events: &shared.events,
     };
     match flowline_core::engine::waiting::resume(step, record, inbox, now_ms()) {
         Resumed::Waiting(_) => Outcome::Parked,

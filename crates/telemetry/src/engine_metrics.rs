@@ -69,8 +69,8 @@ pub struct EngineTelemetry {
     pub runs_queued: Gauge,
     /// Posted events whose fan-out was recorded.
     pub events_fanned_out: Counter,
-    /// Runs posted events started (`action="started"`) and cancelled
-    /// (`action="cancelled"`).
+    /// Runs posted events started (`action="started"`), cancelled (`action="cancelled"`)
+    /// and resumed (`action="resumed"`: a `wait_for_event` step completed).
     pub event_runs: Family<ActionLabel, Counter>,
     recorder: Option<Recorder>,
 }

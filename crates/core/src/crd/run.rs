@@ -106,6 +106,11 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub callbacks: Vec<CallbackReceived>,
+    /// Events that completed the run's `wait_for_event` steps: appended by the operator
+    /// when it fans an event out. The first entry for a step completes it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub matched_events: Vec<MatchedEvent>,
     /// The event that started the run (`trigger: event`), as `trigger.event` in templates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<super::EventRef>,
@@ -123,6 +128,25 @@ pub struct CallbackReceived {
     #[schemars(schema_with = "any_value")]
     pub body: serde_json::Value,
     /// When it was received (the API sets it; unset: when the engine reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Timestamp>,
+}
+
+/// An event a `wait_for_event` step received.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MatchedEvent {
+    /// The id of the waiting step.
+    #[schemars(length(min = 1, max = 63))]
+    pub step_id: String,
+    /// The event's id (`evt_…`).
+    #[schemars(length(min = 1, max = 253))]
+    pub event_id: String,
+    /// The event's payload.
+    #[serde(default)]
+    #[schemars(schema_with = "any_value")]
+    pub payload: serde_json::Value,
+    /// When the event was received.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Timestamp>,
 }
@@ -381,6 +405,7 @@ impl Run {
         self.spec.workflow = None;
         self.spec.reused_steps = Vec::new();
         self.spec.callbacks = Vec::new();
+        self.spec.matched_events = Vec::new();
         if let Some(status) = self.status.as_mut() {
             status.steps = Vec::new();
             status.error = None;

@@ -307,6 +307,7 @@ pub struct Step {
     /// follow_redirects, timeout_ms. `transform`: value. `delay`: ms. `fail`: message.
     /// `container`: image, command, args, env. `wait`: ms or until. `approval`:
     /// timeout_ms. `workflow`: workflow, payload, wait. `callback`: timeout_ms.
+    /// `wait_for_event`: event, match, timeout_ms.
     #[serde(default, rename = "with", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schemaless_object")]
     pub with: Option<serde_json::Value>,
@@ -391,6 +392,11 @@ pub enum Action {
     /// most `timeout_ms` when set. Engine-internal, like `wait`.
     #[serde(rename = "callback")]
     Callback,
+    /// Waits for the first event named `event`, posted after the step started, whose
+    /// `match` (an expression over `event.*`, `trigger.*` and `steps.*`) holds; its
+    /// output is `{event_id, payload}`. At most `timeout_ms` when set. Engine-internal.
+    #[serde(rename = "wait_for_event")]
+    WaitForEvent,
 }
 
 impl Action {
@@ -405,13 +411,17 @@ impl Action {
             Action::Approval => "approval",
             Action::Workflow => "workflow",
             Action::Callback => "callback",
+            Action::WaitForEvent => "wait_for_event",
         }
     }
 
     /// `wait`, `approval` and `callback`: executed by the engine itself, never in a
     /// Job, and without a task while they wait (the run is parked).
     pub fn is_waiting_kind(self) -> bool {
-        matches!(self, Action::Wait | Action::Approval | Action::Callback)
+        matches!(
+            self,
+            Action::Wait | Action::Approval | Action::Callback | Action::WaitForEvent
+        )
     }
 }
 

@@ -360,6 +360,38 @@ pub fn action_inputs(step: &Step, at: &str, problems: &mut Vec<Problem>) {
                 "wait needs exactly one of `ms` and `until`".into(),
             ),
         },
+        Action::WaitForEvent => {
+            match get("event") {
+                Some(Value::String(name)) if crate::crd::valid_event_name(name) => {}
+                _ => problem(
+                    format!("{at}.event"),
+                    format!("is required and {}", crate::crd::EVENT_NAME_RULE),
+                ),
+            }
+            match get("match") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(m)) => {
+                    if let Err(e) = expr::check_over(m, &crate::fanout::WAIT_MATCH_ROOTS) {
+                        problem(format!("{at}.match"), e.to_string());
+                    }
+                }
+                Some(_) => problem(
+                    format!("{at}.match"),
+                    "must be an expression over event, trigger and steps".into(),
+                ),
+            }
+            match get("timeout_ms") {
+                None | Some(Value::Null) => {}
+                Some(v)
+                    if v.as_u64().is_some_and(|ms| {
+                        (1..=crate::engine::waiting::MAX_EVENT_WAIT_MS).contains(&ms)
+                    }) => {}
+                Some(_) => problem(
+                    format!("{at}.timeout_ms"),
+                    "must be an integer from 1 to 2592000000 (30 days)".into(),
+                ),
+            }
+        }
         Action::Approval | Action::Callback => match get("timeout_ms") {
             None | Some(Value::Null) => {}
             Some(v)

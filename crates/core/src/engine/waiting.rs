@@ -12,9 +12,12 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::crd::{
-    Action, ApprovalDecision, CallbackReceived, Run, RunStatus, Step, StepPhase, StepRecord,
-    Verdict,
+    Action, ApprovalDecision, CallbackReceived, MatchedEvent, Run, RunStatus, Step, StepPhase,
+    StepRecord, Verdict,
 };
+
+/// Longest wait for an event: 30 days.
+pub const MAX_EVENT_WAIT_MS: u64 = 30 * 24 * 3600 * 1000;
 
 /// Longest `wait` (`ms`, or `until` from the step's start) and approval timeout: a year.
 pub const MAX_WAIT_MS: u64 = 366 * 24 * 3600 * 1000;
@@ -54,6 +57,16 @@ pub fn wake_at(action: Action, with: &Value, now: Timestamp) -> Result<Option<Ti
             }
             _ => Err("wait needs exactly one of `ms` and `until`".into()),
         },
+        Action::WaitForEvent => match with.get("timeout_ms") {
+            None | Some(Value::Null) => Ok(None),
+            Some(ms) => {
+                let ms = ms
+                    .as_u64()
+                    .filter(|ms| (1..=MAX_EVENT_WAIT_MS).contains(ms))
+                    .ok_or("wait_for_event: `timeout_ms` must be an integer from 1 to 30 days")?;
+                after(ms, "wait_for_event: `timeout_ms`")
+            }
+        },
         Action::Approval | Action::Callback => match with.get("timeout_ms") {
             None | Some(Value::Null) => Ok(None),
             Some(ms) => {
@@ -75,6 +88,7 @@ pub fn wake_at(action: Action, with: &Value, now: Timestamp) -> Result<Option<Ti
 pub struct Inbox<'a> {
     pub approvals: &'a [ApprovalDecision],
     pub callbacks: &'a [CallbackReceived],
+    pub events: &'a [MatchedEvent],
 }
 
 impl<'a> Inbox<'a> {
@@ -83,6 +97,7 @@ impl<'a> Inbox<'a> {
         Inbox {
             approvals: &run.spec.approvals,
             callbacks: &run.spec.callbacks,
+            events: &run.spec.matched_events,
         }
     }
 }
@@ -112,6 +127,25 @@ pub fn decision_for<'a>(
 pub fn resume(step: &Step, record: &StepRecord, inbox: Inbox<'_>, now: Timestamp) -> Resumed {
     let due = |at: Timestamp| at <= now;
     match step.action {
+        Action::WaitForEvent => {
+            if let Some(e) = inbox.events.iter().find(|e| e.step_id == step.id)
+                && record.wake_at.is_none_or(|t| e.at.unwrap_or(now) < t)
+            {
+                return Resumed::Succeeded(json!({"event_id": e.event_id, "payload": e.payload}));
+            }
+            match record.wake_at {
+                Some(t) if due(t) => {
+                    let name = step
+                        .with
+                        .as_ref()
+                        .and_then(|w| w.get("event"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    Resumed::Failed(format!("timed out waiting for event {name}"))
+                }
+                other => Resumed::Waiting(other),
+            }
+        }
         Action::Callback => {
             let timeout_at = record.wake_at;
             if let Some(c) = inbox.callbacks.iter().find(|c| c.step_id == step.id)
@@ -256,6 +290,7 @@ mod tests {
         Inbox {
             approvals,
             callbacks: &[],
+            events: &[],
         }
     }
 
@@ -276,6 +311,7 @@ mod tests {
                 Inbox {
                     approvals: &[],
                     callbacks: &callbacks,
+                    events: &[],
                 },
                 at(104),
             )
@@ -296,7 +332,8 @@ mod tests {
                 &r,
                 Inbox {
                     approvals: &[],
-                    callbacks: &late
+                    callbacks: &late,
+                    events: &[],
                 },
                 at(106)
             ),

@@ -392,5 +392,48 @@ pub fn table() -> Vec<ActionDoc> {
     timeout_ms: 3600000
 "#,
         },
+        ActionDoc {
+            action: Action::WaitForEvent,
+            summary: "Waits for an event posted to `POST /v1/events`.",
+            details: "The first event of that name posted after the step started whose `match` \
+                      holds completes it (the event's `resumed` lists the run). `match` is an \
+                      expression like `when`, over `event.id`, `event.name`, `event.payload`, \
+                      `trigger.*` and the finished steps' `steps.<id>.output`. Parks like \
+                      `wait`; not allowed with `forEach`."
+                .into(),
+            inputs: vec![
+                input(
+                    "event",
+                    "string",
+                    true,
+                    "",
+                    "The event name (`^[a-z0-9][a-z0-9._-]{0,127}$`).",
+                ),
+                input(
+                    "match",
+                    "string",
+                    false,
+                    "every event of that name",
+                    "An expression the event must satisfy.",
+                ),
+                input(
+                    "timeout_ms",
+                    "integer",
+                    false,
+                    "no timeout",
+                    "Milliseconds from the step's start, from 1 to 2592000000 (30 days); no \
+                     matching event by then fails the step (`timed out waiting for event \
+                     <name>`).",
+                ),
+            ],
+            output: "`{\"event_id\": …, \"payload\": <the event's payload>}`.".into(),
+            example: r#"- id: shipped
+  action: wait_for_event
+  with:
+    event: order.shipped
+    match: "event.payload.order_id == trigger.payload.order_id"
+    timeout_ms: 604800000
+"#,
+        },
     ]
 }
