@@ -420,7 +420,8 @@ mod tests {
         let done = |ids: &[(&str, bool)]| -> Vec<(String, bool)> {
             ids.iter().map(|(s, d)| (s.to_string(), *d)).collect()
         };
-        let rows: Vec<(&str, FlowlineEvent, Run, Vec<(String, bool)>)> = vec![
+        type Row<'a> = (&'a str, FlowlineEvent, Run, Vec<(String, bool)>);
+        let rows: Vec<Row> = vec![
             (
                 "no match: any event of the name",
                 shipped(1),
