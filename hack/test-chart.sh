@@ -503,13 +503,13 @@ done
 # /metrics and the health endpoints).
 grep -q -- '--no-console' "$tmp/api-default.yaml" "$tmp/api-full.yaml" && die "the console is off by default"
 render_doc "$tmp/render-full.yaml" Ingress "$fullname" >"$tmp/ingress-full.yaml"
-for want in '- path: /v1' '- path: /assets' '- path: /workflows' '- path: /runs' '- path: /webhooks' '- path: /api-keys'; do
+for want in '- path: /v1' '- path: /assets' '- path: /workflows' '- path: /runs' '- path: /webhooks' '- path: /api-keys' '- path: /events'; do
   grep -qF -- "$want" "$tmp/ingress-full.yaml" || die "the Ingress does not route \"$want\""
 done
 python3 - "$tmp/ingress-full.yaml" <<'PY' || die "the Ingress must route / (Exact), /v1 and the console's prefixes, nothing else"
 import re, sys
 routes = re.findall(r"- path: (\S+)\n\s+pathType: (\S+)", open(sys.argv[1]).read())
-want = {("/v1", "Prefix"), ("/", "Exact")} | {(p, "Prefix") for p in ["/assets", "/workflows", "/runs", "/webhooks", "/api-keys"]}
+want = {("/v1", "Prefix"), ("/", "Exact")} | {(p, "Prefix") for p in ["/assets", "/workflows", "/runs", "/webhooks", "/api-keys", "/events"]}
 sys.exit(0 if set(routes) == want and len(routes) == len(want) else f"routes: {routes}")
 PY
 # shellcheck disable=SC2086
