@@ -388,6 +388,24 @@ class Console(unittest.TestCase):
         self.wait.until(EC.url_contains(run))
         self.text_in("#run-event", posted["id"])
 
+    def test_06e_an_event_resumes_a_waiting_run_and_lists_it(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Await shipping", [
+            {"id": "shipped", "action": "wait_for_event",
+             "with": {"event": "console.shipped", "match": "event.payload.order == trigger.payload.order"}}])
+        status, run = api("POST", f"/workflows/{wf}/runs", {"payload": {"order": 4}})
+        self.assertEqual(status, 201, run)
+        self.go(f"/runs/{run['id']}", "#timeline")
+        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="shipped"]').get_attribute("data-status") == "waiting")
+        status, posted = api("POST", "/events", {"name": "console.shipped", "payload": {"order": 4}})
+        self.assertEqual(status, 202, posted)
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "succeeded")
+        self.go(f"/events/{posted['id']}", "#event-name")
+        self.wait.until(lambda d: api("GET", f"/events/{posted['id']}")[1]["resumed"])
+        self.go(f"/events/{posted['id']}", "#event-resumed")
+        self.find(f'#event-resumed a[href="/runs/{run["id"]}"]')
+        self.shot("event-resumed")
+
     def test_07_yaml_view_of_the_manifest(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}", "#steps .step-card")
