@@ -189,7 +189,15 @@ async fn resume_runs(
         ..Default::default()
     };
     let mut resumed = Vec::new();
-    let listed = runs.list(&ListParams::default()).await?;
+    // Only unfinished runs can wait: the phase label leaves the history out (a run
+    // without the label yet, or not relabelled yet, is listed and decided as any).
+    let unfinished = format!(
+        "{} notin (succeeded,failed,cancelled)",
+        flowline_core::crd::labels::PHASE
+    );
+    let listed = runs
+        .list(&ListParams::default().labels(&unfinished))
+        .await?;
     for run in listed.items.iter().filter_map(|r| r.decoded()) {
         let name = run.name_any();
         let mut current = (**run).clone();

@@ -225,12 +225,8 @@ impl Context {
         execution.send_if_modified(|seen| {
             // Children reported ended stay so (`child_ended` may know more than the
             // cached status shows).
-            let mut now = Outside {
-                approvals: run.spec.approvals.clone(),
-                callbacks: run.spec.callbacks.clone(),
-                events: run.spec.matched_events.clone(),
-                ended_children: ended,
-            };
+            let mut now = Outside::of(run);
+            now.ended_children = ended;
             now.ended_children
                 .extend(seen.ended_children.iter().cloned());
             let changed = *seen != now;

@@ -220,13 +220,7 @@ pub enum Cancel {
 /// `event` when an event started it, `headers`).
 pub fn match_context(event: &FlowlineEvent, run: &Run) -> Value {
     let mut ctx = context(event);
-    ctx["trigger"] = json!({
-        "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
-        "headers": run.spec.headers.clone().unwrap_or_default(),
-    });
-    if let Some(started_by) = &run.spec.event {
-        ctx["trigger"]["event"] = json!({"id": started_by.id, "name": started_by.name});
-    }
+    ctx["trigger"] = crate::engine::run_context::trigger(run);
     ctx
 }
 
@@ -277,7 +271,7 @@ pub fn resumes(event: &FlowlineEvent, run: &Run) -> (Vec<(String, bool)>, Vec<St
             Some(m) => {
                 if ctx.is_null() {
                     ctx = match_context(event, run);
-                    ctx["steps"] = steps_context(status);
+                    ctx["steps"] = crate::engine::run_context::finished_steps(status, |_| true);
                 }
                 expr::evaluate_over(m, &ctx, &WAIT_MATCH_ROOTS)
             }
@@ -293,25 +287,6 @@ pub fn resumes(event: &FlowlineEvent, run: &Run) -> (Vec<(String, bool)>, Vec<St
         }
     }
     (found, problems)
-}
-
-/// `steps.<id>.output` and `.status` of the finished steps of a run, as its templates
-/// see them.
-fn steps_context(status: &crate::crd::RunStatus) -> Value {
-    use crate::crd::StepPhase;
-    Value::Object(
-        status
-            .steps
-            .iter()
-            .filter(|r| matches!(r.status, StepPhase::Succeeded | StepPhase::Skipped))
-            .map(|r| {
-                (
-                    r.step_id.clone(),
-                    json!({"output": r.output, "status": r.status}),
-                )
-            })
-            .collect(),
-    )
 }
 
 /// Decides what `event` does to `run` under `entries` (see [`Cancel`]). An entry

@@ -120,13 +120,13 @@ pub(crate) async fn settle(
             }
             CallNext::Wait(retry) => {
                 waiting = true;
-                earliest_retry = earliest(earliest_retry, retry);
+                earliest_retry = earliest_retry.into_iter().chain(retry).min();
             }
             CallNext::RetryAt { attempt_failed, at } => {
                 set_call(record, iteration, None, call.attempts, Some(at));
                 note_error(record, iteration, attempt_failed);
                 waiting = true;
-                earliest_retry = earliest(earliest_retry, Some(at));
+                earliest_retry = earliest_retry.into_iter().chain(Some(at)).min();
             }
             CallNext::Start(attempt) => {
                 let element = match element_context(step, ctx, iteration) {
@@ -395,12 +395,5 @@ fn end_iteration(
         it.finished_at = Some(now_ms());
         it.next_attempt_at = None;
         it.error = error;
-    }
-}
-
-fn earliest(a: Option<jiff::Timestamp>, b: Option<jiff::Timestamp>) -> Option<jiff::Timestamp> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }

@@ -31,6 +31,7 @@ use flowline_core::engine::lifecycle::{self, Event, Outcome, transition};
 use flowline_core::engine::output;
 use flowline_core::engine::redact::Redactor;
 use flowline_core::engine::retry;
+use flowline_core::engine::run_context;
 use flowline_core::engine::template;
 use flowline_telemetry::engine_metrics::{ActionLabel, StatusLabel};
 use flowline_telemetry::traces;
@@ -119,26 +120,9 @@ fn context(
             (t.step_id.clone(), json!({"url": url}))
         })
         .collect();
-    let mut steps = Map::new();
-    for (i, r) in status.steps.iter().enumerate() {
-        if visible.get(i) == Some(&true)
-            && matches!(r.status, StepPhase::Succeeded | StepPhase::Skipped)
-        {
-            steps.insert(
-                r.step_id.clone(),
-                json!({"output": r.output, "output_truncated": r.output_truncated, "status": r.status}),
-            );
-        }
-    }
-    let mut trigger = json!({
-        "payload": run.spec.payload.clone().unwrap_or_else(|| json!({})),
-        "headers": run.spec.headers.clone().unwrap_or_default(),
-    });
-    if let Some(event) = &run.spec.event {
-        trigger["event"] = json!({"id": event.id, "name": event.name});
-    }
+    let steps = run_context::finished_steps(status, |i| visible.get(i) == Some(&true));
     json!({
-        "trigger": trigger,
+        "trigger": run_context::trigger(run),
         "run": {"id": run.name_any()},
         "workflow": {"id": run.spec.workflow_ref, "name": wf.name},
         "steps": steps,

@@ -14,6 +14,7 @@ pub mod redact;
 pub mod retry;
 pub mod reuse;
 pub mod run_condition;
+pub mod run_context;
 pub mod spec_check;
 pub mod step_pod;
 pub mod subworkflow;

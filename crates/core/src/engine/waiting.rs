@@ -156,10 +156,7 @@ pub fn resume(step: &Step, record: &StepRecord, inbox: Inbox<'_>, now: Timestamp
             match timeout_at {
                 Some(t) if due(t) => Resumed::Failed(format!(
                     "callback timed out after {} ms",
-                    timeout_ms(step).unwrap_or_else(|| {
-                        let start = record.started_at.unwrap_or(t);
-                        (t.as_millisecond() - start.as_millisecond()).max(0) as u64
-                    })
+                    waited_ms(step, record, t)
                 )),
                 other => Resumed::Waiting(other),
             }
@@ -175,10 +172,7 @@ pub fn resume(step: &Step, record: &StepRecord, inbox: Inbox<'_>, now: Timestamp
             match timeout_at {
                 Some(t) if due(t) => Resumed::Failed(format!(
                     "approval timed out after {} ms",
-                    timeout_ms(step).unwrap_or_else(|| {
-                        let start = record.started_at.unwrap_or(t);
-                        (t.as_millisecond() - start.as_millisecond()).max(0) as u64
-                    })
+                    waited_ms(step, record, t)
                 )),
                 other => Resumed::Waiting(other),
             }
@@ -193,8 +187,17 @@ pub fn resume(step: &Step, record: &StepRecord, inbox: Inbox<'_>, now: Timestamp
     }
 }
 
-fn timeout_ms(step: &Step) -> Option<u64> {
-    step.with.as_ref()?.get("timeout_ms")?.as_u64()
+/// How long a step that timed out at `t` waited: its `timeout_ms`, or (inputs that are
+/// templates) the time from its start to `t`.
+fn waited_ms(step: &Step, record: &StepRecord, t: Timestamp) -> u64 {
+    let from_inputs = step
+        .with
+        .as_ref()
+        .and_then(|w| w.get("timeout_ms")?.as_u64());
+    from_inputs.unwrap_or_else(|| {
+        let start = record.started_at.unwrap_or(t);
+        (t.as_millisecond() - start.as_millisecond()).max(0) as u64
+    })
 }
 
 fn decided(d: &ApprovalDecision, at: Timestamp) -> Resumed {
