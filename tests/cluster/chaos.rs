@@ -6,6 +6,7 @@
 //! the big one. docs/benchmarks.md describes the method.
 
 mod events;
+mod inbound;
 mod kills;
 mod observer;
 mod operators;

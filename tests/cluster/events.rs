@@ -635,3 +635,67 @@ async fn a_wait_for_event_is_completed_by_the_second_event_only() {
         "{view}"
     );
 }
+
+/// A step that started waiting before an event was received, but whose "waiting"
+/// status landed after that event's fan-out listed the runs, is caught up: the run
+/// controller lists the events of the name received since the step started and
+/// completes it with the first that matches, also after a restart (the fan-out is
+/// simulated here by writing the event done while no operator runs).
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_wait_the_fan_out_missed_is_caught_up_by_the_run_controller() {
+    let api = TestApi::start("events-catch-up").await;
+    let key = api.admin_key.clone();
+    let wf = api
+        .workflow(&WorkflowBuilder::new("ship").steps(json!([
+            {"id": "w", "action": "wait_for_event", "with": {"event": "order.packed",
+                "match": "event.payload.order == trigger.payload.order", "timeout_ms": 600_000}}
+        ])))
+        .await;
+    let operator = Process::operator(&api.ns, &["--no-api"]);
+    ready(operator.1).await;
+    let run = api
+        .start_run(&key, &wf, Some(json!({"payload": {"order": 5}})))
+        .await;
+    crate::support::parked_on(&api.ns, &run, "w").await;
+    drop(operator);
+
+    let mut ids = Vec::new();
+    for order in [6, 5] {
+        let body = json!({"name": "order.packed", "payload": {"order": order}});
+        let (status, posted) = post_event(&api, &key, body).await;
+        assert_eq!(status, 202, "{posted}");
+        let id = posted["id"].as_str().unwrap().to_string();
+        // A fan-out that listed the runs before the step's status said "waiting".
+        let done = json!({"status": {"phase": "done", "observedWorkflows": 0}});
+        api.ns
+            .api::<FlowlineEvent>()
+            .patch_status(
+                &id.replacen("evt_", "evt-", 1),
+                &Default::default(),
+                &kube::api::Patch::Merge(&done),
+            )
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+
+    let (_operator, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let view = api.finished_view(&key, &run, FINISH).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+    assert_eq!(
+        view["steps"][0]["output"],
+        json!({"event_id": ids[1], "payload": {"order": 5}}),
+        "the matching event, not the first of the name: {view}"
+    );
+    eventually("the event to list the run it resumed", FINISH, || async {
+        let seen = fanned_out(&api, &ids[1], FINISH).await;
+        (seen["resumed"] == json!([run])).then_some(())
+    })
+    .await;
+    assert_eq!(
+        fanned_out(&api, &ids[0], FINISH).await["resumed"],
+        json!([])
+    );
+}

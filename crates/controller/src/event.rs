@@ -184,10 +184,6 @@ async fn resume_runs(
     let ns = event.namespace().unwrap_or_default();
     let runs: Api<Lenient<Run>> = Api::namespaced(client.clone(), &ns);
     let writes: Api<Run> = Api::namespaced(client.clone(), &ns);
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
     let mut resumed = Vec::new();
     // Only unfinished runs can wait: the phase label leaves the history out (a run
     // without the label yet, or not relabelled yet, is listed and decided as any).
@@ -199,51 +195,68 @@ async fn resume_runs(
         .list(&ListParams::default().labels(&unfinished))
         .await?;
     for run in listed.items.iter().filter_map(|r| r.decoded()) {
-        let name = run.name_any();
-        let mut current = (**run).clone();
-        for _ in 0..3 {
-            let (steps, problems) = fanout::resumes(event, &current);
-            for why in problems {
-                fan.problem(why);
-            }
-            if steps.is_empty() {
-                break;
-            }
-            if steps.iter().all(|(_, done)| *done) {
-                resumed.push(name.clone());
-                break;
-            }
-            let mut matched = current.spec.matched_events.clone();
-            for (step_id, done) in steps {
-                if !done {
-                    matched.push(MatchedEvent {
-                        step_id,
-                        event_id: event.id(),
-                        payload: event.spec.payload.clone().unwrap_or_else(|| json!({})),
-                        at: Some(event.spec.received_at),
-                    });
-                }
-            }
-            let patch = json!({
-                "metadata": {"resourceVersion": current.resource_version()},
-                "spec": {"matchedEvents": matched},
-            });
-            match writes.patch(&name, &params, &Patch::Merge(patch)).await {
-                Ok(_) => {
-                    resumed.push(name.clone());
-                    break;
-                }
-                // Changed meanwhile: decide again on the Run as it is now.
-                Err(kube::Error::Api(s)) if s.code == 409 => match writes.get_opt(&name).await? {
-                    Some(fresh) => current = fresh,
-                    None => break,
-                },
-                Err(kube::Error::Api(s)) if s.code == 404 => break,
-                Err(e) => return Err(e),
-            }
+        if complete_waits(&writes, event, run, &mut |why| fan.problem(why)).await? {
+            resumed.push(run.name_any());
         }
     }
     Ok(resumed)
+}
+
+/// Completes the `wait_for_event` steps of `run` that `event` matches
+/// ([`fanout::resumes`]): appends the event to the Run's `spec.matchedEvents` with a
+/// write conditional on the Run as read (a run that changed meanwhile is read again and
+/// decided anew). True when the event completes a step of the run, now or by an earlier
+/// try; `problem` hears of matches that could not be evaluated.
+pub(crate) async fn complete_waits(
+    writes: &Api<Run>,
+    event: &FlowlineEvent,
+    run: &Run,
+    problem: &mut (dyn FnMut(String) + Send),
+) -> Result<bool, kube::Error> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let name = run.name_any();
+    let mut current = run.clone();
+    for _ in 0..3 {
+        let (steps, problems) = fanout::resumes(event, &current);
+        for why in problems {
+            problem(why);
+        }
+        if steps.is_empty() {
+            return Ok(false);
+        }
+        if steps.iter().all(|(_, done)| *done) {
+            return Ok(true);
+        }
+        let mut matched = current.spec.matched_events.clone();
+        for (step_id, done) in steps {
+            if !done {
+                matched.push(MatchedEvent {
+                    step_id,
+                    event_id: event.id(),
+                    payload: event.spec.payload.clone().unwrap_or_else(|| json!({})),
+                    at: Some(event.spec.received_at),
+                });
+            }
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": current.resource_version()},
+            "spec": {"matchedEvents": matched},
+        });
+        match writes.patch(&name, &params, &Patch::Merge(patch)).await {
+            Ok(_) => return Ok(true),
+            // Changed meanwhile: decide again on the Run as it is now.
+            Err(kube::Error::Api(s)) if s.code == 409 => match writes.get_opt(&name).await? {
+                Some(fresh) => current = fresh,
+                None => return Ok(false),
+            },
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 async fn reconcile(

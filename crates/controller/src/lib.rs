@@ -2,6 +2,7 @@
 //! (unit-tested with fixtures) and a thin layer that applies them.
 
 pub mod backoff;
+mod catch_up;
 pub mod event;
 pub mod leader;
 pub mod queue;

@@ -69,6 +69,8 @@ pub struct Context {
     account_bound: Arc<AccountBound>,
     /// When each run whose reconcile failed is tried again.
     backoff: ReconcileBackoff,
+    /// The `wait_for_event` steps caught up with events their fan-out missed.
+    event_waits: Arc<super::catch_up::EventWaits>,
 }
 
 /// What admission gave a run that is ready to execute.
@@ -158,6 +160,7 @@ impl Context {
             shards: Arc::new(Shards::all()),
             account_bound: Arc::default(),
             backoff: ReconcileBackoff::default(),
+            event_waits: Arc::default(),
         })
     }
 
@@ -199,6 +202,7 @@ impl Context {
             shards,
             account_bound: self.account_bound.clone(),
             backoff: ReconcileBackoff::default(),
+            event_waits: Arc::default(),
         })
     }
 
@@ -564,8 +568,10 @@ async fn keep_up(
     }
     if upkeep.release_slot {
         ctx.ended_lock().remove(uid);
+        ctx.event_waits.forget(uid);
         ctx.hand_over(run);
     }
+    ctx.event_waits.catch_up(&ctx.client, run, uid).await?;
     if upkeep.offer_approvals {
         ctx.offer_approvals(uid, run);
     }
@@ -903,6 +909,9 @@ async fn stop_deleted(
                 Some(deleted) => {
                     tracing::info!(?deleted, "deleted: stopping the executions it owns");
                     ctx.stop_for(&deleted);
+                    if let Deleted::Run { uid } = &deleted {
+                        ctx.event_waits.forget(uid);
+                    }
                 }
                 None => return,
             },

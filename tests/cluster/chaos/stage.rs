@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 
+use super::inbound::{self, Posted, Subscribers};
 use super::observer::Observer;
 use super::settings::Settings;
 use super::workload::{self, StepSink};
@@ -33,6 +34,10 @@ pub struct Stage {
     pub receiver: Receiver,
     pub sink: StepSink,
     pub workflows: Vec<String>,
+    /// The workflows subscribed to the order events.
+    pub subscribers: Subscribers,
+    /// The order events accepted so far.
+    pub posted: Mutex<Vec<Posted>>,
     pub observer: Observer,
 }
 
@@ -47,6 +52,10 @@ impl Stage {
         let sink = StepSink::start().await;
         crate::delivery::webhook(&api, &receiver.url("/chaos"), &RUN_EVENTS, None).await;
         let workflows = workload::workflows(&api, &sink).await;
+        let subscribers = inbound::subscribers(&api).await;
+        for id in [&subscribers.every, &subscribers.big] {
+            workload::keep_every_run(&api, id).await;
+        }
         let observer = Observer::start(&api.ns).await;
         Stage {
             settings,
@@ -58,6 +67,8 @@ impl Stage {
             receiver,
             sink,
             workflows,
+            subscribers,
+            posted: Mutex::new(Vec::new()),
             observer,
         }
     }
@@ -80,6 +91,14 @@ impl Stage {
     /// Starts the runs at the settings' rate; their names are appended to `created`.
     pub async fn start_runs(&self, created: &Mutex<Vec<String>>) {
         let rng = rand::rngs::StdRng::seed_from_u64(self.load_seed);
-        workload::start_runs(&self.api, &self.workflows, &self.settings, rng, created).await;
+        workload::start_runs(
+            &self.api,
+            &self.workflows,
+            &self.settings,
+            rng,
+            created,
+            &self.posted,
+        )
+        .await;
     }
 }

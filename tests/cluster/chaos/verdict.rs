@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use flowline_core::crd::{Run, RunPhase};
 
 use super::events::{self, Events};
+use super::inbound;
 use super::kills::Restart;
 use super::observer::Observer;
 use super::operators::Operators;
@@ -26,6 +27,8 @@ pub struct Verdict {
     stuck: Vec<String>,
     failed: Vec<String>,
     events: Events,
+    /// The runs the order events started, against the subscribers' filters.
+    inbound: inbound::Tally,
     max_dup: f64,
 }
 
@@ -39,13 +42,12 @@ pub async fn conclude(
     restarts: &[Restart],
     last: Instant,
 ) -> Verdict {
-    let stuck = settle(
-        operators,
-        &stage.observer,
-        names,
-        last + stage.settings.settle,
-    )
-    .await;
+    let deadline = last + stage.settings.settle;
+    let posted = stage.posted.lock().unwrap().clone();
+    // The runs the events started settle like those created through `/v1`.
+    let started = inbound::fanned_out(&stage.api, &posted, deadline).await;
+    let names = &[names, &started[..]].concat();
+    let stuck = settle(operators, &stage.observer, names, deadline).await;
     let settled = last.elapsed();
     let runs = stage
         .api
@@ -61,6 +63,7 @@ pub async fn conclude(
     let logs = &operators[0].log_dir;
     super::timeline::write(logs, stage.began, restarts, &received);
     let failed = failures(&runs);
+    let inbound = inbound::tally(&posted, &stage.subscribers, &runs);
     let recoveries = report::recoveries(restarts, &stage.observer);
     let kills: Vec<Instant> = restarts.iter().map(|r| r.killed_at).collect();
     let resent = events::resent_per_kill(&received, &kills);
@@ -79,12 +82,17 @@ pub async fn conclude(
         wall: stage.began.elapsed(),
         logs,
     });
+    let text = format!(
+        "{text}\nevents in: {} posted, {} runs started, missing {:?}, extra {:?}",
+        inbound.posted, inbound.runs, inbound.missing, inbound.extra
+    );
     println!("{text}");
     Verdict {
         text,
         stuck,
         failed,
         events,
+        inbound,
         max_dup: stage.settings.max_dup,
     }
 }
@@ -95,6 +103,14 @@ impl Verdict {
         let text = &self.text;
         assert!(self.stuck.is_empty(), "runs stuck:\n{text}");
         assert!(self.failed.is_empty(), "runs failed:\n{text}");
+        assert!(
+            self.inbound.missing.is_empty(),
+            "accepted events did not start a run of every matching workflow:\n{text}"
+        );
+        assert!(
+            self.inbound.extra.is_empty(),
+            "an event started more than one run of a workflow:\n{text}"
+        );
         assert!(self.events.lost.is_empty(), "events lost:\n{text}");
         assert!(
             self.events.unexpected.is_empty(),

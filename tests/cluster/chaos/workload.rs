@@ -1,9 +1,9 @@
-//! What the scenario executes: four workflows that cannot fail on their own (inline
-//! steps, a step Job inside an inline workflow, a workflow executed in Jobs, and one
-//! whose `workflow` step waits for a child run of the inline one, then hands a callback
-//! URL to the step endpoint, which calls it back), started
-//! through `/v1` at a steady rate, and the local endpoint their `http.request` steps
-//! call. Job pods "run" in kwok, which completes them with the termination message the
+//! What the scenario executes: five workflows that cannot fail on their own (inline
+//! steps, a step Job inside an inline workflow, a workflow executed in Jobs, one whose
+//! `workflow` step waits for a child run of the inline one, then hands a callback URL
+//! to the step endpoint, which calls it back, and one that waits for an event), started
+//! through `/v1` at a steady rate with an event posted every other run (see `inbound`),
+//! and the local endpoint their `http.request` steps call. Job pods "run" in kwok, which completes them with the termination message the
 //! operator annotates them with.
 
 use std::sync::{Arc, Mutex};
@@ -92,7 +92,7 @@ fn call(sink: &StepSink) -> Value {
         "method": "POST", "url": sink.url, "body": {"run": "{{ run.id }}"}}})
 }
 
-/// Creates the four workflows through the API; returns their ids.
+/// Creates the five workflows through the API; returns their ids, "Waits" last.
 pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
     let prep = json!({"id": "prep", "action": "transform",
         "with": {"value": {"n": "{{ trigger.payload.n }}"}}});
@@ -122,15 +122,17 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
             "body": {"run": "{{ run.id }}", "reply_to": "{{ callbacks.paid.url }}"}}},
         {"id": "paid", "action": "callback", "with": {"timeout_ms": 600_000}},
         {"id": "after", "action": "transform", "with": {"value": "{{ steps.paid.output.paid }}"}}]));
-    let id = api.workflow(&nested).await;
-    keep_every_run(api, &id).await;
-    ids.push(id);
+    for wf in [nested, super::inbound::waits()] {
+        let id = api.workflow(&wf).await;
+        keep_every_run(api, &id).await;
+        ids.push(id);
+    }
     ids
 }
 
 /// Retention would delete the oldest finished runs of a big scenario before they are
 /// checked; the API does not expose it, so it is raised on the Workflow itself.
-async fn keep_every_run(api: &TestApi, id: &str) {
+pub async fn keep_every_run(api: &TestApi, id: &str) {
     let history = json!({"spec": {"history": {"succeeded": 10000, "failed": 10000}}});
     api.ns
         .api::<flowline_core::crd::Workflow>()
@@ -140,20 +142,32 @@ async fn keep_every_run(api: &TestApi, id: &str) {
 }
 
 /// Starts `settings.runs` runs at `settings.rate` per second, taking turns over the
-/// workflows, each with a random delay step; their names are appended to `created`.
+/// workflows (the last waits for an event a third party posts), each with a random
+/// delay step, and posts an order event with every other run; their names are
+/// appended to `created`, the events to `posted`.
 pub async fn start_runs(
     api: &TestApi,
     workflows: &[String],
     settings: &Settings,
     mut rng: rand::rngs::StdRng,
     created: &Mutex<Vec<String>>,
+    posted: &Mutex<Vec<super::inbound::Posted>>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / settings.rate));
     for n in 0..settings.runs {
         tick.tick().await;
-        let workflow = &workflows[n % workflows.len()];
+        let turn = n % workflows.len();
         let payload = json!({"payload": {"n": n, "ms": rng.random_range(200..1500)}});
-        let run = api.start_run(&api.admin_key, workflow, Some(payload)).await;
+        let run = api
+            .start_run(&api.admin_key, &workflows[turn], Some(payload))
+            .await;
+        if turn == workflows.len() - 1 {
+            super::inbound::nudge(api, run.clone(), n);
+        }
         created.lock().unwrap().push(run);
+        if n.is_multiple_of(2) {
+            let event = super::inbound::post_order(api, n).await;
+            posted.lock().unwrap().push(event);
+        }
     }
 }

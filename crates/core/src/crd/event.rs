@@ -23,6 +23,7 @@ use super::common::schemaless_object;
     doc = "An event posted to the account (`POST /v1/events`): its name and payload, and in its status the runs it started once the operator has fanned it out to the workflows subscribed to its name.",
     namespaced,
     status = "FlowlineEventStatus",
+    selectable = ".spec.name",
     printcolumn(name = "Event", type_ = "string", json_path = ".spec.name"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Received", type_ = "date", json_path = ".spec.receivedAt"),

@@ -19,6 +19,12 @@ pub const MAX_LEN: usize = 1000;
 /// Deepest nesting of parentheses and `!`.
 pub const MAX_DEPTH: usize = 64;
 
+/// Most work one evaluation may do: every value a comparison walks costs one, a
+/// string 1 per 64 bytes on top. A thousand characters can compare a 1 MiB object
+/// with itself dozens of times (tens of milliseconds); an event's fan-out evaluates up
+/// to a thousand filters, so each is held to about a millisecond.
+pub const MAX_COST: u64 = 100_000;
+
 /// Every operator, tightest-binding first, with a one-line description: what the
 /// workflow reference lists (`crate::reference`).
 pub const OPERATORS: [(&str, &str); 10] = [
@@ -72,6 +78,11 @@ pub enum ExprError {
     TooLong { len: usize, limit: usize },
     #[error("expression nests deeper than {limit} levels at position {position}")]
     TooDeep { limit: usize, position: usize },
+    #[error(
+        "expression compares too much data: evaluating it takes more than {limit} steps \
+         (at position {position})"
+    )]
+    TooCostly { limit: u64, position: usize },
 }
 
 /// Evaluates a `when` expression to a boolean, using truthiness for a bare value.
@@ -82,7 +93,10 @@ pub fn evaluate(expr: &str, ctx: &Value) -> Result<bool, ExprError> {
 /// [`evaluate`] for an expression whose paths start with one of `roots` instead of the
 /// step context's (an event trigger's `filter` reads `event.*`).
 pub fn evaluate_over(expr: &str, ctx: &Value, roots: &[&str]) -> Result<bool, ExprError> {
-    Ok(truthy(eval(&parse(expr, roots)?, ctx)?.as_ref()))
+    let mut budget = MAX_COST;
+    Ok(truthy(
+        eval(&parse(expr, roots)?, ctx, &mut budget)?.as_ref(),
+    ))
 }
 
 /// Parses `expr` as [`evaluate`] does, without evaluating it: an error here fails every
@@ -515,17 +529,17 @@ fn flatten(mut items: Vec<Node>, join: fn(Vec<Node>) -> Node) -> Node {
     join(items)
 }
 
-fn eval<'a>(node: &'a Node, ctx: &'a Value) -> Result<Cow<'a, Value>, ExprError> {
+fn eval<'a>(node: &'a Node, ctx: &'a Value, budget: &mut u64) -> Result<Cow<'a, Value>, ExprError> {
     let boolean = |b: bool| Cow::Owned(Value::Bool(b));
     Ok(match node {
         Node::Literal(value) => Cow::Borrowed(value),
         Node::Path { path, position } => {
             Cow::Borrowed(template::resolve(ctx, path).map_err(|e| path_error(e, *position))?)
         }
-        Node::Not(inner) => boolean(!truthy(eval(inner, ctx)?.as_ref())),
+        Node::Not(inner) => boolean(!truthy(eval(inner, ctx, budget)?.as_ref())),
         Node::And(items) => {
             for item in items {
-                if !truthy(eval(item, ctx)?.as_ref()) {
+                if !truthy(eval(item, ctx, budget)?.as_ref()) {
                     return Ok(boolean(false));
                 }
             }
@@ -533,7 +547,7 @@ fn eval<'a>(node: &'a Node, ctx: &'a Value) -> Result<Cow<'a, Value>, ExprError>
         }
         Node::Or(items) => {
             for item in items {
-                if truthy(eval(item, ctx)?.as_ref()) {
+                if truthy(eval(item, ctx, budget)?.as_ref()) {
                     return Ok(boolean(true));
                 }
             }
@@ -544,13 +558,50 @@ fn eval<'a>(node: &'a Node, ctx: &'a Value) -> Result<Cow<'a, Value>, ExprError>
             left,
             right,
             position,
-        } => boolean(compare(
-            *op,
-            eval(left, ctx)?.as_ref(),
-            eval(right, ctx)?.as_ref(),
-            *position,
-        )?),
+        } => {
+            let (left, right) = (eval(left, ctx, budget)?, eval(right, ctx, budget)?);
+            charge(budget, left.as_ref(), right.as_ref(), *position)?;
+            boolean(compare(*op, left.as_ref(), right.as_ref(), *position)?)
+        }
     })
+}
+
+/// Takes what comparing `left` with `right` costs from `budget`: the walk of the
+/// smaller one (equality stops where it ends), counted only as far as the budget goes.
+fn charge(budget: &mut u64, left: &Value, right: &Value, position: usize) -> Result<(), ExprError> {
+    let cost = cost_upto(left, *budget).min(cost_upto(right, *budget));
+    if cost > *budget {
+        return Err(ExprError::TooCostly {
+            limit: MAX_COST,
+            position,
+        });
+    }
+    *budget -= cost;
+    Ok(())
+}
+
+/// What walking `value` costs, or more than `cap` once it exceeds it.
+fn cost_upto(value: &Value, cap: u64) -> u64 {
+    let mut cost = 0u64;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        cost += 1;
+        match v {
+            Value::String(s) => cost += s.len() as u64 / 64,
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => {
+                for (key, item) in map {
+                    cost += key.len() as u64 / 64;
+                    stack.push(item);
+                }
+            }
+            _ => {}
+        }
+        if cost > cap {
+            return cap + 1;
+        }
+    }
+    cost
 }
 
 fn path_error(error: TemplateError, position: usize) -> ExprError {
@@ -954,6 +1005,42 @@ mod tests {
     fn every_root_is_readable() {
         assert!(eval_ok(
             "run.id == 'r1' && workflow.id == 'w1' && secrets.s.k == 'v'"
+        ));
+    }
+
+    #[test]
+    fn comparing_large_values_is_bounded_by_a_budget() {
+        let object = |keys: usize| -> Value {
+            Value::Object((0..keys).map(|i| (format!("k{i}"), json!(i))).collect())
+        };
+        let ctx = json!({"trigger": {"payload": {
+            "small": object(2_000), "copy": object(2_000),
+            "big": object(70_000), "text": "x".repeat(900_000)}}});
+        let repeat = |clause: &str, n: usize| clause.repeat(n) + "true";
+        let within = [
+            // 25 comparisons of 2,000-key objects: 50,000 steps.
+            repeat("trigger.payload.small == trigger.payload.copy && ", 20),
+            // A 900 KB string compares in about 14,000 steps.
+            repeat("trigger.payload.text == trigger.payload.text && ", 7),
+            // Only the smaller side is walked: a large object against a number is cheap.
+            repeat("trigger.payload.big != 1 && ", 30),
+        ];
+        for expr in within {
+            assert_eq!(evaluate(&expr, &ctx), Ok(true), "{expr}");
+        }
+        let costly = repeat("trigger.payload.big == trigger.payload.big && ", 20);
+        assert_eq!(
+            evaluate(&costly, &ctx),
+            Err(ExprError::TooCostly {
+                limit: MAX_COST,
+                position: 66
+            }),
+            "the second comparison of a 70,000-key object exceeds the budget"
+        );
+        let many_texts = repeat("trigger.payload.text == trigger.payload.text && ", 8);
+        assert!(matches!(
+            evaluate(&many_texts, &ctx),
+            Err(ExprError::TooCostly { .. })
         ));
     }
 }

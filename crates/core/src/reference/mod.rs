@@ -325,9 +325,16 @@ fn expressions_section(out: &mut String) {
          An expression that cannot be evaluated (a missing path, a comparison of \
          mismatched types) fails the step. The whole expression is parsed when the \
          workflow is written, so a typo is refused even where evaluation would never reach \
-         it. At most {} characters, and {} levels of parentheses and `!`.\n",
+         it. At most {} characters, and {} levels of parentheses and `!`. One \
+         evaluation may walk at most {} values in its comparisons (a string counts one \
+         more per 64 bytes; of two values compared, only the smaller is counted): \
+         comparing a whole 1 MiB payload with another value may exceed it, and then the \
+         evaluation fails with `expression compares too much data`. The same language and \
+         limits apply to an event trigger's `filter`, `cancelOn` and `wait_for_event` \
+         matches.\n",
         expr::MAX_LEN,
-        expr::MAX_DEPTH
+        expr::MAX_DEPTH,
+        expr::MAX_COST
     );
     out.push_str(
         "Quote the expression in YAML (`when: \"...\"`): a plain YAML string cannot start \
@@ -412,8 +419,12 @@ fn limits_section(out: &mut String) {
             bytes(template::MAX_RENDERED_BYTES),
         ),
         (
-            "A `when` expression",
-            format!("{} characters", expr::MAX_LEN),
+            "A `when` expression (and a `filter` or `match`)",
+            format!(
+                "{} characters; {} values walked by its comparisons",
+                expr::MAX_LEN,
+                expr::MAX_COST
+            ),
         ),
         (
             "A `wait`, or an `approval`'s `timeout_ms`",
