@@ -17,7 +17,8 @@ export async function render(main, params) {
   const saved = id ? await get(`/workflows/${encodeURIComponent(id)}`) : null;
   const model = saved
     ? { ...saved, steps: saved.steps.map((s) => newStep({ ...s, with: s.with || {}, when: s.when || '' })) }
-    : { name: '', description: '', state: 'draft', trigger: { type: 'manual' }, executor: null, timeout_ms: null, steps: [] };
+    : { name: '', description: '', state: 'draft', trigger: { type: 'manual' }, executor: null, timeout_ms: null, cancel_on: [], steps: [] };
+  model.cancel_on = (model.cancel_on || []).map((c) => ({ event: c.event, match: c.match || '' }));
   const canWrite = session.can('write');
   const view = { model, saved, canWrite, accepts: await capabilities() };
   draw(main, view);
@@ -103,6 +104,21 @@ function draw(main, view) {
     },
   }, accepts.triggers.map((t) => h('option', { value: t, selected: model.trigger.type === t }, t)));
 
+  // Cancel on events: rows of an event name and an optional match.
+  const cancelRows = h('div', { id: 'cancel-on', 'data-field': 'cancel_on' });
+  const drawCancelOn = () => {
+    fill(cancelRows, model.cancel_on.map((entry, i) => h('div.grid.cancel-on-row', {},
+      input(`cancel_on[${i}].event`, `Event name (entry ${i + 1})`, entry.event, (v) => { entry.event = v; }, { placeholder: 'order.cancelled', spellcheck: 'false', class: 'mono' }),
+      input(`cancel_on[${i}].match`, `Match (optional, over event.* and trigger.*)`, entry.match, (v) => { entry.match = v; }, { placeholder: 'event.payload.order == trigger.payload.order', spellcheck: 'false', class: 'mono' }),
+      canWrite ? h('button.secondary', { type: 'button', id: `cancel-on-remove-${i}`, onclick: () => { model.cancel_on.splice(i, 1); drawCancelOn(); changed(); } }, `Remove entry ${i + 1}`) : null)),
+    canWrite && model.cancel_on.length < 10
+      ? h('button.secondary', { type: 'button', id: 'cancel-on-add', onclick: () => { model.cancel_on.push({ event: '', match: '' }); drawCancelOn(); changed(); cancelRows.querySelector('.cancel-on-row:last-of-type input')?.focus(); } }, 'Add a cancelling event')
+      : null);
+  };
+  const cancelOn = () => (model.cancel_on.length
+    ? model.cancel_on.map((c) => ({ event: c.event, ...(c.match.trim() ? { match: c.match } : {}) }))
+    : null);
+
   // Sample payload for the template helpers
   const sampleInput = h('textarea.mono', { id: 'sample-payload', rows: 3, placeholder: '{"order_id": "A-1", "customer": {"email": "a@example.com"}}' });
   sampleInput.value = sessionStorage.getItem(SAMPLE_KEY(id)) || '';
@@ -137,7 +153,7 @@ function draw(main, view) {
   const yamlText = h('pre.yaml', { id: 'yaml', tabindex: '0' });
   const request = () => ({
     name: model.name, description: model.description || null, trigger: model.trigger,
-    executor: model.executor || null, timeout_ms: model.timeout_ms || null, steps: toApiSteps(model.steps),
+    executor: model.executor || null, timeout_ms: model.timeout_ms || null, cancel_on: cancelOn(), steps: toApiSteps(model.steps),
   });
   const yaml = () => toYaml(manifest({ ...view.saved, ...request(), id: id || 'wf-new', concurrency: view.saved?.concurrency }));
   const changed = () => { if (!yamlPanel.hidden) yamlText.textContent = yaml(); };
@@ -166,6 +182,10 @@ function draw(main, view) {
           [['', 'operator default'], ['inline', 'inline (inside the operator)'], ['job', 'job (a Kubernetes Job per attempt)']]
             .map(([v, l]) => h('option', { value: v, selected: (model.executor || '') === v }, l)))),
       input('timeout_ms', 'Run timeout (ms, empty: none)', model.timeout_ms, (v) => { model.timeout_ms = /^\d+$/.test(v.trim()) ? Number(v) : (v.trim() || null); }, { inputmode: 'numeric' }))),
+  h('fieldset', { disabled: !canWrite },
+    h('legend', {}, 'Cancel on events'),
+    h('p.help', {}, 'An event of one of these names posted to POST /v1/events cancels the unfinished runs of this workflow for which its match holds (no match: all of them).'),
+    cancelRows),
   h('section.steps-section', { 'aria-labelledby': 'steps-title' },
     h('h2', { id: 'steps-title' }, 'Steps'),
     h('p.help', {}, 'Steps run in order. Drag a card by its handle, or focus the handle and press Arrow Up / Arrow Down.'),
@@ -214,6 +234,7 @@ function draw(main, view) {
     yamlPanel,
     announcer);
   drawTrigger();
+  drawCancelOn();
   renderSteps(stepList, stepCtx);
 
   async function save() {

@@ -372,9 +372,15 @@ class Console(unittest.TestCase):
         wf = self.make_workflow("On paid", [{"id": "s", "action": "transform", "with": {"value": 1}}])
         status, _ = api("PATCH", f"/workflows/{wf}", {"trigger": {"type": "event", "event": "console.paid"}})
         self.assertEqual(status, 200)
-        status, posted = api("POST", "/events", {"name": "console.paid", "payload": {"total": 3}})
+        sent = {"name": "console.paid", "id": "order-3-paid", "payload": {"total": 3}}
+        status, posted = api("POST", "/events", sent)
         self.assertEqual(status, 202, posted)
+        # The same id again: the first event answers, nothing new is stored or started.
+        status, again = api("POST", "/events", sent)
+        self.assertEqual((status, again["id"]), (200, posted["id"]), again)
         self.go("/events?name=console.paid", "#events")
+        rows = self.driver.find_elements(By.CSS_SELECTOR, "#events tbody tr")
+        self.assertEqual([r.get_attribute("data-id") for r in rows], [posted["id"]])
         row = self.find(f'#events tr[data-id="{posted["id"]}"]')
         self.assertIn("console.paid", row.text)
         self.click(f'#events a[href="/events/{posted["id"]}"]')
@@ -397,6 +403,12 @@ class Console(unittest.TestCase):
         self.assertEqual(status, 201, run)
         self.go(f"/runs/{run['id']}", "#timeline")
         self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="shipped"]').get_attribute("data-status") == "waiting")
+        # Another order's event is fanned out without touching this run.
+        status, other = api("POST", "/events", {"name": "console.shipped", "payload": {"order": 5}})
+        self.assertEqual(status, 202, other)
+        self.wait.until(lambda d: api("GET", f"/events/{other['id']}")[1].get("resumed") == [])
+        self.wait.until(lambda d: api("GET", f"/events/{other['id']}")[1].get("runs") is not None)
+        self.assertEqual(api("GET", f"/runs/{run['id']}")[1]["steps"][0]["status"], "waiting")
         status, posted = api("POST", "/events", {"name": "console.shipped", "payload": {"order": 4}})
         self.assertEqual(status, 202, posted)
         self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "succeeded")
@@ -405,6 +417,68 @@ class Console(unittest.TestCase):
         self.go(f"/events/{posted['id']}", "#event-resumed")
         self.find(f'#event-resumed a[href="/runs/{run["id"]}"]')
         self.shot("event-resumed")
+
+    def test_06f_cancel_on_set_in_the_builder_cancels_the_matching_run(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Cancellable", [{"id": "hold", "action": "delay", "with": {"ms": 60000}}])
+        self.go(f"/workflows/{wf}", "#cancel-on-add")
+        self.click("#cancel-on-add")
+        event = self.find('[data-field="cancel_on[0].event"]')
+        self.set_value(event, "console.stop")
+        match = self.find('[data-field="cancel_on[0].match"]')
+        self.set_value(match, "event.payload.order ==")
+        self.click("#save")
+        # The API's refusal lands on the field that caused it.
+        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '[data-field="cancel_on[0].match"]').get_attribute("aria-invalid") == "true")
+        self.set_value(self.find('[data-field="cancel_on[0].match"]'), "event.payload.order == trigger.payload.order")
+        self.click("#save")
+        self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1].get("cancel_on"))
+        self.assertEqual(api("GET", f"/workflows/{wf}")[1]["cancel_on"],
+                         [{"event": "console.stop", "match": "event.payload.order == trigger.payload.order"}])
+        status, mine = api("POST", f"/workflows/{wf}/runs", {"payload": {"order": 1}})
+        self.assertEqual(status, 201, mine)
+        status, other = api("POST", f"/workflows/{wf}/runs", {"payload": {"order": 2}})
+        self.assertEqual(status, 201, other)
+        self.go(f"/runs/{mine['id']}", "#timeline")
+        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="hold"]').get_attribute("data-status") == "running")
+        status, posted = api("POST", "/events", {"name": "console.stop", "payload": {"order": 1}})
+        self.assertEqual(status, 202, posted)
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
+        self.text_in("#run-error", f"cancelled by event {posted['id']}")
+        self.shot("run-cancelled-by-event")
+        self.wait.until(lambda d: api("GET", f"/events/{posted['id']}")[1]["cancelled"])
+        self.go(f"/events/{posted['id']}", "#event-cancelled")
+        self.find(f'#event-cancelled a[href="/runs/{mine["id"]}"]')
+        self.assertEqual(api("GET", f"/runs/{other['id']}")[1]["status"], "running")
+        self.assertEqual(api("POST", f"/runs/{other['id']}/cancel")[0], 202)
+
+    def test_06g_a_callback_called_twice_completes_its_step_once(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Await reply", [
+            {"id": "hand", "action": "transform", "with": {"value": "{{ callbacks.reply.url }}"}},
+            {"id": "reply", "action": "callback", "with": {"timeout_ms": 600000}}])
+        status, run = api("POST", f"/workflows/{wf}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.go(f"/runs/{run['id']}", "#timeline")
+        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="reply"]').get_attribute("data-status") == "waiting")
+        url = api("GET", f"/runs/{run['id']}")[1]["steps"][0]["output"]
+        self.assertTrue(url.startswith(BASE + "/v1/callbacks/"), url)
+        answers = []
+        for body in ({"approved_by": "ops"}, {"approved_by": "someone else"}):
+            req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as res:
+                    answers.append((res.status, json.loads(res.read())))
+            except urllib.error.HTTPError as e:
+                answers.append((e.code, json.loads(e.read())))
+        self.assertEqual(answers[0], (200, {"run_id": run["id"], "step_id": "reply"}))
+        self.assertEqual((answers[1][0], answers[1][1]["error"]["code"]), (409, "callback_used"))
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "succeeded")
+        self.click("#step-reply summary")
+        self.text_in("#step-reply", "ops")
+        self.assertNotIn("someone else", self.find("#step-reply").text)
+        self.shot("run-callback")
 
     def test_07_yaml_view_of_the_manifest(self):
         self.ensure_admin()
@@ -543,6 +617,42 @@ class Console(unittest.TestCase):
         self.text_in("#parent-run", f"{run['id']} (step invoice)")
         self.click(f'#parent-run a[href="/runs/{run["id"]}"]')
         self.wait.until(EC.url_contains(run["id"]))
+
+    def test_10d_a_failing_child_is_retried_then_fails_its_parent_and_a_cancel_cascades(self):
+        self.ensure_admin()
+        broken = self.make_workflow("Broken", [
+            {"id": "read", "action": "transform", "with": {"value": "{{ trigger.payload.missing }}"}}])
+        caller = self.make_workflow("Caller", [{"id": "call", "action": "workflow",
+                                                "with": {"workflow": broken},
+                                                "retry": {"max_attempts": 2, "backoff_ms": 100}}])
+        status, run = api("POST", f"/workflows/{caller}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.go(f"/runs/{run['id']}", "#timeline")
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "failed")
+        self.text_in("#run-error", "child run")
+        view = api("GET", f"/runs/{run['id']}")[1]
+        self.assertEqual(view["steps"][0]["attempts"], 2, view)
+        kid = view["steps"][0]["child_run_id"]
+        self.click("#step-call summary")
+        self.shot("run-child-failed")
+        self.click(f'#step-call .child-runs a[href="/runs/{kid}"]')
+        self.wait.until(EC.url_contains(kid))
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "failed")
+        self.text_in("#parent-run", f"{run['id']} (step call)")
+
+        # A parent cancelled while its child runs cancels the child.
+        slow = self.make_workflow("Slow child", [{"id": "hold", "action": "delay", "with": {"ms": 60000}}])
+        waiting = self.make_workflow("Waiting parent", [{"id": "call", "action": "workflow", "with": {"workflow": slow}}])
+        status, run = api("POST", f"/workflows/{waiting}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.wait.until(lambda d: api("GET", f"/runs/{run['id']}")[1]["steps"][0].get("child_run_id"))
+        kid = api("GET", f"/runs/{run['id']}")[1]["steps"][0]["child_run_id"]
+        self.go(f"/runs/{run['id']}", "#cancel")
+        self.click("#cancel")
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
+        self.go(f"/runs/{kid}", "#run-status")
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
+        self.shot("run-child-cancelled")
 
     def test_11_runs_list_filters_by_status(self):
         self.ensure_admin()

@@ -65,9 +65,9 @@ pub fn waits() -> WorkflowBuilder {
         {"id": "after", "action": "transform", "with": {"value": "{{ steps.packed.output.event_id }}"}}]))
 }
 
-/// Posts the `n`th order event (every other one is big).
+/// Posts the order event of the `n`th run (one posted in two is big).
 pub async fn post_order(api: &TestApi, n: usize) -> Posted {
-    let big = n.is_multiple_of(2);
+    let big = n.is_multiple_of(4);
     let body = json!({"name": ORDER, "payload": {"n": n, "big": big}});
     let res = api
         .send("POST", &api.admin_key, "/v1/events", Some(body))
