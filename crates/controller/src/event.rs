@@ -185,10 +185,12 @@ async fn resume_runs(
     let runs: Api<Lenient<Run>> = Api::namespaced(client.clone(), &ns);
     let writes: Api<Run> = Api::namespaced(client.clone(), &ns);
     let mut resumed = Vec::new();
-    // Only unfinished runs can wait: the phase label leaves the history out (a run
-    // without the label yet, or not relabelled yet, is listed and decided as any).
+    // Only unfinished runs with `wait_for_event` steps can wait: the labels leave out
+    // the history and the runs of other workflows (a run not relabelled yet as
+    // finished is listed and decided as any).
     let unfinished = format!(
-        "{} notin (succeeded,failed,cancelled)",
+        "{}=true,{} notin (succeeded,failed,cancelled)",
+        flowline_core::crd::labels::WAITS_FOR_EVENTS,
         flowline_core::crd::labels::PHASE
     );
     let listed = runs

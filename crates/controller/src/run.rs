@@ -722,7 +722,12 @@ fn claim_patch(run: &Run, wf: &Workflow, claim: Claim) -> serde_json::Value {
     use kube::Resource;
     let mut patch = serde_json::json!({"metadata": {"resourceVersion": run.resource_version()}});
     if claim.pin {
-        patch["spec"] = serde_json::json!({"workflow": WorkflowSnapshot::of(wf)});
+        let snapshot = WorkflowSnapshot::of(wf);
+        if snapshot.waits_for_events() {
+            patch["metadata"]["labels"] =
+                serde_json::json!({ flowline_core::crd::labels::WAITS_FOR_EVENTS: "true" });
+        }
+        patch["spec"] = serde_json::json!({"workflow": snapshot});
     }
     if claim.adopt
         && let Some(owner) = wf.controller_owner_ref(&())
@@ -1160,6 +1165,33 @@ mod tests {
         assert_eq!(
             json!(api_run.metadata.owner_references),
             claim_patch(&r, &wf, adopt)["metadata"]["ownerReferences"]
+        );
+        // Pinning a workflow with a `wait_for_event` step labels the run as the API's
+        // runs of it are labelled; other pins touch no label.
+        assert!(
+            claim_patch(&r, &wf, both)["metadata"]
+                .get("labels")
+                .is_none()
+        );
+        wf.spec.steps = serde_json::from_value(
+            json!([{"id": "w", "action": "wait_for_event", "with": {"event": "e"}}]),
+        )
+        .unwrap();
+        let label = flowline_core::crd::labels::WAITS_FOR_EVENTS;
+        let api_run = Run::of_workflow(
+            &wf,
+            "r",
+            flowline_core::crd::RunTrigger::Manual,
+            None,
+            flowline_core::clock::now_ms(),
+        );
+        assert_eq!(
+            api_run.labels().get(label).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            claim_patch(&r, &wf, Claim::PIN)["metadata"]["labels"][label],
+            "true"
         );
     }
 

@@ -1,6 +1,6 @@
 //! The labels of a Run that mirror it, so `kubectl get runs -l flowline.io/phase=failed`
 //! (or `-l flowline.io/workflow=<name>`) selects on the API server: its phase and its
-//! workflow. A Run's creator labels it (`running`, as a Run without status is); the
+//! workflow (and whether it may wait for events, which the event fan-out selects on). A Run's creator labels it (`running`, as a Run without status is); the
 //! run controller brings the labels up to date once its status says otherwise. A
 //! status write cannot carry labels (the status subresource ignores metadata), so
 //! each relabelling costs a write of its own: a finished phase is labelled at once, a
@@ -42,6 +42,16 @@ pub fn patch(run: &Run, now: Timestamp) -> Option<Value> {
             .is_ok_and(|elapsed: Duration| elapsed >= SETTLE)
     });
     let mut wanted = vec![(labels::WORKFLOW, run.spec.workflow_ref.as_str())];
+    // A run pinned before the label existed gets it while it can still wait.
+    if !status.phase.is_finished()
+        && run
+            .spec
+            .workflow
+            .as_ref()
+            .is_some_and(|w| w.waits_for_events())
+    {
+        wanted.push((labels::WAITS_FOR_EVENTS, "true"));
+    }
     if settled {
         wanted.push((labels::PHASE, status.phase.as_str()));
     }
@@ -217,5 +227,34 @@ mod tests {
             Some(json!({"metadata": {"labels": {
                 "flowline.io/phase": "running", "flowline.io/workflow": "wf"}}}))
         );
+    }
+
+    #[test]
+    fn an_unfinished_run_that_may_wait_for_events_is_labelled_so() {
+        let waiting = |phase: &str, labels: Value| -> Run {
+            let mut r = run(labels, Some(phase));
+            r.spec.workflow = Some(
+                serde_json::from_value(json!({"generation": 1, "name": "W", "steps": [
+                    {"id": "w", "action": "wait_for_event", "with": {"event": "e"}}]}))
+                .unwrap(),
+            );
+            r
+        };
+        let plain = json!({"flowline.io/phase": "failed", "flowline.io/workflow": "wf"});
+        assert_eq!(
+            patch(&waiting("failed", plain.clone()), Timestamp::now()),
+            None,
+            "a finished run waits for nothing"
+        );
+        let running = json!({"flowline.io/phase": "running", "flowline.io/workflow": "wf"});
+        let unlabelled = waiting("running", running.clone());
+        assert_eq!(
+            patch(&unlabelled, unlabelled.started_at()),
+            Some(json!({"metadata": {"labels": {"flowline.io/waits-for-events": "true"}}}))
+        );
+        let mut labelled = running;
+        labelled["flowline.io/waits-for-events"] = json!("true");
+        let labelled = waiting("running", labelled);
+        assert_eq!(patch(&labelled, labelled.started_at()), None);
     }
 }

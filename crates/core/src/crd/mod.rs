@@ -51,6 +51,9 @@ pub mod labels {
     pub const PHASE: &str = "flowline.io/phase";
     /// On a child Run: the name of the run whose `workflow` step started it.
     pub const PARENT_RUN: &str = "flowline.io/parent-run";
+    /// On a Run whose pinned workflow has `wait_for_event` steps: `"true"`. An event's
+    /// fan-out lists only such runs (unfinished ones) to find the steps it completes.
+    pub const WAITS_FOR_EVENTS: &str = "flowline.io/waits-for-events";
 }
 
 /// Every CRD Flowline owns, in the order they are installed.

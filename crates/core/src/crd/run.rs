@@ -275,6 +275,14 @@ impl WorkflowSnapshot {
             output: wf.spec.output.clone(),
         }
     }
+
+    /// Whether a step waits for an event (the run is labelled
+    /// [`super::labels::WAITS_FOR_EVENTS`]).
+    pub fn waits_for_events(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| s.action == super::Action::WaitForEvent)
+    }
 }
 
 /// What started a run.
@@ -358,19 +366,26 @@ impl Run {
                 ..Default::default()
             },
         );
+        let waits = run
+            .spec
+            .workflow
+            .as_ref()
+            .is_some_and(WorkflowSnapshot::waits_for_events);
         let meta = run.meta_mut();
         meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
         // A run without status is running (see `phase`).
-        meta.labels = Some(
-            [
-                (super::labels::WORKFLOW.to_string(), workflow_ref),
-                (
-                    super::labels::PHASE.to_string(),
-                    RunPhase::Running.as_str().to_string(),
-                ),
-            ]
-            .into(),
-        );
+        let mut labels: std::collections::BTreeMap<String, String> = [
+            (super::labels::WORKFLOW.to_string(), workflow_ref),
+            (
+                super::labels::PHASE.to_string(),
+                RunPhase::Running.as_str().to_string(),
+            ),
+        ]
+        .into();
+        if waits {
+            labels.insert(super::labels::WAITS_FOR_EVENTS.into(), "true".into());
+        }
+        meta.labels = Some(labels);
         meta.annotations = Some(super::timestamps::creation_annotations(created));
         run
     }
