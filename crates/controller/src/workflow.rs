@@ -66,6 +66,7 @@ pub fn plan(
     runs: &[Arc<Run>],
     hooks: &[Arc<Webhook>],
     now: Timestamp,
+    parent_unfinished: &dyn Fn(&str) -> bool,
     new_event_id: &mut dyn FnMut() -> String,
 ) -> Plan {
     let previous = wf.status.clone().unwrap_or_default();
@@ -149,6 +150,15 @@ pub fn plan(
         } else if let Some(until) = idempotency_hold(run).filter(|until| now < *until) {
             held_until = Some(held_until.map_or(until, |at: Timestamp| at.min(until)));
         } else if !settled_events(&delivery, run) {
+            waiting = true;
+        } else if run
+            .spec
+            .parent
+            .as_ref()
+            .is_some_and(|p| parent_unfinished(&p.run_id))
+        {
+            // A child whose parent has not settled its call yet: the parent reads
+            // the child's outcome and output from it.
             waiting = true;
         } else {
             delete.push(run.name_any());
@@ -337,7 +347,12 @@ async fn reconcile(
         .filter(|h| h.namespace().as_deref() == Some(ns.as_str()))
         .collect();
     let now = Timestamp::now();
-    let mut plan = plan(wf, &runs, &hooks, now, &mut || {
+    let parent_unfinished = |parent: &str| {
+        ctx.runs
+            .get_by(&lenient::store_key(Some(&ns), parent))
+            .is_some_and(|p| !p.phase().is_finished())
+    };
+    let mut plan = plan(wf, &runs, &hooks, now, &parent_unfinished, &mut || {
         flowline_core::engine::events::new_event_id()
     });
     let run_api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
@@ -538,6 +553,11 @@ fn owning_workflows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No run has an unfinished parent.
+    fn no_parent(_: &str) -> bool {
+        false
+    }
     use flowline_core::delivery::settled::fixtures::hook;
 
     fn wf(state: &str, status: serde_json::Value, history: (u32, u32)) -> Workflow {
@@ -603,6 +623,7 @@ mod tests {
             &[],
             &[],
             now,
+            &no_parent,
             &mut ids(),
         );
         assert_eq!(p.status.pending_events.len(), 1);
@@ -620,7 +641,7 @@ mod tests {
             (100, 100),
         );
         assert_eq!(
-            plan(&again, &[], &[], now, &mut ids())
+            plan(&again, &[], &[], now, &no_parent, &mut ids())
                 .status
                 .pending_events
                 .len(),
@@ -633,7 +654,7 @@ mod tests {
             serde_json::to_value(&p.status).unwrap(),
             (100, 100),
         );
-        let p2 = plan(&paused, &[], &[], now, &mut ids());
+        let p2 = plan(&paused, &[], &[], now, &no_parent, &mut ids());
         assert_eq!(
             p2.status.pending_events.last().unwrap().kind,
             EventKind::WorkflowPaused
@@ -643,6 +664,7 @@ mod tests {
             &[],
             &[],
             now,
+            &no_parent,
             &mut ids(),
         );
         assert!(
@@ -666,6 +688,7 @@ mod tests {
             &runs,
             &[],
             Timestamp::now(),
+            &no_parent,
             &mut ids(),
         );
         assert_eq!(
@@ -681,6 +704,38 @@ mod tests {
         assert_eq!(
             p.status.last_run_at,
             Some("2026-01-01T00:00:05Z".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn retention_keeps_a_child_until_its_parent_has_finished() {
+        let child = |name: &str, parent: &str, started: &str| {
+            let mut r = (*run(name, "succeeded", started)).clone();
+            r.spec.parent = Some(
+                serde_json::from_value(json!({"runId": parent, "stepId": "call", "depth": 1}))
+                    .unwrap(),
+            );
+            Arc::new(r)
+        };
+        let runs = vec![
+            child("c1", "waiting-parent", "2026-01-01T00:00:01Z"),
+            child("c2", "done-parent", "2026-01-01T00:00:02Z"),
+            run("s3", "succeeded", "2026-01-01T00:00:03Z"),
+        ];
+        let now = Timestamp::now();
+        let unfinished = |parent: &str| parent == "waiting-parent";
+        let p = plan(
+            &wf("active", json!(null), (1, 1)),
+            &runs,
+            &[],
+            now,
+            &unfinished,
+            &mut ids(),
+        );
+        assert_eq!(p.delete, ["c2"], "c1 is held for its parent");
+        assert!(
+            p.wake_at.is_some_and(|at| at > now),
+            "looked at again to delete it later"
         );
     }
 
@@ -708,6 +763,7 @@ mod tests {
             &runs,
             &[behind],
             now,
+            &no_parent,
             &mut ids(),
         );
         assert_eq!(p.delete, ["s1"], "s2's run.succeeded is not delivered yet");
@@ -725,6 +781,7 @@ mod tests {
             &runs,
             &[done, unsubscribed],
             now,
+            &no_parent,
             &mut ids(),
         );
         assert_eq!(p.delete, ["s1", "s2"]);
@@ -750,6 +807,7 @@ mod tests {
                 &runs,
                 &[],
                 now,
+                &no_parent,
                 &mut ids(),
             )
         };
@@ -795,6 +853,7 @@ mod tests {
             &[],
             &[settled_all],
             now,
+            &no_parent,
             &mut ids(),
         );
         assert_eq!(p.evicted, ["old_0"]);
@@ -811,6 +870,7 @@ mod tests {
             &[],
             &[owed],
             now,
+            &no_parent,
             &mut ids(),
         );
         assert!(p.evicted.is_empty(), "nothing is settled");
@@ -826,7 +886,7 @@ mod tests {
         let now = Timestamp::now();
         let owed = hook(&["workflow.paused"], json!(null));
         let full = reactivated_with(undelivered::MAX_HELD_EVENTS);
-        let p = plan(&full, &[], &[owed], now, &mut ids());
+        let p = plan(&full, &[], &[owed], now, &no_parent, &mut ids());
         assert_eq!(p.new_event, None);
         assert_eq!(
             p.status.observed_state,
@@ -856,7 +916,7 @@ mod tests {
             {"id": "b", "action": "fail", "when": "trigger.payload.n = 1"}
         ]))
         .unwrap();
-        let p = plan(&w, &[], &[], now, &mut ids());
+        let p = plan(&w, &[], &[], now, &no_parent, &mut ids());
         assert_eq!(
             ready(&p),
             (
@@ -875,14 +935,14 @@ mod tests {
         w.spec.steps[1].when = Some("trigger.payload.n == 1".into());
         w.spec.steps.swap(0, 1);
         w.status = Some(p.status);
-        let p = plan(&w, &[], &[], now, &mut ids());
+        let p = plan(&w, &[], &[], now, &no_parent, &mut ids());
         assert_eq!(ready(&p), (ConditionStatus::True, "Reconciled", ""));
 
         // A bad schedule keeps its reason; the spec's problems are listed after it.
         w.spec.trigger =
             serde_json::from_value(json!({"type": "schedule", "cron": "nope"})).unwrap();
         w.spec.steps[0].when = Some("(".into());
-        let p = plan(&w, &[], &[], now, &mut ids());
+        let p = plan(&w, &[], &[], now, &no_parent, &mut ids());
         let (status, reason, message) = ready(&p);
         assert_eq!(
             (status, reason),

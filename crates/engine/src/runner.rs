@@ -365,7 +365,7 @@ async fn execute_steps(
             tracing::info!(run = %run.name_any(), "execution stopped: the run is gone or executed elsewhere");
             return None;
         }
-        tracing::info!(run = %run.name_any(), "run parked: its steps wait for a time or a decision");
+        tracing::info!(run = %run.name_any(), "run parked: its steps wait for a time, a decision, a child run, a callback or an event");
         return Some(status);
     };
     let (phase, error) = match (end.phase, run_output(run, wf, &status)) {

@@ -466,7 +466,7 @@ pub enum StepPhase {
     Failed,
     Skipped,
     Cancelled,
-    /// A `wait` or `approval` step waiting for its time or a decision.
+    /// A step waiting for its time, a decision, a child run, a callback or an event.
     Waiting,
 }
 

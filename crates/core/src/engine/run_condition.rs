@@ -35,7 +35,7 @@ fn succeeded(status: &RunStatus) -> (ConditionStatus, &'static str, String) {
                 ConditionStatus::Unknown,
                 "Waiting",
                 crate::limits::cap_to(
-                    format!("waiting for a time or a decision: {}", waiting.join(", ")),
+                    format!("steps waiting: {}", waiting.join(", ")),
                     MAX_MESSAGE_BYTES,
                 ),
             )
