@@ -232,6 +232,75 @@ async fn cancelling_a_parent_cancels_its_running_children() {
     }
 }
 
+/// A fan-out of calls keeps at most `for_each_concurrency` children unfinished at
+/// once: the next element's child starts when one ends; the output keeps element order.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_fan_out_of_calls_runs_at_most_for_each_concurrency_children_at_once() {
+    let api = TestApi::start("sub-bounded").await;
+    let key = api.admin_key.clone();
+    let child = api
+        .workflow(&WorkflowBuilder::new("gated").steps(json!([
+            {"id": "gate", "action": "approval"},
+            {"id": "n", "action": "transform", "with": {"value": "{{ trigger.payload.n }}"}}])))
+        .await;
+    api.patch_workflow(&key, &child, json!({"output": "{{ steps.n.output }}"}))
+        .await;
+    let mut step = call("each", &child, json!({"payload": {"n": "{{ item }}"}}));
+    step["for_each"] = json!("{{ trigger.payload.items }}");
+    step["for_each_concurrency"] = json!(2);
+    let parent = api
+        .workflow(&WorkflowBuilder::new("bounded").step(step))
+        .await;
+    let _op = operator(&api).await;
+    let run = api
+        .start_run(
+            &key,
+            &parent,
+            Some(json!({"payload": {"items": [1, 2, 3]}})),
+        )
+        .await;
+    let first = parked_with_children(&api, &run, "each", 2).await;
+    let approve = |kid: String| {
+        let (api, key) = (&api, &key);
+        async move {
+            let path = format!("/v1/runs/{kid}/steps/gate/approve");
+            let res = api.send("POST", key, &path, None).await;
+            assert_eq!(
+                res.status(),
+                200,
+                "{}",
+                res.text().await.unwrap_or_default()
+            );
+        }
+    };
+    approve(first[0].metadata.name.clone().unwrap()).await;
+    // The third child starts once the first has ended, never while two run.
+    let third = eventually("the third child", FINISH, || async {
+        let kids = children(&api, &run).await;
+        let unfinished = kids.iter().filter(|k| !k.phase().is_finished()).count();
+        assert!(unfinished <= 2, "{unfinished} children unfinished at once");
+        (kids.len() == 3).then(|| {
+            kids.into_iter()
+                .find(|k| !first.iter().any(|f| f.metadata.name == k.metadata.name))
+                .unwrap()
+        })
+    })
+    .await;
+    for kid in [first[1].metadata.name.clone(), third.metadata.name.clone()] {
+        approve(kid.unwrap()).await;
+    }
+    let view = api.finished_view(&key, &run, FINISH).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+    let outputs: Vec<&Value> = view["steps"][0]["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| &o["output"])
+        .collect();
+    assert_eq!(outputs, [&json!(1), &json!(2), &json!(3)], "{view}");
+}
+
 /// Without `wait`, the step succeeds once the child is created, and the child runs on.
 #[tokio::test]
 #[ignore = "needs cluster"]

@@ -59,8 +59,15 @@ pub(crate) async fn start(
             })
             .collect();
     }
+    // Waiting for them, at most `forEachConcurrency` run at once: `settle` starts the
+    // others as they end.
+    let starting = if wait {
+        subworkflow::concurrency(step)
+    } else {
+        elements.len()
+    };
     let mut ids = Vec::with_capacity(elements.len());
-    for (i, element) in elements.iter().enumerate() {
+    for (i, element) in elements.iter().enumerate().take(starting) {
         let iteration = step.for_each.as_ref().map(|_| i as u32);
         match create_child(shared, step, iteration, 1, element).await {
             Ok(id) => {
@@ -103,6 +110,12 @@ pub(crate) async fn settle(
     };
     let policy = step.retry.clone().unwrap_or_default();
     let calls = subworkflow::calls_of(record);
+    let limit = subworkflow::concurrency(step);
+    let mut running = calls
+        .iter()
+        .filter_map(|c| children.get(c.child.as_ref()?))
+        .filter(|child| !child.phase().is_finished())
+        .count();
     let mut outputs = Vec::with_capacity(calls.len());
     let mut earliest_retry = None;
     let mut waiting = false;
@@ -128,6 +141,8 @@ pub(crate) async fn settle(
                 waiting = true;
                 earliest_retry = earliest_retry.into_iter().chain(Some(at)).min();
             }
+            // No slot: started once a running child ends, which wakes the step.
+            CallNext::Start(_) if running >= limit => waiting = true,
             CallNext::Start(attempt) => {
                 let element = match element_context(step, ctx, iteration) {
                     Ok(element) => element,
@@ -137,6 +152,7 @@ pub(crate) async fn settle(
                     Ok(id) => set_call(record, iteration, Some(id), attempt, None),
                     Err(reason) => return fail_record(record, step, reason),
                 }
+                running += 1;
                 waiting = true;
             }
             CallNext::Failed(reason) => {

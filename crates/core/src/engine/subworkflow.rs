@@ -14,14 +14,24 @@ use sha2::{Digest, Sha256};
 
 use std::collections::BTreeSet;
 
-use crate::crd::{RetryPolicy, Run, RunPhase, RunStatus, StepPhase, StepRecord};
+use crate::crd::{RetryPolicy, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord};
 use crate::engine::retry;
 
 /// Deepest chain of calls: a run at this depth cannot start a child.
 pub const MAX_CALL_DEPTH: u32 = 10;
 
-/// Most child runs one `workflow` step may start at once (the elements of its `forEach`).
+/// Most child runs one `workflow` step may start (the elements of its `forEach`).
 pub const MAX_CHILDREN_PER_STEP: usize = 100;
+
+/// How many calls of `step` may have an unfinished child at once: its
+/// `forEachConcurrency` (the default and bounds of every fan-out), one without
+/// `forEach`. A `wait: false` step starts every child at once: it waits for none.
+pub fn concurrency(step: &Step) -> usize {
+    use crate::crd::{DEFAULT_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_CONCURRENCY};
+    step.for_each_concurrency
+        .unwrap_or(DEFAULT_FOR_EACH_CONCURRENCY)
+        .clamp(1, MAX_FOR_EACH_CONCURRENCY) as usize
+}
 
 /// Longest error of a child kept in its parent's step error: a chain of failed calls
 /// nests each child's error in its parent's, so each level is cut.
@@ -218,23 +228,34 @@ pub fn calls_of(record: &StepRecord) -> Vec<Call> {
 }
 
 /// Whether a parked `workflow` step has something to do at `now`: a child of one of
-/// its calls ended (`ended` says so from the caller's cache) or a retry is due.
-/// Some(earliest retry time) while it only waits; None when it is due.
+/// its calls ended (`ended` says so from the caller's cache), or a call may start a
+/// child (a call not started yet, or whose retry is due) while fewer than `limit`
+/// ([`concurrency`]) children run. Some(earliest retry time) while it only waits; None
+/// when it is due.
 pub fn still_waiting(
     record: &StepRecord,
+    limit: usize,
     ended: &dyn Fn(&str) -> bool,
     now: Timestamp,
 ) -> Option<Option<Timestamp>> {
     if record.status != StepPhase::Waiting {
         return None;
     }
+    let calls = calls_of(record);
+    let mut running = 0;
+    for child in calls.iter().filter_map(|c| c.child.as_deref()) {
+        if ended(child) {
+            return None;
+        }
+        running += 1;
+    }
     let mut earliest: Option<Timestamp> = None;
-    for call in calls_of(record) {
-        match (&call.child, call.retry_at) {
-            (Some(child), _) if ended(child) => return None,
-            (Some(_), _) => {}
-            (None, Some(at)) if at > now => earliest = Some(earliest.map_or(at, |e| e.min(at))),
-            (None, _) => return None,
+    for call in calls.iter().filter(|c| c.child.is_none()) {
+        match call.retry_at {
+            Some(at) if at > now => earliest = Some(earliest.map_or(at, |e| e.min(at))),
+            _ if running < limit => return None,
+            // Started once a running child ends, which wakes the step.
+            _ => {}
         }
     }
     Some(earliest)
@@ -473,19 +494,19 @@ mod tests {
         let none_ended = |_: &str| false;
         let c_ended = |c: &str| c == "run-c";
         assert_eq!(
-            still_waiting(&waiting(Some("run-c"), None), &none_ended, now),
+            still_waiting(&waiting(Some("run-c"), None), 1, &none_ended, now),
             Some(None)
         );
         assert_eq!(
-            still_waiting(&waiting(Some("run-c"), None), &c_ended, now),
+            still_waiting(&waiting(Some("run-c"), None), 1, &c_ended, now),
             None
         );
         assert_eq!(
-            still_waiting(&waiting(None, Some(110)), &none_ended, now),
+            still_waiting(&waiting(None, Some(110)), 1, &none_ended, now),
             Some(Some(at(110)))
         );
         assert_eq!(
-            still_waiting(&waiting(None, Some(100)), &none_ended, now),
+            still_waiting(&waiting(None, Some(100)), 1, &none_ended, now),
             None
         );
         // Under forEach: the iterations' calls.
@@ -503,7 +524,48 @@ mod tests {
                 ..Default::default()
             },
         ];
-        assert_eq!(still_waiting(&fan_out, &none_ended, now), Some(None));
-        assert_eq!(still_waiting(&fan_out, &c_ended, now), None);
+        assert_eq!(still_waiting(&fan_out, 4, &none_ended, now), Some(None));
+        assert_eq!(still_waiting(&fan_out, 4, &c_ended, now), None);
+        // A call not started yet: due while a slot is free, else when a child ends.
+        fan_out.items = Some(3);
+        fan_out.iterations.push(IterationRecord {
+            index: 2,
+            ..Default::default()
+        });
+        assert_eq!(still_waiting(&fan_out, 3, &none_ended, now), None);
+        assert_eq!(still_waiting(&fan_out, 2, &none_ended, now), Some(None));
+        assert_eq!(still_waiting(&fan_out, 2, &c_ended, now), None);
+        // A due retry waits for a slot like a call not started.
+        fan_out.iterations[2].next_attempt_at = Some(at(90));
+        assert_eq!(still_waiting(&fan_out, 2, &none_ended, now), Some(None));
+        fan_out.iterations[2].next_attempt_at = Some(at(120));
+        assert_eq!(
+            still_waiting(&fan_out, 3, &none_ended, now),
+            Some(Some(at(120)))
+        );
+    }
+
+    #[test]
+    fn a_fan_out_of_calls_runs_for_each_concurrency_children_at_once() {
+        let step = |extra: Value| -> Step {
+            let mut s = json!({"id": "call", "action": "workflow", "with": {"workflow": "w"}});
+            s.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(s).unwrap()
+        };
+        assert_eq!(concurrency(&step(json!({}))), 4);
+        assert_eq!(
+            concurrency(&step(
+                json!({"forEach": "{{ trigger.payload.xs }}", "forEachConcurrency": 2})
+            )),
+            2
+        );
+        assert_eq!(
+            concurrency(&step(
+                json!({"forEach": "{{ trigger.payload.xs }}", "forEachConcurrency": 500})
+            )),
+            50
+        );
     }
 }

@@ -251,7 +251,8 @@ pub fn still_parked(
             continue;
         }
         if step.action == Action::Workflow {
-            match super::subworkflow::still_waiting(record, child_ended, now) {
+            let limit = super::subworkflow::concurrency(step);
+            match super::subworkflow::still_waiting(record, limit, child_ended, now) {
                 Some(Some(t)) => earlier(t),
                 Some(None) => {}
                 None => return None,
