@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -38,6 +38,9 @@ pub enum ReconcileError {
     #[error("evaluating the filters failed: {0}")]
     Plan(#[from] tokio::task::JoinError),
 }
+
+/// Runs one fan-out creates at once.
+const CREATES_IN_FLIGHT: usize = 16;
 
 pub struct Context {
     pub client: Client,
@@ -316,11 +319,24 @@ async fn reconcile(
         tokio::task::spawn_blocking(move || (fanout::plan(&event, &listed), listed)).await?
     };
     let runs: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut started = Vec::with_capacity(fan.start.len());
-    for &i in &fan.start.clone() {
-        let wf = &listed[i];
-        let run = run_of(event, wf, now);
-        match create(&runs, &run, &wf.uid().unwrap_or_default()).await? {
+    // Several creates in flight: a fan-out to many workflows is as fast as the same
+    // runs created by as many clients.
+    let creates: Vec<_> = fan
+        .start
+        .iter()
+        .map(|&i| {
+            let (runs, wf) = (runs.clone(), &listed[i]);
+            let (run, uid) = (run_of(event, wf, now), wf.uid().unwrap_or_default());
+            async move { create(&runs, &run, &uid).await }
+        })
+        .collect();
+    let created: Vec<Created> = futures::stream::iter(creates)
+        .buffered(CREATES_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let mut started = Vec::with_capacity(created.len());
+    for outcome in created {
+        match outcome {
             Created::Run(name) => started.push(name),
             Created::Skipped(why) => fan.problem(why),
         }
