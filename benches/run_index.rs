@@ -45,7 +45,7 @@ fn run_in(ns: &str, i: usize, workflows: usize) -> Lenient<Run> {
         "metadata": {"name": format!("run-{i:07}"), "namespace": ns,
             "uid": format!("00000000-0000-0000-0000-{i:012}"), "resourceVersion": format!("{}", 1000 + i),
             "creationTimestamp": format!("2026-11-25T{:02}:{:02}:{:02}Z", (i / 3600) % 24, (i / 60) % 60, i % 60),
-            "labels": {"flowline.io/workflow": format!("wf-{:05}", i % workflows), "flowline.io/phase": "succeeded"}},
+            "labels": {"flowline.io/workflow": format!("wf-{:05}", i % workflows)}},
         "spec": {"workflowRef": format!("wf-{:05}", i % workflows), "trigger": "manual"},
         "status": {"phase": "succeeded", "startedAt": "2026-11-25T08:00:00Z",
             "finishedAt": "2026-11-25T08:00:01Z", "durationMs": 1000},

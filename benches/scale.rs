@@ -228,15 +228,13 @@ async fn main() {
             let wf = &workflows[i % workflows.len()];
             async move {
                 let name = format!("run-{i:06}");
-                let mut run = Run::of_workflow(
+                let run = Run::of_workflow(
                     wf,
                     &name,
                     Default::default(),
                     Some(json!({"order": i, "customer": format!("c-{}", i % 977), "items": [1, 2, 3]})),
                     jiff::Timestamp::now(),
                 );
-                run.labels_mut()
-                    .insert(flowline_core::crd::labels::PHASE.into(), "succeeded".into());
                 run_api.create(&PostParams::default(), &run).await.unwrap();
                 let status = finished_status(&name, i, i % big_every == 0);
                 run_api

@@ -72,27 +72,39 @@ async fn kubectl_waits_for_runs_and_selects_them_by_phase_and_workflow() {
         "observedGeneration is the Run's generation"
     );
 
-    // The phase label follows the status (its write comes right after the status's).
+    // Runs are selected by their phase and workflow as fields (selectableFields).
     crate::support::eventually(
-        "the phase labels to follow the runs' statuses",
+        "the field selectors to find the runs by phase",
         std::time::Duration::from_secs(30),
         || async {
             let failed = get(
                 &ns,
-                &["runs", "-l", "flowline.io/phase=failed", "-o", "name"],
+                &[
+                    "runs",
+                    "--field-selector",
+                    "status.phase=failed",
+                    "-o",
+                    "name",
+                ],
             );
             let succeeded = get(
                 &ns,
                 &[
                     "runs",
-                    "-l",
-                    "flowline.io/phase=succeeded,flowline.io/workflow=works",
+                    "--field-selector",
+                    "status.phase=succeeded,spec.workflowRef=works",
                     "-o",
                     "name",
                 ],
             );
+            // The workflow label is added to a run created with kubectl.
+            let labelled = get(
+                &ns,
+                &["runs", "-l", "flowline.io/workflow=works", "-o", "name"],
+            );
             (failed.trim() == "run.flowline.io/breaks-1"
-                && succeeded.trim() == "run.flowline.io/works-1")
+                && succeeded.trim() == "run.flowline.io/works-1"
+                && labelled.trim() == "run.flowline.io/works-1")
                 .then_some(())
         },
     )
@@ -100,11 +112,17 @@ async fn kubectl_waits_for_runs_and_selects_them_by_phase_and_workflow() {
     assert_eq!(
         get(
             &ns,
-            &["runs", "-l", "flowline.io/phase=running", "-o", "name"]
+            &[
+                "runs",
+                "--field-selector",
+                "status.phase=running",
+                "-o",
+                "name"
+            ]
         )
         .trim(),
         "",
-        "no run is left labelled running"
+        "no run is left running"
     );
 
     let table = get(&ns, &["runs"]);

@@ -39,6 +39,9 @@ pub enum ReconcileError {
     Plan(#[from] tokio::task::JoinError),
 }
 
+/// The field selector of unfinished runs.
+const UNFINISHED: &str = "status.phase!=succeeded,status.phase!=failed,status.phase!=cancelled";
+
 /// Runs one fan-out creates at once.
 const CREATES_IN_FLIGHT: usize = 16;
 
@@ -188,16 +191,17 @@ async fn resume_runs(
     let runs: Api<Lenient<Run>> = Api::namespaced(client.clone(), &ns);
     let writes: Api<Run> = Api::namespaced(client.clone(), &ns);
     let mut resumed = Vec::new();
-    // Only unfinished runs with `wait_for_event` steps can wait: the labels leave out
-    // the history and the runs of other workflows (a run not relabelled yet as
-    // finished is listed and decided as any).
-    let unfinished = format!(
-        "{}=true,{} notin (succeeded,failed,cancelled)",
-        flowline_core::crd::labels::WAITS_FOR_EVENTS,
-        flowline_core::crd::labels::PHASE
-    );
+    // Only unfinished runs with `wait_for_event` steps can wait: the label and the
+    // phase (a selectable field) leave out the history and other workflows' runs.
     let listed = runs
-        .list(&ListParams::default().labels(&unfinished))
+        .list(
+            &ListParams::default()
+                .labels(&format!(
+                    "{}=true",
+                    flowline_core::crd::labels::WAITS_FOR_EVENTS
+                ))
+                .fields(UNFINISHED),
+        )
         .await?;
     for run in listed.items.iter().filter_map(|r| r.decoded()) {
         if complete_waits(&writes, event, run, &mut |why| fan.problem(why)).await? {

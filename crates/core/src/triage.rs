@@ -130,7 +130,8 @@ pub enum Decision {
     /// It waits for a slot and is recorded queued already: bring its labels in line
     /// (the periodic look at a queued run costs no other request).
     SyncQueuedLabels,
-    /// Parked (its steps wait for a time or a decision) with nothing due: no request,
+    /// Parked (its steps wait for a time, a decision, a child, a callback or an
+    /// event) with nothing due: no request,
     /// no write; look again after this long (a decision or a cancel comes as a watch
     /// event).
     LookAgainAfter(Duration),
@@ -153,10 +154,10 @@ impl Decision {
 /// What the first look at a run brings in line before anything is decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Upkeep {
-    /// Write its phase and workflow labels if they lag its status. Not for a run
-    /// waiting for a slot: one about to start would pay that write on its way out of
-    /// the queue, just before its label changes again ([`Decision::SyncQueuedLabels`]
-    /// relabels one that stays).
+    /// Write the labels it lacks (a Run applied with kubectl) or drop an old phase
+    /// label that no longer says its phase (`run_labels` in the controller). Not for a
+    /// run waiting for a slot: one about to start would pay that write on its way out
+    /// of the queue ([`Decision::SyncQueuedLabels`] does it for one that stays).
     pub sync_labels: bool,
     /// It is finished (the cache shows it): its slot is free, the next queued runs may
     /// start.

@@ -46,9 +46,6 @@ pub mod labels {
     pub const WORKFLOW: &str = "flowline.io/workflow";
     pub const RUN: &str = "flowline.io/run";
     pub const STEP: &str = "flowline.io/step";
-    /// On a Run: its phase (`running`, `queued`, `succeeded`, `failed`, `cancelled`),
-    /// kept in step with its status by the run controller, for `kubectl get runs -l`.
-    pub const PHASE: &str = "flowline.io/phase";
     /// On a child Run: the name of the run whose `workflow` step started it.
     pub const PARENT_RUN: &str = "flowline.io/parent-run";
     /// On a Run whose pinned workflow has `wait_for_event` steps: `"true"`. An event's

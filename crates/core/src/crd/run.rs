@@ -23,6 +23,8 @@ use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
     doc = "One execution of a workflow: the workflow version it executes, its trigger and payload, and in its status the outcome and one record per step.",
     namespaced,
     status = "RunStatus",
+    selectable = ".status.phase",
+    selectable = ".spec.workflowRef",
     printcolumn(name = "Status", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Succeeded\")].reason"),
     printcolumn(name = "Started", type_ = "date", json_path = ".status.startedAt"),
@@ -373,15 +375,8 @@ impl Run {
             .is_some_and(WorkflowSnapshot::waits_for_events);
         let meta = run.meta_mut();
         meta.owner_references = wf.controller_owner_ref(&()).map(|o| vec![o]);
-        // A run without status is running (see `phase`).
-        let mut labels: std::collections::BTreeMap<String, String> = [
-            (super::labels::WORKFLOW.to_string(), workflow_ref),
-            (
-                super::labels::PHASE.to_string(),
-                RunPhase::Running.as_str().to_string(),
-            ),
-        ]
-        .into();
+        let mut labels: std::collections::BTreeMap<String, String> =
+            [(super::labels::WORKFLOW.to_string(), workflow_ref)].into();
         if waits {
             labels.insert(super::labels::WAITS_FOR_EVENTS.into(), "true".into());
         }
