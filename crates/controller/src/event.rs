@@ -43,7 +43,7 @@ pub enum ReconcileError {
 const UNFINISHED: &str = "status.phase!=succeeded,status.phase!=failed,status.phase!=cancelled";
 
 /// Runs one fan-out creates at once.
-const CREATES_IN_FLIGHT: usize = 16;
+const CREATES_IN_FLIGHT: usize = 32;
 
 pub struct Context {
     pub client: Client,
