@@ -52,6 +52,15 @@ pub async fn fanned_out(api: &TestApi, id: &str, within: Duration) -> Value {
     res.json().await.unwrap()
 }
 
+/// The Kubernetes object of the event `id` (`evt_…` is object `evt-…`).
+pub async fn event_object(api: &TestApi, id: &str) -> FlowlineEvent {
+    api.ns
+        .api::<FlowlineEvent>()
+        .get(&id.replacen("evt_", "evt-", 1))
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn events_fan_out_to_matching_active_workflows_only() {

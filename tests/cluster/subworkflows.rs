@@ -56,6 +56,26 @@ async fn parked_with_children(api: &TestApi, parent: &str, step: &str, count: us
     .await
 }
 
+/// Starts a run of a new workflow whose step `each` calls `child` once per element of
+/// [1, 2, 3] (`concurrency`: its `for_each_concurrency`), with an operator; returns
+/// the run and the operator.
+async fn fan_out_of_three(
+    api: &TestApi,
+    child: &str,
+    concurrency: Option<u32>,
+) -> (String, Process) {
+    let mut step = call("each", child, json!({"payload": {"n": "{{ item }}"}}));
+    step["for_each"] = json!("{{ trigger.payload.items }}");
+    if let Some(n) = concurrency {
+        step["for_each_concurrency"] = json!(n);
+    }
+    let parent = api.workflow(&WorkflowBuilder::new("fan").step(step)).await;
+    let op = operator(api).await;
+    let payload = json!({"payload": {"items": [1, 2, 3]}});
+    let run = api.start_run(&api.admin_key, &parent, Some(payload)).await;
+    (run, op)
+}
+
 /// A parent waits for its child parked (no task), across an operator restart; the
 /// child's output becomes the step's; both link to each other.
 #[tokio::test]
@@ -191,17 +211,7 @@ async fn cancelling_a_parent_cancels_its_running_children() {
     let child = api
         .workflow(&WorkflowBuilder::new("slow").step(json!({"id": "gate", "action": "approval"})))
         .await;
-    let mut step = call("each", &child, json!({"payload": {"n": "{{ item }}"}}));
-    step["for_each"] = json!("{{ trigger.payload.items }}");
-    let parent = api.workflow(&WorkflowBuilder::new("fan").step(step)).await;
-    let _op = operator(&api).await;
-    let run = api
-        .start_run(
-            &key,
-            &parent,
-            Some(json!({"payload": {"items": [1, 2, 3]}})),
-        )
-        .await;
+    let (run, _op) = fan_out_of_three(&api, &child, None).await;
     let kids = parked_with_children(&api, &run, "each", 3).await;
     let view: Value = api
         .get(&key, &format!("/v1/runs/{run}"))
@@ -246,20 +256,7 @@ async fn a_fan_out_of_calls_runs_at_most_for_each_concurrency_children_at_once()
         .await;
     api.patch_workflow(&key, &child, json!({"output": "{{ steps.n.output }}"}))
         .await;
-    let mut step = call("each", &child, json!({"payload": {"n": "{{ item }}"}}));
-    step["for_each"] = json!("{{ trigger.payload.items }}");
-    step["for_each_concurrency"] = json!(2);
-    let parent = api
-        .workflow(&WorkflowBuilder::new("bounded").step(step))
-        .await;
-    let _op = operator(&api).await;
-    let run = api
-        .start_run(
-            &key,
-            &parent,
-            Some(json!({"payload": {"items": [1, 2, 3]}})),
-        )
-        .await;
+    let (run, _op) = fan_out_of_three(&api, &child, Some(2)).await;
     let first = parked_with_children(&api, &run, "each", 2).await;
     let approve = |kid: String| {
         let (api, key) = (&api, &key);

@@ -10,9 +10,9 @@ use kube::api::PostParams;
 use serde_json::json;
 
 use crate::builders::WorkflowBuilder;
-use crate::events::{fanned_out, post_event, subscriber};
+use crate::events::{event_object, fanned_out, post_event, subscriber};
 use crate::support::{Process, TestApi, assert_error, ready};
-use flowline_core::crd::{FlowlineEvent, Workflow};
+use flowline_core::crd::Workflow;
 use flowline_core::fanout::MAX_WORKFLOWS_PER_EVENT;
 
 #[tokio::test]
@@ -53,13 +53,7 @@ async fn a_fan_out_is_bounded_and_a_hostile_filter_cannot_stall_it() {
     let id = body["id"].as_str().unwrap().to_string();
     let event = fanned_out(&api, &id, Duration::from_secs(120)).await;
     assert_eq!(event["runs"], json!([]));
-    let object = api
-        .ns
-        .api::<FlowlineEvent>()
-        .get(&id.replacen("evt_", "evt-", 1))
-        .await
-        .unwrap();
-    let status = object.status.unwrap();
+    let status = event_object(&api, &id).await.status.unwrap();
     assert!(status.truncated);
     assert_eq!(status.observed_workflows as usize, MAX_WORKFLOWS_PER_EVENT);
 
@@ -101,13 +95,7 @@ async fn a_fan_out_is_bounded_and_a_hostile_filter_cannot_stall_it() {
     assert_eq!(api.run_ids(&cheap, "").await.len(), 1);
     assert!(api.run_ids(&slow, "").await.is_empty());
     // The reason is kept where administrators look: the object's status.
-    let object = api
-        .ns
-        .api::<FlowlineEvent>()
-        .get(&id.replacen("evt_", "evt-", 1))
-        .await
-        .unwrap();
-    let problems = object.status.unwrap().problems;
+    let problems = event_object(&api, id).await.status.unwrap().problems;
     assert!(
         problems
             .iter()
