@@ -155,6 +155,11 @@ class Console(unittest.TestCase):
         self.set_value(self.step_field(before, "id"), step_id)
         return before
 
+    def lane_is(self, step, status):
+        """Waits until the run page's timeline shows `step` in `status`."""
+        self.wait.until(lambda d: d.find_element(
+            By.CSS_SELECTOR, f'#timeline .lane[data-step="{step}"]').get_attribute("data-status") == status)
+
     def make_workflow(self, name, steps, state="active"):
         status, wf = api("POST", "/workflows", {"name": name})
         self.assertEqual(status, 201, wf)
@@ -402,7 +407,7 @@ class Console(unittest.TestCase):
         status, run = api("POST", f"/workflows/{wf}/runs", {"payload": {"order": 4}})
         self.assertEqual(status, 201, run)
         self.go(f"/runs/{run['id']}", "#timeline")
-        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="shipped"]').get_attribute("data-status") == "waiting")
+        self.lane_is("shipped", "waiting")
         # Another order's event is fanned out without touching this run.
         status, other = api("POST", "/events", {"name": "console.shipped", "payload": {"order": 5}})
         self.assertEqual(status, 202, other)
@@ -440,7 +445,7 @@ class Console(unittest.TestCase):
         status, other = api("POST", f"/workflows/{wf}/runs", {"payload": {"order": 2}})
         self.assertEqual(status, 201, other)
         self.go(f"/runs/{mine['id']}", "#timeline")
-        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="hold"]').get_attribute("data-status") == "running")
+        self.lane_is("hold", "running")
         status, posted = api("POST", "/events", {"name": "console.stop", "payload": {"order": 1}})
         self.assertEqual(status, 202, posted)
         self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
@@ -460,7 +465,7 @@ class Console(unittest.TestCase):
         status, run = api("POST", f"/workflows/{wf}/runs", {})
         self.assertEqual(status, 201, run)
         self.go(f"/runs/{run['id']}", "#timeline")
-        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="reply"]').get_attribute("data-status") == "waiting")
+        self.lane_is("reply", "waiting")
         url = api("GET", f"/runs/{run['id']}")[1]["steps"][0]["output"]
         self.assertTrue(url.startswith(BASE + "/v1/callbacks/"), url)
         answers = []
@@ -553,7 +558,7 @@ class Console(unittest.TestCase):
         status, run = api("POST", f"/workflows/{wf}/runs", {})
         self.assertEqual(status, 201, run)
         self.go(f"/runs/{run['id']}", "#cancel")
-        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="wait"]').get_attribute("data-status") == "running")
+        self.lane_is("wait", "running")
         self.click("#cancel")
         self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
         self.shot("run-cancelled")
@@ -572,7 +577,7 @@ class Console(unittest.TestCase):
         status, run = api("POST", f"/workflows/{wf}/runs", {})
         self.assertEqual(status, 201, run)
         self.go(f"/runs/{run['id']}", "#step-talk")
-        self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '#timeline .lane[data-step="talk"]').get_attribute("data-status") == "running")
+        self.lane_is("talk", "running")
         self.click("#step-talk summary")
         # While the step runs, the log is followed: its first line shows before the end.
         self.click("#log-show-talk")

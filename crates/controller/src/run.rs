@@ -1154,14 +1154,17 @@ mod tests {
                 "{name}"
             );
         }
+        let api_run_of = |wf: &Workflow| {
+            Run::of_workflow(
+                wf,
+                "r",
+                flowline_core::crd::RunTrigger::Manual,
+                None,
+                flowline_core::clock::now_ms(),
+            )
+        };
         // The reference is exactly the one the API gives the runs it creates.
-        let api_run = Run::of_workflow(
-            &wf,
-            "r",
-            flowline_core::crd::RunTrigger::Manual,
-            None,
-            flowline_core::clock::now_ms(),
-        );
+        let api_run = api_run_of(&wf);
         assert_eq!(
             json!(api_run.metadata.owner_references),
             claim_patch(&r, &wf, adopt)["metadata"]["ownerReferences"]
@@ -1178,13 +1181,7 @@ mod tests {
         )
         .unwrap();
         let label = flowline_core::crd::labels::WAITS_FOR_EVENTS;
-        let api_run = Run::of_workflow(
-            &wf,
-            "r",
-            flowline_core::crd::RunTrigger::Manual,
-            None,
-            flowline_core::clock::now_ms(),
-        );
+        let api_run = api_run_of(&wf);
         assert_eq!(
             api_run.labels().get(label).map(String::as_str),
             Some("true")
