@@ -242,3 +242,68 @@ async fn a_restarted_operator_reattaches_to_the_running_step_job() {
         "the Job of the recorded attempt"
     );
 }
+
+/// A `forEach` step in flight when the operator is SIGKILLed: the next operator runs
+/// only the iterations the step's record did not show finished (their records are
+/// kept as they were), and the step's output holds every element's, in order.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_for_each_step_resumes_after_a_kill_from_its_unfinished_iterations() {
+    use flowline_core::crd::{Run, RunPhase, StepPhase};
+    let api = TestApi::start("dur-foreach").await;
+    let key = api.admin_key.clone();
+    let wf = api
+        .workflow(&WorkflowBuilder::new("each").steps(json!([
+            {"id": "each", "action": "delay", "for_each": "{{ trigger.payload.items }}",
+             "for_each_concurrency": 2, "with": {"ms": "{{ item }}"}}])))
+        .await;
+    let (first, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let items = [600, 601, 602, 603, 604, 605, 606, 607];
+    let run = api
+        .start_run(&key, &wf, Some(json!({"payload": {"items": items}})))
+        .await;
+    let runs = api.ns.api::<Run>();
+    eventually(
+        "two iterations recorded done",
+        Duration::from_secs(60),
+        || async {
+            let r = runs.get(&run).await.ok()?;
+            let step = &r.status.as_ref()?.steps[0];
+            (step.items_done.len() >= 2 && step.items_done.len() < items.len()).then_some(())
+        },
+    )
+    .await;
+    drop(first);
+    let at_kill = runs.get(&run).await.unwrap().status.unwrap().steps[0].clone();
+    let done = at_kill.items_done.clone();
+    assert!(!done.is_empty() && done.len() < items.len(), "{done:?}");
+
+    let (_second, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let finished = crate::support::finished_run(&api.ns, &run, Duration::from_secs(60)).await;
+    let status = finished.status.unwrap();
+    assert_eq!(status.phase, RunPhase::Succeeded, "{:?}", status.error);
+    let step = &status.steps[0];
+    let want: Vec<_> = items.iter().map(|ms| json!({"slept_ms": ms})).collect();
+    assert_eq!(step.output, Some(json!(want)));
+    assert!(
+        step.items_done.is_empty(),
+        "no progress kept once the step ended"
+    );
+    for i in &done {
+        let (before, after) = (
+            &at_kill.iterations[*i as usize],
+            &step.iterations[*i as usize],
+        );
+        assert_eq!(before.status, StepPhase::Succeeded);
+        assert_eq!(
+            before.started_at, after.started_at,
+            "iteration {i} finished before the kill ran again"
+        );
+    }
+    let rerun = (0..items.len() as u32)
+        .filter(|i| !done.contains(i))
+        .count();
+    assert!(rerun > 0 && rerun < items.len());
+}

@@ -27,6 +27,7 @@ use flowline_core::crd::{
 };
 use flowline_core::engine::expr;
 use flowline_core::engine::graph::{self, Graph, State};
+use flowline_core::engine::iterations;
 use flowline_core::engine::lifecycle::{self, Event, Outcome, transition};
 use flowline_core::engine::output;
 use flowline_core::engine::redact::Redactor;
@@ -667,6 +668,7 @@ pub(crate) fn fail_record(record: &mut StepRecord, step: &Step, reason: String) 
     record.finished_at = Some(at);
     record.duration_ms = record.started_at.map(|s| millis_between(s, at));
     record.error = Some(reason.clone());
+    iterations::forget_progress(record);
     Outcome::Failed(format!(
         "step {} ({}) failed: {reason}",
         step.id,
@@ -678,6 +680,7 @@ pub(crate) fn fail_record(record: &mut StepRecord, step: &Step, reason: String) 
 fn cancel_record(record: &mut StepRecord) -> Outcome {
     record.status = StepPhase::Cancelled;
     record.next_attempt_at = None;
+    iterations::forget_progress(record);
     if record.started_at.is_some() {
         record.finished_at = Some(now_ms());
     }
@@ -817,6 +820,7 @@ pub(crate) fn succeed(record: &mut StepRecord, out: Value) {
     record.status = StepPhase::Succeeded;
     record.output = Some(stored);
     record.output_truncated = truncated;
+    record.items_done = Vec::new();
     record.error = None;
     record.wake_at = None;
     record.finished_at = Some(at);
@@ -999,23 +1003,39 @@ async fn for_each(
     let items = render_items(template, ctx, attempts.redactor).map_err(Outcome::Failed)?;
     let count = items.len();
     let at = now_ms();
-    record.status = StepPhase::Running;
-    record.started_at.get_or_insert(at);
-    record.items = Some(count as u32);
+    let graph = Graph::independent(count);
+    let mut states = vec![State::Waiting; count];
+    let mut outputs: Vec<Value> = vec![Value::Null; count];
+    // What an earlier execution finished (a restart): kept, not run again.
+    let kept = iterations::resumable(record, count);
+    let mut done: Vec<u32> = Vec::with_capacity(count);
+    let earlier = std::mem::take(&mut record.iterations);
     record.iterations = (0..count.min(MAX_ITERATION_RECORDS))
         .map(|i| IterationRecord {
             index: i as u32,
             ..Default::default()
         })
         .collect();
+    for (index, out) in kept {
+        states[index] = transition(
+            transition(State::Waiting, &Event::Started),
+            &Event::Ended(&Outcome::Done),
+        );
+        outputs[index] = out;
+        done.push(index as u32);
+        if let (Some(it), Some(before)) = (record.iterations.get_mut(index), earlier.get(index)) {
+            *it = before.clone();
+        }
+    }
+    record.status = StepPhase::Running;
+    record.started_at.get_or_insert(at);
+    record.items = Some(count as u32);
+    iterations::record_progress(record, &outputs, &done);
     update(record);
     let concurrency = step
         .for_each_concurrency
         .unwrap_or(DEFAULT_FOR_EACH_CONCURRENCY)
         .clamp(1, MAX_FOR_EACH_CONCURRENCY) as usize;
-    let graph = Graph::independent(count);
-    let mut states = vec![State::Waiting; count];
-    let mut outputs: Vec<Value> = vec![Value::Null; count];
     let mut failure: Option<String> = None;
     let siblings = attempts.cancel.child_token();
     let (tx, mut rx) = mpsc::unbounded_channel::<(usize, StepRecord)>();
@@ -1041,7 +1061,7 @@ async fn for_each(
             (index, record, result)
         }
     };
-    let mut items = items.into_iter();
+    let mut items: Vec<Option<Value>> = items.into_iter().map(Some).collect();
     loop {
         let decision = graph::decide(&graph, &states, concurrency, attempts.cancel.is_cancelled());
         if decision.cancel_running {
@@ -1049,8 +1069,7 @@ async fn for_each(
         }
         for index in decision.start {
             states[index] = transition(states[index], &Event::Started);
-            // Started in order: the next element is this one.
-            let item = items.next().unwrap_or(Value::Null);
+            let item = items[index].take().unwrap_or(Value::Null);
             running.push(iteration(index, item));
         }
         // Iterations are independent and never park: the step succeeds with every
@@ -1072,7 +1091,7 @@ async fn for_each(
                     update(record);
                 }
             }
-            Some((index, mut done, result)) = running.next() => {
+            Some((index, mut finished, result)) = running.next() => {
                 // Progress it reported before it ended comes first.
                 while let Ok((i, progress)) = rx.try_recv() {
                     if let Some(it) = record.iterations.get_mut(i) {
@@ -1080,30 +1099,33 @@ async fn for_each(
                     }
                 }
                 let at = now_ms();
-                done.finished_at = Some(at);
+                finished.finished_at = Some(at);
                 let outcome = match result {
                     Ok(out) => {
-                        done.status = StepPhase::Succeeded;
+                        finished.status = StepPhase::Succeeded;
                         outputs[index] = out;
+                        let at = done.partition_point(|&d| d < index as u32);
+                        done.insert(at, index as u32);
+                        iterations::record_progress(record, &outputs, &done);
                         Outcome::Done
                     }
                     Err(Outcome::Failed(reason)) => {
-                        done.status = StepPhase::Failed;
-                        done.error = Some(reason.clone());
+                        finished.status = StepPhase::Failed;
+                        finished.error = Some(reason.clone());
                         failure.get_or_insert(format!("iteration {index}: {reason}"));
                         Outcome::Failed(reason)
                     }
                     // Attempts end cancelled, never done without an output nor parked.
                     Err(Outcome::Cancelled | Outcome::Done | Outcome::Parked) => {
-                        done.status = StepPhase::Cancelled;
+                        finished.status = StepPhase::Cancelled;
                         Outcome::Cancelled
                     }
                 };
                 states[index] = transition(states[index], &Event::Ended(&outcome));
                 if let Some(it) = record.iterations.get_mut(index) {
-                    copy_iteration(it, &done);
+                    copy_iteration(it, &finished);
                 }
-                record.attempts = record.attempts.max(done.attempts);
+                record.attempts = record.attempts.max(finished.attempts);
                 update(record);
             }
             _ = attempts.cancel.cancelled(), if !cancel_seen => cancel_seen = true,

@@ -59,6 +59,9 @@ pub struct StepRecordView {
     pub items: Option<u32>,
     /// A `for_each` step: one record per iteration, for the first 100 elements.
     pub iterations: Vec<IterationView>,
+    /// A `for_each` step still running: the elements whose iteration succeeded (their
+    /// outputs are in `output`, `null` for the others); empty once the step ended.
+    pub items_done: Vec<u32>,
     /// A `workflow` step (without `for_each`): the child run its latest attempt
     /// started.
     pub child_run_id: Option<String>,
@@ -95,6 +98,7 @@ impl From<&StepRecord> for StepRecordView {
             error: r.error.clone(),
             reused: r.reused,
             items: r.items,
+            items_done: r.items_done.clone(),
             child_run_id: r.child_run_id.clone(),
             iterations: r
                 .iterations

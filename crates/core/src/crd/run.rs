@@ -588,6 +588,13 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub iterations: Vec<IterationRecord>,
+    /// A `forEach` step still running: the elements whose iteration has succeeded, in
+    /// order, their outputs in `output` (an array with `null` for the others). An
+    /// execution after a restart runs only the other elements. Empty once the step
+    /// ended, and while the outputs so far are larger than a step output may be.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub items_done: Vec<u32>,
     /// A `workflow` step (without `forEach`): the child run its latest attempt started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_run_id: Option<String>,

@@ -8,6 +8,7 @@ pub mod deadline;
 pub mod events;
 pub mod expr;
 pub mod graph;
+pub mod iterations;
 pub mod lifecycle;
 pub mod output;
 pub mod redact;

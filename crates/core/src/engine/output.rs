@@ -31,7 +31,8 @@ const ERROR_PREVIEW: usize = 256;
 /// Writes refused as too large halve the size this many times, then write the least status.
 pub const MAX_SHRINK: u32 = 4;
 
-fn size(v: &impl serde::Serialize) -> usize {
+/// The bytes of `v` as JSON.
+pub fn size(v: &impl serde::Serialize) -> usize {
     serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)
 }
 
@@ -121,12 +122,17 @@ fn shorten_error(step: &mut StepRecord) -> usize {
 }
 
 /// Drops the iteration records of a `forEach` step (`items` still says how many there
-/// were; the outputs are in `output`).
+/// were; the outputs are in `output`), and which iterations a running one finished (an
+/// execution after a restart then runs them all again).
 fn drop_iterations(step: &mut StepRecord) -> usize {
-    if step.iterations.is_empty() {
-        return 0;
+    let mut saved = 0;
+    if !step.iterations.is_empty() {
+        saved += size(&std::mem::take(&mut step.iterations));
     }
-    size(&std::mem::take(&mut step.iterations))
+    if !step.items_done.is_empty() {
+        saved += size(&std::mem::take(&mut step.items_done));
+    }
+    saved
 }
 
 /// Keeps the run's outputs under [`MAX_RUN_OUTPUTS`] by truncating the oldest large
@@ -393,6 +399,7 @@ mod tests {
             wake_at: Some(now),
             reused: rng.random_bool(0.5),
             items: Some(100),
+            items_done: (0..rng.random_range(0..=crate::crd::MAX_FOR_EACH_ITEMS as u32)).collect(),
             child_run_id: Some("run-0123456789".into()),
             iterations: (0..rng.random_range(0..=crate::crd::MAX_ITERATION_RECORDS as u32))
                 .map(|index| crate::crd::IterationRecord {
