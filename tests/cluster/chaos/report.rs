@@ -53,28 +53,36 @@ pub fn recoveries(restarts: &[Restart], observer: &Observer) -> Vec<Recovery> {
         .collect()
 }
 
-/// Calls of `http.request` steps: per run, how many, and under how many keys.
+/// Calls of `http.request` steps: per call (a run's step, or one iteration of its
+/// `forEach` step), how many, and under how many keys.
 pub struct Calls {
     pub total: usize,
-    /// Runs whose step was called more than once (an interrupted attempt redone).
+    /// Calls made more than once (an interrupted attempt redone).
     pub repeated: usize,
-    /// Runs whose step was called under more than one Idempotency-Key.
+    /// Calls made under more than one Idempotency-Key.
     pub rekeyed: usize,
+    /// Of those, the iterations of `forEach` steps: how many, and how many were made
+    /// again (those in flight when the operator was killed; the others resume).
+    pub iterations: usize,
+    pub iterations_repeated: usize,
 }
 
 pub fn calls(hits: &[Hit]) -> Calls {
-    let mut by_run: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut by_call: HashMap<(&str, Option<u64>), Vec<&str>> = HashMap::new();
     for hit in hits {
-        by_run
-            .entry(&hit.run)
+        by_call
+            .entry((&hit.run, hit.item))
             .or_default()
             .push(&hit.idempotency_key);
     }
     let keys = |v: &Vec<&str>| v.iter().collect::<std::collections::HashSet<_>>().len();
+    let iterations = || by_call.iter().filter(|((_, item), _)| item.is_some());
     Calls {
         total: hits.len(),
-        repeated: by_run.values().filter(|v| v.len() > 1).count(),
-        rekeyed: by_run.values().filter(|v| keys(v) > 1).count(),
+        repeated: by_call.values().filter(|v| v.len() > 1).count(),
+        rekeyed: by_call.values().filter(|v| keys(v) > 1).count(),
+        iterations: iterations().count(),
+        iterations_repeated: iterations().filter(|(_, v)| v.len() > 1).count(),
     }
 }
 
@@ -173,8 +181,13 @@ pub fn render(f: &Figures) -> String {
     );
     let _ = writeln!(
         out,
-        "  http.request calls: {} ({} runs called twice or more, {} under a second Idempotency-Key)",
-        f.calls.total, f.calls.repeated, f.calls.rekeyed
+        "  http.request calls: {} ({} made twice or more, {} under a second Idempotency-Key); \
+         forEach iterations: {}, {} made again",
+        f.calls.total,
+        f.calls.repeated,
+        f.calls.rekeyed,
+        f.calls.iterations,
+        f.calls.iterations_repeated
     );
     let _ = writeln!(
         out,

@@ -1,7 +1,8 @@
-//! What the scenario executes: five workflows that cannot fail on their own (inline
+//! What the scenario executes: six workflows that cannot fail on their own (inline
 //! steps, a step Job inside an inline workflow, a workflow executed in Jobs, one whose
 //! `workflow` step waits for a child run of the inline one, then hands a callback URL
-//! to the step endpoint, which calls it back, and one that waits for an event), started
+//! to the step endpoint, which calls it back, a `forEach` of slow calls, and one that
+//! waits for an event), started
 //! through `/v1` at a steady rate with an event posted every other run (see `inbound`),
 //! and the local endpoint their `http.request` steps call. Job pods "run" in kwok, which completes them with the termination message the
 //! operator annotates them with.
@@ -20,7 +21,7 @@ use crate::support::TestApi;
 
 /// Steps that take a while (a delay, and steps executed as Jobs): a kill while one of
 /// them runs interrupts it.
-pub const LONG_STEPS: [&str; 4] = ["pause", "boxed", "first", "second"];
+pub const LONG_STEPS: [&str; 5] = ["pause", "boxed", "first", "second", "each"];
 
 /// Operator flags that make step Jobs complete in kwok with a JSON output.
 pub fn job_flags() -> Vec<String> {
@@ -38,6 +39,8 @@ pub fn job_flags() -> Vec<String> {
 #[derive(Debug, Clone)]
 pub struct Hit {
     pub run: String,
+    /// The element of a `forEach` step's iteration.
+    pub item: Option<u64>,
     pub idempotency_key: String,
     pub at: std::time::Instant,
 }
@@ -64,6 +67,7 @@ impl StepSink {
                     .to_string();
                 seen.lock().unwrap().push(Hit {
                     run: body["run"].as_str().unwrap_or_default().to_string(),
+                    item: body["item"].as_u64(),
                     idempotency_key: key,
                     at: std::time::Instant::now(),
                 });
@@ -73,7 +77,14 @@ impl StepSink {
                         let _ = reqwest::Client::new().post(url).json(&answer).send().await;
                     });
                 }
-                async { "ok" }
+                // An iteration takes a while, so kills find some in flight.
+                let slow = body["slow"].as_bool() == Some(true);
+                async move {
+                    if slow {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                    "ok"
+                }
             }),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -92,7 +103,7 @@ fn call(sink: &StepSink) -> Value {
         "method": "POST", "url": sink.url, "body": {"run": "{{ run.id }}"}}})
 }
 
-/// Creates the five workflows through the API; returns their ids, "Waits" last.
+/// Creates the six workflows through the API; returns their ids, "Waits" last.
 pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
     let prep = json!({"id": "prep", "action": "transform",
         "with": {"value": {"n": "{{ trigger.payload.n }}"}}});
@@ -122,7 +133,13 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
             "body": {"run": "{{ run.id }}", "reply_to": "{{ callbacks.paid.url }}"}}},
         {"id": "paid", "action": "callback", "with": {"timeout_ms": 600_000}},
         {"id": "after", "action": "transform", "with": {"value": "{{ steps.paid.output.paid }}"}}]));
-    for wf in [nested, super::inbound::waits()] {
+    // Six calls, two at a time: a kill in the middle resumes from the unfinished ones.
+    let each = WorkflowBuilder::new("Each").steps(json!([
+        {"id": "list", "action": "transform", "with": {"value": [0, 1, 2, 3, 4, 5]}},
+        {"id": "each", "action": "http.request", "for_each": "{{ steps.list.output }}",
+         "for_each_concurrency": 2, "with": {"method": "POST", "url": sink.url,
+            "body": {"run": "{{ run.id }}", "item": "{{ item }}", "slow": true}}}]));
+    for wf in [nested, each, super::inbound::waits()] {
         let id = api.workflow(&wf).await;
         keep_every_run(api, &id).await;
         ids.push(id);
