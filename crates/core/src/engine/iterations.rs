@@ -71,7 +71,8 @@ mod tests {
     #[test]
     fn an_execution_resumes_from_the_recorded_iterations_of_the_same_array() {
         let so_far = json!([{"n": 0}, null, {"n": 2}]);
-        let rows: Vec<(&str, StepRecord, usize, Vec<(usize, Value)>)> = vec![
+        type Row<'a> = (&'a str, StepRecord, usize, Vec<(usize, Value)>);
+        let rows: Vec<Row> = vec![
             (
                 "two of three done",
                 record(3, so_far.clone(), &[0, 2], false),
