@@ -98,7 +98,7 @@ function signIn() {
   h('label', { for: 'api-key' }, 'API key'),
   input,
   h('p.muted', { id: 'api-key-help' },
-    'Paste a key of your account (`flowline api-key create`, or API keys in this console). ' +
+    'Paste a key of your account (', h('code', {}, 'flowline api-key create'), ', or API keys in this console). ' +
     'It is kept in this browser tab only, until you sign out or close the tab.'),
   error,
   button);

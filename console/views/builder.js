@@ -194,7 +194,7 @@ function draw(main, view) {
   canWrite ? h('div.row.sticky', {}, h('button.primary', { type: 'submit', id: 'save' }, id ? 'Save changes' : 'Create workflow')) : null);
 
   const yamlPanel = h('section', { id: 'yaml-panel', hidden: true, role: 'tabpanel', 'aria-labelledby': 'tab-yaml' },
-    h('p.help', {}, 'The same workflow as a Kubernetes manifest: `kubectl apply -f` it, or commit it for GitOps. It reflects the builder, saved or not.'),
+    h('p.help', {}, 'The same workflow as a Kubernetes manifest: ', h('code', {}, 'kubectl apply -f'), ' it, or commit it for GitOps. It reflects the builder, saved or not.'),
     h('div.row', {},
       h('button.secondary', { type: 'button', id: 'copy-yaml', onclick: () => copy(yaml()) }, 'Copy'),
       h('button.secondary', { type: 'button', id: 'download-yaml', onclick: () => download(`${id || 'workflow'}.yaml`, yaml()) }, 'Download')),

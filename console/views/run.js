@@ -44,6 +44,8 @@ export async function render(main, params) {
 
   const stepBoxes = new Map();
   const logs = new Map();
+  // The comment box of each approval step that waits.
+  const comments = new Map();
   const draw = () => {
     fill(head, badge(run.status), actions(run));
     fill(summary,
@@ -76,6 +78,7 @@ export async function render(main, params) {
       return h('button.danger', {
         type: 'button', id: 'cancel', disabled: r.cancel_requested,
         onclick: async (e) => {
+          if (!confirm('Cancel this run? Its running steps are stopped and it ends cancelled.')) return;
           e.target.disabled = true;
           try { run = await post(`/runs/${id}/cancel`); toast('Cancel requested'); draw(); } catch (err) { toast(errorText(err), 'error'); e.target.disabled = false; }
         },
@@ -96,6 +99,7 @@ export async function render(main, params) {
 
   function drawStep(box, step, decl, r) {
     const open = box.open;
+    const focused = document.activeElement;
     const body = [
       h('summary', {},
         h('strong', {}, step.name || step.step_id), ' ', badge(step.status),
@@ -125,14 +129,26 @@ export async function render(main, params) {
     }
     // Only an approval takes a decision (a waiting `wait` ends at its time).
     if (step.status === 'waiting' && step.action === 'approval' && session.can('execute')) {
-      const decide = (verb) => async () => {
-        try { run = await post(`/runs/${encodeURIComponent(r.id)}/steps/${encodeURIComponent(step.step_id)}/${verb}`, { comment: `${verb}d in the console` }); draw(); } catch (err) { toast(errorText(err), 'error'); }
+      // Kept across redraws (every poll redraws the step), so a comment being typed
+      // survives them.
+      let comment = comments.get(step.step_id);
+      if (!comment) {
+        comment = h('textarea', { id: `comment-${step.step_id}`, rows: 2, maxlength: 1000 });
+        comments.set(step.step_id, comment);
+      }
+      const decide = (verb, done) => async () => {
+        if (verb === 'reject' && !confirm(`Reject step ${step.step_id}? The run fails.`)) return;
+        const text = comment.value.trim() || `${done} in the console`;
+        try { run = await post(`/runs/${encodeURIComponent(r.id)}/steps/${encodeURIComponent(step.step_id)}/${verb}`, { comment: text }); draw(); } catch (err) { toast(errorText(err), 'error'); }
       };
-      body.push(h('div.row', {}, h('button.primary', { type: 'button', onclick: decide('approve') }, 'Approve'),
-        h('button.danger', { type: 'button', onclick: decide('reject') }, 'Reject')));
+      body.push(h('div.field', {}, h('label', { for: comment.id }, 'Comment (optional, kept with the decision)'), comment),
+        h('div.row', {}, h('button.primary', { type: 'button', id: `approve-${step.step_id}`, onclick: decide('approve', 'Approved') }, 'Approve'),
+          h('button.danger', { type: 'button', id: `reject-${step.step_id}`, onclick: decide('reject', 'Rejected') }, 'Reject')));
     }
     fill(box, ...body);
     box.open = open;
+    // The comment box is the same element again: give it its focus back.
+    if (focused?.isConnected && focused !== document.activeElement) focused.focus();
   }
 
   draw();

@@ -53,7 +53,7 @@ export const ACTIONS = {
 };
 
 /** Inputs of an action the console has no form for: its whole `with` as JSON. */
-const GENERIC = [{ key: null, label: 'Inputs (`with`, a JSON object)', kind: 'json' }];
+const GENERIC = [{ key: null, label: 'Inputs (with, a JSON object)', kind: 'json' }];
 
 export const DEFAULT_WITH = {
   'http.request': { method: 'GET', url: '' },

@@ -155,6 +155,20 @@ class Console(unittest.TestCase):
         self.set_value(self.step_field(before, "id"), step_id)
         return before
 
+    def answer_confirm(self, answer):
+        """Answers the page's next confirmations with `answer`, and from now on counts the
+        requests it sends (see `sent`)."""
+        self.driver.execute_script(
+            "window.confirm = () => arguments[0];"
+            "if (!window.sentUrls) { window.sentUrls = []; const f = window.fetch;"
+            "  window.fetch = (u, o) => { window.sentUrls.push(String(u)); return f(u, o); }; }",
+            answer)
+
+    def sent(self, fragment):
+        """How many requests the page sent, since `answer_confirm`, to a URL holding `fragment`."""
+        return self.driver.execute_script(
+            "return (window.sentUrls || []).filter((u) => u.includes(arguments[0])).length", fragment)
+
     def lane_is(self, step, status):
         """Waits until the run page's timeline shows `step` in `status`."""
         self.wait.until(lambda d: d.find_element(
@@ -559,6 +573,12 @@ class Console(unittest.TestCase):
         self.assertEqual(status, 201, run)
         self.go(f"/runs/{run['id']}", "#cancel")
         self.lane_is("wait", "running")
+        # Cancel asks first: dismissed, nothing is sent; accepted, the run is cancelled.
+        self.answer_confirm(False)
+        self.click("#cancel")
+        self.assertEqual(self.sent("/cancel"), 0)
+        self.assertTrue(self.find("#cancel").is_enabled())
+        self.answer_confirm(True)
         self.click("#cancel")
         self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
         self.shot("run-cancelled")
@@ -653,11 +673,38 @@ class Console(unittest.TestCase):
         self.wait.until(lambda d: api("GET", f"/runs/{run['id']}")[1]["steps"][0].get("child_run_id"))
         kid = api("GET", f"/runs/{run['id']}")[1]["steps"][0]["child_run_id"]
         self.go(f"/runs/{run['id']}", "#cancel")
+        self.answer_confirm(True)
         self.click("#cancel")
         self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
         self.go(f"/runs/{kid}", "#run-status")
         self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
         self.shot("run-child-cancelled")
+
+    def test_10e_an_approval_is_rejected_with_a_comment_after_a_confirmation(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Gate", [{"id": "gate", "action": "approval"}])
+        status, run = api("POST", f"/workflows/{wf}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.go(f"/runs/{run['id']}", "#timeline")
+        self.lane_is("gate", "waiting")
+        self.click("#step-gate summary")
+        comment = self.wait.until(EC.visibility_of_element_located((By.ID, "comment-gate")))
+        comment.send_keys("not this week")
+        # The page redraws the run at every poll (about a second now): the comment and
+        # its focus survive it.
+        summary = self.find("#step-gate summary")
+        self.wait.until(EC.staleness_of(summary))
+        self.assertEqual(self.find("#comment-gate").get_attribute("value"), "not this week")
+        self.assertEqual(self.driver.switch_to.active_element.get_attribute("id"), "comment-gate")
+        self.answer_confirm(False)
+        self.click("#reject-gate")
+        self.assertEqual(self.sent("/reject"), 0, "a dismissed confirmation rejects nothing")
+        self.answer_confirm(True)
+        self.click("#reject-gate")
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "failed")
+        error = api("GET", f"/runs/{run['id']}")[1]["steps"][0]["error"]
+        self.assertTrue(error.startswith("rejected by ") and error.endswith(": not this week"), error)
+        self.shot("run-rejected")
 
     def test_11_runs_list_filters_by_status(self):
         self.ensure_admin()
