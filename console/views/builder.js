@@ -250,10 +250,11 @@ function draw(main, view) {
         current = created.id;
         secret = created.hook_secret;
         sessionStorage.setItem(SAMPLE_KEY(current), sampleInput.value);
-        history.replaceState(null, '', `/workflows/${current}`);
         view.saved = created;
       }
       const updated = await patch(`/workflows/${current}`, request());
+      // Its own address once it is saved whole.
+      if (!id) history.replaceState(null, '', `/workflows/${current}`);
       secret = secret || updated.hook_secret;
       view.saved = updated;
       Object.assign(model, { ...updated, steps: model.steps });
@@ -264,10 +265,20 @@ function draw(main, view) {
     } catch (e) {
       button.disabled = false;
       if (view.saved && !id) {
-        // Created, but the steps were refused: continue as an edit of the new workflow.
-        draw(main, view);
-        showErrors(main, document.getElementById('form-error'), e);
-      } else showErrors(main, formError, e);
+        // Created, but the rest was refused: the new draft goes again (nothing is left
+        // half-saved) and the form stays a new workflow, its errors on its fields.
+        try {
+          await del(`/workflows/${encodeURIComponent(view.saved.id)}`);
+          view.saved = null;
+        } catch {
+          // Could not take the draft back: continue as an edit of it.
+          history.replaceState(null, '', `/workflows/${view.saved.id}`);
+          draw(main, view);
+          showErrors(main, document.getElementById('form-error'), e);
+          return;
+        }
+      }
+      showErrors(main, formError, e);
     }
   }
 }

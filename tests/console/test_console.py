@@ -336,6 +336,27 @@ class Console(unittest.TestCase):
         status, wf = api("GET", f"/workflows/{Console.workflow_id}")
         self.assertEqual(len(wf["steps"]), 3, "nothing was saved")
 
+    def test_05b_a_refused_new_workflow_leaves_no_draft_behind(self):
+        self.ensure_admin()
+        named = lambda: [w for w in api("GET", "/workflows?limit=100")[1]["data"] if w["name"] == "Half saved"]
+        self.go("/workflows/new", "#wf-name")
+        self.set_value(self.find("#wf-name"), "Half saved")
+        index = self.add_step("http.request", "call")
+        self.set_value(self.step_field(index, "with.url"), "not a url")
+        self.click("#save")
+        self.text_in("#form-error", "1 problem")
+        self.assertIn("http(s) URL", self.find(f'[data-field="steps[{index}].with.url"] + .field-error').text)
+        self.assertTrue(self.driver.current_url.endswith("/workflows/new"), self.driver.current_url)
+        self.assertEqual(named(), [], "the refused workflow left no draft behind")
+        self.set_value(self.step_field(index, "with.url"), "http://127.0.0.1:9/x")
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        # The steps land with the PATCH that follows the create.
+        steps = self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1]["steps"])
+        self.assertEqual(steps[0]["with"]["url"], "http://127.0.0.1:9/x")
+        self.assertEqual([w["id"] for w in named()], [wf])
+
     def test_06_schedule_preview_lists_the_next_fire_times(self):
         self.ensure_admin()
         self.go("/workflows/new", "#wf-trigger-type")
