@@ -39,7 +39,9 @@ function draw(main, view) {
   const id = view.saved?.id;
   const announcer = h('p.sr-only', { 'aria-live': 'polite' });
   const formError = h('div.error', { id: 'form-error', role: 'alert', tabindex: '-1' });
-  const once = h('div', { id: 'once' });
+  // A secret shown once stays while the page is redrawn (saving, activating): it is
+  // gone only when the user leaves the page.
+  const once = h('div', { id: 'once' }, view.once || null);
 
   const input = (name, label, value, onInput, attrs = {}) => {
     const el = h(attrs.rows ? 'textarea' : 'input', { id: `wf-${name.replace(/\W/g, '-')}`, 'data-field': name, oninput: (e) => { onInput(e.target.value); changed(); }, ...attrs });
@@ -92,7 +94,8 @@ function draw(main, view) {
   const rotateHookSecret = async () => {
     try {
       const r = await post(`/workflows/${id}/hook-secret/rotate`, {});
-      fill(once, secretOnce('Inbound hook secret', r.hook_secret, 'Shown only this once; the previous secret stopped verifying.'));
+      view.once = secretOnce('Inbound hook secret', r.hook_secret, 'Shown only this once; the previous secret stopped verifying.');
+      fill(once, view.once);
     } catch (e) { toast(errorText(e), 'error'); }
   };
   const triggerType = h('select', {
@@ -260,7 +263,10 @@ function draw(main, view) {
       Object.assign(model, { ...updated, steps: model.steps });
       toast(id ? 'Saved' : 'Workflow created');
       draw(main, view);
-      if (secret) fill(document.getElementById('once'), secretOnce('Inbound hook secret', secret, 'Sign requests to the hook URL with it. Shown only this once.'));
+      if (secret) {
+        view.once = secretOnce('Inbound hook secret', secret, 'Sign requests to the hook URL with it. Shown only this once.');
+        fill(document.getElementById('once'), view.once);
+      }
       main.querySelector('h1').focus();
     } catch (e) {
       button.disabled = false;

@@ -387,6 +387,10 @@ class Console(unittest.TestCase):
         self.assertTrue(secret.startswith("whsec_"), secret)
         self.text_in("#hook-url", f"/v1/hooks/{wf}")
         self.shot("webhook-trigger")
+        # Activating redraws the page: the secret stays until the page is left.
+        self.click("#activate")
+        self.wait.until(EC.presence_of_element_located((By.ID, "pause")))
+        self.assertEqual(self.find("#once input[data-secret]").get_attribute("value"), secret)
         self.go(f"/workflows/{wf}", "#hook-url")
         self.assertNotIn(secret, self.driver.page_source, "the inbound secret is shown only once")
 
