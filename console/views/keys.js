@@ -17,6 +17,8 @@ export async function render(main) {
     return;
   }
   const once = h('div', { id: 'once' });
+  // The key whose value `once` shows: revoking it takes the value off the screen.
+  let shown = null;
   const list = h('div');
   const name = h('input', { id: 'key-name', 'data-field': 'name', required: true, placeholder: 'ci-deploy' });
   const scopes = checkboxes('scopes', SCOPES.map(([s, help]) => [s, [h('span', {}, s), h('span.muted', {}, ` — ${help}`)]]), (s) => s === 'read');
@@ -36,7 +38,12 @@ export async function render(main) {
           type: 'button', 'aria-label': `Revoke key ${k.name}`,
           onclick: async () => {
             if (!confirm(`Revoke the key "${k.name}"? Clients using it are refused within seconds.`)) return;
-            try { await del(`/api-keys/${k.id}`); toast(`Key ${k.name} revoked`); await refresh(); } catch (e) { toast(errorText(e), 'error'); }
+            try {
+              await del(`/api-keys/${k.id}`);
+              if (shown === k.id) { fill(once); shown = null; }
+              toast(`Key ${k.name} revoked`);
+              await refresh();
+            } catch (e) { toast(errorText(e), 'error'); }
           },
         }, 'Revoke')))))));
   };
@@ -50,7 +57,10 @@ export async function render(main) {
         await createShownOnce({
           error, once,
           create: () => post('/api-keys', { name: name.value.trim(), scopes: scopes.values() }),
-          reveal: (created) => secretOnce(`API key ${created.name}`, created.key, 'The key value is shown only this once: copy it now. Flowline keeps only its hash.'),
+          reveal: (created) => {
+            shown = created.id;
+            return secretOnce(`API key ${created.name}`, created.key, 'The key value is shown only this once: copy it now. Flowline keeps only its hash.');
+          },
           done: async () => { name.value = ''; toast('Key created'); await refresh(); },
         });
       },

@@ -797,6 +797,8 @@ class Console(unittest.TestCase):
         self.driver.execute_script("window.confirm = () => true")
         self.press(row.find_element(By.CSS_SELECTOR, "button"))
         self.wait.until(EC.invisibility_of_element_located((By.CSS_SELECTOR, '#api-keys tr[data-name="ci-runner"]')))
+        self.assertEqual(self.driver.find_elements(By.CSS_SELECTOR, "#once input[data-secret]"), [],
+                         "a revoked key's value is taken off the screen")
         WebDriverWait(self.driver, 5, poll_frequency=0.2).until(
             lambda d: api("GET", "/workflows", key=value)[0] == 401)
 
