@@ -23,27 +23,38 @@ export async function render(main, params) {
 async function createForm(once, refresh) {
   let workflows = [];
   try { workflows = await listAll('/workflows'); } catch { workflows = []; }
-  const url = h('input', { id: 'hook-url', type: 'url', 'data-field': 'url', required: true, placeholder: 'https://example.com/flowline' });
+  const url = h('input', { id: 'hook-url', type: 'url', 'data-field': 'url', required: true, placeholder: 'https://example.com/flowline', 'aria-describedby': 'hook-url-error' });
   const workflow = h('select', { id: 'hook-workflow', 'data-field': 'workflow_id' },
     h('option', { value: '' }, 'all workflows of the account'),
     workflows.map((w) => h('option', { value: w.id }, `${w.name} (${w.id})`)));
   const events = checkboxes('events', EVENTS.map((e) => [e, e]), (e) => e.startsWith('run.') && e !== 'run.started');
   const error = h('p.error', { id: 'hook-error', role: 'alert' });
+  // A refused URL is said under the URL field, not under the form.
+  const urlError = h('p.field-error', { id: 'hook-url-error', role: 'alert' });
   return h('form.card', {
     id: 'webhook-form',
     onsubmit: async (e) => {
       e.preventDefault();
+      urlError.textContent = '';
+      url.removeAttribute('aria-invalid');
       const err = await createShownOnce({
         error, once,
         create: () => post('/webhooks', { url: url.value.trim(), events: events.values(), workflow_id: workflow.value || null }),
         reveal: (created) => secretOnce('Signing secret', created.secret, `Signing secret of ${created.url}: shown only this once. Copy it into the receiver now.`),
         done: async () => { url.value = ''; toast('Webhook created'); await refresh(); },
       });
-      if (err?.details?.some((d) => d.field === 'url')) { url.setAttribute('aria-invalid', 'true'); url.focus(); }
+      const onUrl = err?.details?.filter((d) => d.field === 'url') || [];
+      if (onUrl.length) {
+        urlError.textContent = onUrl.map((d) => d.message).join('; ');
+        const rest = err.details.filter((d) => d.field !== 'url');
+        error.textContent = rest.length ? errorText({ ...err, details: rest }) : '';
+        url.setAttribute('aria-invalid', 'true');
+        url.focus();
+      }
     },
   },
   h('h2', {}, 'New webhook'),
-  h('div.field', {}, h('label', { for: 'hook-url' }, 'URL'), url),
+  h('div.field', {}, h('label', { for: 'hook-url' }, 'URL'), url, urlError),
   h('fieldset', {}, h('legend', {}, 'Events'), events.element),
   h('div.field', {}, h('label', { for: 'hook-workflow' }, 'Workflow'), workflow),
   error,

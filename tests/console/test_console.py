@@ -746,6 +746,13 @@ class Console(unittest.TestCase):
     def test_12_webhook_secret_once_deliveries_resend_rotate(self):
         self.ensure_admin()
         self.go("/webhooks", "#hook-url")
+        # A URL the API refuses is said under the URL field.
+        self.set_value(self.find("#hook-url"), "ftp://127.0.0.1/hook")
+        self.click("#create-webhook")
+        self.text_in("#hook-url-error", "http")
+        self.assertEqual(self.find("#hook-url").get_attribute("aria-invalid"), "true")
+        self.assertEqual(self.driver.find_element(By.ID, "hook-error").get_attribute("textContent"), "",
+                         "nothing said twice under the form")
         port = self.receiver.server_address[1]
         self.set_value(self.find("#hook-url"), f"http://127.0.0.1:{port}/hook")
         self.click("#create-webhook")
