@@ -342,7 +342,11 @@ function showErrors(root, box, e) {
   for (const d of e.details || []) {
     const el = fieldElement(root, d.field);
     if (!el) { unplaced.push(`${d.field}: ${d.message}`); continue; }
-    const msg = h('p.field-error', { id: `err-${Math.random().toString(36).slice(2)}` }, `${d.field} ${d.message}`);
+    // Under its own field the message says enough; on a parent field, the part of the
+    // API's path below it says where.
+    const placedOn = el.getAttribute('data-field') || '';
+    const below = d.field.startsWith(placedOn) ? d.field.slice(placedOn.length).replace(/^\./, '') : d.field;
+    const msg = h('p.field-error', { id: `err-${Math.random().toString(36).slice(2)}` }, below ? `${below}: ${d.message}` : d.message);
     if (el.matches('input, select, textarea')) {
       el.setAttribute('aria-invalid', 'true');
       el.setAttribute('aria-describedby', msg.id);

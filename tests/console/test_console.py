@@ -330,6 +330,7 @@ class Console(unittest.TestCase):
         self.click("#save")
         error = self.find(f'[data-field="steps[{index}].with.url"] + .field-error')
         self.assertIn("http(s) URL", error.text)
+        self.assertNotIn("steps[", error.text, "under its field, no API path")
         self.assertEqual(self.step_field(index, "with.url").get_attribute("aria-invalid"), "true")
         self.text_in("#form-error", "1 problem")
         self.shot("validation-error")
