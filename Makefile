@@ -52,7 +52,7 @@ unit-test: ## Tests that need no cluster
 .PHONY: cluster-test
 cluster-test: build cluster images install-crds python-deps ## Tests against the control plane (fails, never skips, without one)
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) FLOWLINE_REQUIRE_CLUSTER=1 \
-	  $(CARGO) test -- --ignored --test-threads 4
+	  $(CARGO) test -- --ignored --test-threads 3
 	$(MAKE) --no-print-directory fuzz-api
 	$(MAKE) --no-print-directory client-test
 	$(MAKE) --no-print-directory console-test

@@ -265,12 +265,13 @@ impl Leadership {
         shutdown: &CancellationToken,
         start: &mut impl FnMut(u32, CancellationToken),
     ) {
+        tracing::info!(shard, shards = self.shards, "holding the shard");
+        start(shard, shutdown.child_token());
+        // Counted once its work has started: a reader of the gauge may rely on it.
         if shard == 0 {
             self.gauge.set(true);
         }
         self.gauge.set_shards(self.lock().len());
-        tracing::info!(shard, shards = self.shards, "holding the shard");
-        start(shard, shutdown.child_token());
     }
 
     /// Stops renewing a lease whose work never started and releases it.
