@@ -179,6 +179,14 @@ async fn http_steps_pass_outputs_and_secrets_along() {
             .get_or_create(&flowline_telemetry::engine_metrics::StatusLabel {
                 status: "succeeded",
             });
+    // Counted when the execution reports its run, just after the final status landed
+    // (which is what the test saw first).
+    crate::support::eventually(
+        "runs_finished{status=succeeded} to count the run",
+        std::time::Duration::from_secs(10),
+        || async { (succeeded.get() >= 1).then_some(()) },
+    )
+    .await;
     assert_eq!(succeeded.get(), 1, "runs_finished{{status=succeeded}}");
     // A succeeded run records no Kubernetes Event (runner::kubernetes_event); a failed
     // one's `RunFailed` is checked in hostile::status and hostile::secrets.
