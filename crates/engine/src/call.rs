@@ -62,7 +62,7 @@ pub(crate) async fn start(
     // Waiting for them, at most `forEachConcurrency` run at once: `settle` starts the
     // others as they end.
     let starting = if wait {
-        subworkflow::concurrency(step)
+        step.iterations_at_once()
     } else {
         elements.len()
     };
@@ -110,7 +110,7 @@ pub(crate) async fn settle(
     };
     let policy = step.retry.clone().unwrap_or_default();
     let calls = subworkflow::calls_of(record);
-    let limit = subworkflow::concurrency(step);
+    let limit = step.iterations_at_once();
     let mut running = calls
         .iter()
         .filter_map(|c| children.get(c.child.as_ref()?))

@@ -20,10 +20,9 @@ use super::secrets;
 use super::status_writer::StatusWriter;
 use flowline_core::clock::now_ms;
 use flowline_core::crd::{
-    Action, ApprovalDecision, CallbackReceived, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM,
-    EventKind, Executor, IterationRecord, MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS,
-    MAX_ITERATION_RECORDS, MAX_PARALLELISM, MatchedEvent, Run, RunPhase, RunStatus, Step,
-    StepPhase, StepRecord, WorkflowSnapshot,
+    Action, ApprovalDecision, CallbackReceived, DEFAULT_PARALLELISM, EventKind, Executor,
+    IterationRecord, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS, MAX_PARALLELISM, MatchedEvent, Run,
+    RunPhase, RunStatus, Step, StepPhase, StepRecord, WorkflowSnapshot,
 };
 use flowline_core::engine::expr;
 use flowline_core::engine::graph::{self, Graph, State};
@@ -1032,10 +1031,7 @@ async fn for_each(
     record.items = Some(count as u32);
     iterations::record_progress(record, &outputs, &done);
     update(record);
-    let concurrency = step
-        .for_each_concurrency
-        .unwrap_or(DEFAULT_FOR_EACH_CONCURRENCY)
-        .clamp(1, MAX_FOR_EACH_CONCURRENCY) as usize;
+    let concurrency = step.iterations_at_once();
     let mut failure: Option<String> = None;
     let siblings = attempts.cancel.child_token();
     let (tx, mut rx) = mpsc::unbounded_channel::<(usize, StepRecord)>();

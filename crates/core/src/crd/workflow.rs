@@ -345,6 +345,15 @@ pub struct Step {
 }
 
 impl Step {
+    /// How many of a `forEach` step's iterations run at once (for a `workflow` step:
+    /// how many of its children are unfinished at once): `forEachConcurrency`, by
+    /// default [`DEFAULT_FOR_EACH_CONCURRENCY`], within 1 to [`MAX_FOR_EACH_CONCURRENCY`].
+    pub fn iterations_at_once(&self) -> usize {
+        self.for_each_concurrency
+            .unwrap_or(DEFAULT_FOR_EACH_CONCURRENCY)
+            .clamp(1, MAX_FOR_EACH_CONCURRENCY) as usize
+    }
+
     pub fn display_name(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.id)
     }

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use std::collections::BTreeSet;
 
-use crate::crd::{RetryPolicy, Run, RunPhase, RunStatus, Step, StepPhase, StepRecord};
+use crate::crd::{RetryPolicy, Run, RunPhase, RunStatus, StepPhase, StepRecord};
 use crate::engine::retry;
 
 /// Deepest chain of calls: a run at this depth cannot start a child.
@@ -22,16 +22,6 @@ pub const MAX_CALL_DEPTH: u32 = 10;
 
 /// Most child runs one `workflow` step may start (the elements of its `forEach`).
 pub const MAX_CHILDREN_PER_STEP: usize = 100;
-
-/// How many calls of `step` may have an unfinished child at once: its
-/// `forEachConcurrency` (the default and bounds of every fan-out), one without
-/// `forEach`. A `wait: false` step starts every child at once: it waits for none.
-pub fn concurrency(step: &Step) -> usize {
-    use crate::crd::{DEFAULT_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_CONCURRENCY};
-    step.for_each_concurrency
-        .unwrap_or(DEFAULT_FOR_EACH_CONCURRENCY)
-        .clamp(1, MAX_FOR_EACH_CONCURRENCY) as usize
-}
 
 /// Longest error of a child kept in its parent's step error: a chain of failed calls
 /// nests each child's error in its parent's, so each level is cut.
@@ -230,7 +220,7 @@ pub fn calls_of(record: &StepRecord) -> Vec<Call> {
 /// Whether a parked `workflow` step has something to do at `now`: a child of one of
 /// its calls ended (`ended` says so from the caller's cache), or a call may start a
 /// child (a call not started yet, or whose retry is due) while fewer than `limit`
-/// ([`concurrency`]) children run. Some(earliest retry time) while it only waits; None
+/// ([`crate::crd::Step::iterations_at_once`]) children run. Some(earliest retry time) while it only waits; None
 /// when it is due.
 pub fn still_waiting(
     record: &StepRecord,
@@ -547,24 +537,22 @@ mod tests {
 
     #[test]
     fn a_fan_out_of_calls_runs_for_each_concurrency_children_at_once() {
-        let step = |extra: Value| -> Step {
+        let step = |extra: Value| -> crate::crd::Step {
             let mut s = json!({"id": "call", "action": "workflow", "with": {"workflow": "w"}});
             s.as_object_mut()
                 .unwrap()
                 .extend(extra.as_object().unwrap().clone());
             serde_json::from_value(s).unwrap()
         };
-        assert_eq!(concurrency(&step(json!({}))), 4);
+        assert_eq!(step(json!({})).iterations_at_once(), 4);
         assert_eq!(
-            concurrency(&step(
-                json!({"forEach": "{{ trigger.payload.xs }}", "forEachConcurrency": 2})
-            )),
+            step(json!({"forEach": "{{ trigger.payload.xs }}", "forEachConcurrency": 2}))
+                .iterations_at_once(),
             2
         );
         assert_eq!(
-            concurrency(&step(
-                json!({"forEach": "{{ trigger.payload.xs }}", "forEachConcurrency": 500})
-            )),
+            step(json!({"forEach": "{{ trigger.payload.xs }}", "forEachConcurrency": 500}))
+                .iterations_at_once(),
             50
         );
     }

@@ -251,7 +251,7 @@ pub fn still_parked(
             continue;
         }
         if step.action == Action::Workflow {
-            let limit = super::subworkflow::concurrency(step);
+            let limit = step.iterations_at_once();
             match super::subworkflow::still_waiting(record, limit, child_ended, now) {
                 Some(Some(t)) => earlier(t),
                 Some(None) => {}
