@@ -83,7 +83,7 @@ fuzz-api: build ## schemathesis against the served OpenAPI document (FUZZ_EXAMPL
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/fuzz-api.sh
 
 .PHONY: client-test
-client-test: build ## Validate /v1/openapi.json and drive a client generated from it (openapi-python-client) through a session
+client-test: build ## Validate and lint /v1/openapi.json (redocly, spectral) and drive clients generated from it (Python, TypeScript, Go) through a session
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/client-test.sh
 
 .PHONY: console-test
@@ -123,8 +123,9 @@ crds: ## Regenerate crds/ from the Rust types
 	$(CARGO) run --quiet -- crdgen > crds/flowline.yaml
 
 .PHONY: reference
-reference: ## Regenerate docs/reference/workflow.md from the CRD schema and the template and expression engines (a flowline-core test fails while it is stale)
+reference: ## Regenerate docs/reference/workflow.md (from the CRD schema and the template and expression engines) and docs/reference/openapi.json (the served /v1 document); a unit test fails while either is stale
 	FLOWLINE_WRITE_REFERENCE=1 $(CARGO) test --quiet -p flowline-core --lib -- --exact reference::tests::reference_is_up_to_date
+	FLOWLINE_WRITE_REFERENCE=1 $(CARGO) test --quiet -p flowline-api --lib -- --exact openapi::tests::the_committed_document_is_up_to_date
 
 .PHONY: install-crds
 install-crds: ## Apply crds/ to the cluster (server-side) and wait until Established

@@ -87,7 +87,7 @@ while run.status in (RunPhase.RUNNING, RunPhase.QUEUED):
     time.sleep(0.1)
     run = ok(runs_get.sync_detailed(run.id, client=client), 200)
 assert run.status == RunPhase.SUCCEEDED, run
-assert run.steps[0].output.to_dict() == {"doubled": 21}, run.steps[0]
+assert run.steps[0].output == {"doubled": 21}, run.steps[0]
 assert run.duration_ms is not None and run.finished_at is not None
 again = ok(runs_create.sync_detailed(wf.id, client=client, body=RunCreate(payload=payload),
                                      idempotency_key="client-scenario-1"), 200)

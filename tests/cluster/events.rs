@@ -116,6 +116,9 @@ async fn events_fan_out_to_matching_active_workflows_only() {
     assert_eq!(event["payload"], json!({"n": 7}));
     let runs: Vec<String> = serde_json::from_value(event["runs"].clone()).unwrap();
     assert_eq!(runs.len(), 2, "{event}");
+    for run in &runs {
+        crate::support::assert_owned_by_its_workflow(&api.ns, run).await;
+    }
     let metrics = crate::support::metrics_text(port).await.unwrap_or_default();
     assert!(
         metrics.contains("flowline_events_fanned_out_total 1")

@@ -119,6 +119,7 @@ async fn a_signed_hook_starts_one_run_with_its_payload_and_bad_ones_start_none()
     let run = accepted_run(post_hook(&api, &wf, &first_headers, body).await).await;
     let finished = crate::support::finished_run(&api.ns, &run, Duration::from_secs(60)).await;
     assert_eq!(finished.spec.trigger, RunTrigger::Webhook);
+    crate::support::assert_owned_by_its_workflow(&api.ns, &run).await;
     assert_eq!(
         finished.spec.payload,
         Some(json!({"order": "A-17", "lines": [1, 2]}))

@@ -167,4 +167,16 @@ async fn a_webhook_is_ready_for_its_current_generation() {
         ],
     );
     assert_eq!(ready_column.trim(), "Delivering");
+    // The default columns read as words, not as a JSON array.
+    let table = get(&ns, &["webhooks", "wh"]);
+    let header = table.lines().next().unwrap_or_default();
+    let row = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        header.contains("EVENTS") && header.contains("AGE"),
+        "{table}"
+    );
+    assert!(
+        row.contains("run.failed,run.succeeded") && !row.contains('['),
+        "{table}"
+    );
 }

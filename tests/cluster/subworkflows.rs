@@ -109,6 +109,8 @@ async fn a_parent_waits_parked_for_its_child_and_gets_its_output() {
         .await;
     let kids = parked_with_children(&api, &run, "invoice", 1).await;
     let kid = kids[0].metadata.name.clone().unwrap();
+    // The child belongs to its own workflow, not to the parent run.
+    crate::support::assert_owned_by_its_workflow(&api.ns, &kid).await;
 
     // Both ways: the child names its parent, the step names its child.
     let view: Value = api

@@ -534,6 +534,25 @@ pub async fn finished_run(
     .await
 }
 
+/// Asserts that the Run `name` has exactly one owner reference: its workflow's
+/// controller reference, as the API writes it (so the workflow counts it and deleting
+/// the workflow deletes it), whichever path created it.
+pub async fn assert_owned_by_its_workflow(ns: &TestNamespace, name: &str) {
+    let run = ns.api::<flowline_core::crd::Run>().get(name).await.unwrap();
+    let wf = ns
+        .api::<flowline_core::crd::Workflow>()
+        .get(&run.spec.workflow_ref)
+        .await
+        .unwrap();
+    let owner = kube::Resource::controller_owner_ref(&wf, &()).expect("a stored workflow");
+    assert_eq!(
+        run.metadata.owner_references,
+        Some(vec![owner]),
+        "run {name} of {}",
+        run.spec.workflow_ref
+    );
+}
+
 /// Waits until every named Run has finished, and asserts each succeeded.
 pub async fn all_succeeded(ns: &TestNamespace, names: &[String], within: Duration) {
     for name in names {

@@ -63,6 +63,7 @@ pub struct RunListQuery {
             the rate-limit headers `X-RateLimit-Limit`, `X-RateLimit-Remaining` and \
             `X-RateLimit-Reset`, and `X-Request-Id`.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
+        contact(name = "The operators of this Flowline installation"),
     ),
     servers((url = "/", description = "The server that serves this document")),
     tags(
@@ -72,6 +73,7 @@ pub struct RunListQuery {
         (name = "events", description = "Events posted to the account, and the runs they started"),
         (name = "api-keys", description = "Keys of this account (admin scope)"),
         (name = "hooks", description = "Inbound, signed requests that start runs (no API key)"),
+        (name = "callbacks", description = "Single-use URLs that complete a waiting `callback` step (no API key)"),
     ),
     security(("bearer" = [])),
     components(schemas(crate::plumbing::error::ErrorBody)),
@@ -101,8 +103,21 @@ const COMMON_HEADERS: [(&str, &str); 4] = [
     ),
 ];
 
+/// Headers of one status besides [`COMMON_HEADERS`], as `ApiError`'s response sets
+/// them: `Retry-After` on 429 and 503, the bearer challenge on a keyed 401.
+fn status_headers(status: &str, public: bool) -> Vec<(&'static str, &'static str)> {
+    match status {
+        "429" | "503" => vec![("Retry-After", "Seconds to wait before trying again")],
+        "401" if !public => vec![(
+            "WWW-Authenticate",
+            "`Bearer`: the scheme the API key goes in",
+        )],
+        _ => Vec::new(),
+    }
+}
+
 fn header(name: &str, description: &str) -> Header {
-    let schema = if name == "X-Request-Id" {
+    let schema = if matches!(name, "X-Request-Id" | "WWW-Authenticate") {
         Type::String
     } else {
         Type::Integer
@@ -117,14 +132,18 @@ fn error_content() -> Content {
     Content::new(Some(Ref::from_schema_name("Error")))
 }
 
-/// The responses an operation gets besides its own, by status.
-fn shared_statuses(operation: &Operation) -> Vec<(&'static str, String)> {
-    // Operations that take no API key (`security: [{}]`, i.e. inbound hooks) answer
-    // neither the key's 401 nor 403.
-    let public = operation
+/// Whether the operation takes no API key (`security: [{}]`: inbound hooks, callbacks).
+fn takes_no_key(operation: &Operation) -> bool {
+    operation
         .security
         .as_ref()
-        .is_some_and(|s| s.iter().all(|r| r == &SecurityRequirement::default()));
+        .is_some_and(|s| s.iter().all(|r| r == &SecurityRequirement::default()))
+}
+
+/// The responses an operation gets besides its own, by status.
+fn shared_statuses(operation: &Operation) -> Vec<(&'static str, String)> {
+    // Operations that take no API key answer neither the key's 401 nor 403.
+    let public = takes_no_key(operation);
     let scope = operation.description.clone().unwrap_or_default();
     let mut statuses = vec![
         ("429", "Rate limit exceeded; see Retry-After".to_string()),
@@ -180,6 +199,7 @@ impl Modify for SharedResponses {
                                 .into()
                         });
                 }
+                let public = takes_no_key(operation);
                 for (status, response) in operation.responses.responses.iter_mut() {
                     let RefOr::T(response) = response else {
                         continue;
@@ -189,7 +209,8 @@ impl Modify for SharedResponses {
                             .content
                             .insert("application/json".into(), error_content().into());
                     }
-                    for (name, description) in COMMON_HEADERS {
+                    let own = status_headers(status, public);
+                    for (name, description) in COMMON_HEADERS.into_iter().chain(own) {
                         response
                             .headers
                             .insert(name.into(), header(name, description).into());
@@ -268,6 +289,22 @@ mod tests {
                     );
                 }
             }
+            assert!(
+                op["summary"].as_str().is_some_and(|s| !s.is_empty()),
+                "{id} has no summary"
+            );
+            for status in ["429", "503"] {
+                assert!(
+                    op["responses"][status]["headers"]["Retry-After"].is_object(),
+                    "{id} {status} Retry-After"
+                );
+            }
+            let keyed = op["security"] != json!([{}]);
+            assert_eq!(
+                op["responses"]["401"]["headers"]["WWW-Authenticate"].is_object(),
+                keyed,
+                "{id} 401 WWW-Authenticate"
+            );
             if op.get("requestBody").is_some() {
                 assert!(op["responses"]["400"].is_object(), "{id}");
                 assert!(op["responses"]["413"].is_object(), "{id}");
@@ -432,6 +469,72 @@ mod tests {
             listed.as_array().map(Vec::len),
             Some(ErrorCode::all().count()),
             "{listed}"
+        );
+    }
+
+    /// Generators type an object with neither `properties` nor `additionalProperties`
+    /// as one that has no keys (openapi-typescript: `Record<string, never>`), so every
+    /// free-form object says what its values may be.
+    #[test]
+    fn every_free_form_object_admits_its_values() {
+        fn walk(value: &Value, at: &str, bare: &mut Vec<String>) {
+            match value {
+                Value::Object(map) => {
+                    let object = match &map.get("type") {
+                        Some(Value::String(t)) => t == "object",
+                        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+                        _ => false,
+                    };
+                    let shaped = ["properties", "additionalProperties", "allOf", "oneOf"]
+                        .iter()
+                        .any(|k| map.contains_key(*k));
+                    if object && !shaped {
+                        bare.push(at.to_string());
+                    }
+                    for (k, v) in map {
+                        walk(v, &format!("{at}/{k}"), bare);
+                    }
+                }
+                Value::Array(items) => {
+                    for (i, v) in items.iter().enumerate() {
+                        walk(v, &format!("{at}/{i}"), bare);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut bare = Vec::new();
+        walk(&doc(), "", &mut bare);
+        assert!(bare.is_empty(), "objects without a shape: {bare:#?}");
+    }
+
+    /// Every component schema is referenced (a list's items by `$ref`, not copied).
+    #[test]
+    fn every_component_schema_is_used() {
+        let doc = doc();
+        let text = doc.to_string();
+        for name in doc["components"]["schemas"].as_object().unwrap().keys() {
+            let reference = format!("\"#/components/schemas/{name}\"");
+            assert!(text.contains(&reference), "{name} is never referenced");
+        }
+    }
+
+    /// `docs/reference/openapi.json` is the served document, for client generators
+    /// that read a file. With `FLOWLINE_WRITE_REFERENCE` set (`make reference`) the
+    /// test writes it instead.
+    #[test]
+    fn the_committed_document_is_up_to_date() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../docs/reference/openapi.json");
+        let generated = serde_json::to_string_pretty(&document()).unwrap() + "\n";
+        if std::env::var_os("FLOWLINE_WRITE_REFERENCE").is_some() {
+            std::fs::write(&path, &generated).expect("writing docs/reference/openapi.json");
+            return;
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "docs/reference/openapi.json is stale: run `make reference` and commit the result"
         );
     }
 

@@ -364,7 +364,8 @@ impl Worker {
                 state.lane.set_context(hook.clone());
                 // A changed spec (or a status never written) gets its Ready condition
                 // and observed generation written.
-                state.dirty |= ready::stale(&state.status, hook.metadata.generation);
+                state.dirty |=
+                    ready::stale(&state.status, &hook.spec.events, hook.metadata.generation);
                 (spec_changed, false)
             }
             _ => {
@@ -395,7 +396,7 @@ impl Worker {
             // The stores are synced and every event was just offered: what the status
             // lists that the scan did not match no longer exists.
             state.dirty |= state.ledger.synced();
-            state.dirty |= ready::stale(&state.status, hook.metadata.generation);
+            state.dirty |= ready::stale(&state.status, &hook.spec.events, hook.metadata.generation);
         }
         self.redeliveries(&r);
     }
@@ -758,6 +759,7 @@ impl HookState {
         self.ledger.write_into(&mut self.status);
         ready::apply(
             &mut self.status,
+            &self.hook.spec.events,
             self.hook.metadata.generation,
             Timestamp::now(),
         );

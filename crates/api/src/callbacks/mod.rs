@@ -42,7 +42,7 @@ pub struct CallbackAccepted {
     pub step_id: String,
 }
 
-#[utoipa::path(post, path = "/v1/callbacks/{token}", operation_id = "callbacks.receive", tag = "callbacks",
+#[utoipa::path(post, path = "/v1/callbacks/{token}", operation_id = "callbacks.receive", summary = "Complete a callback step", tag = "callbacks",
     description = "No API key: the token is the credential. Completes the `callback` step the \
         URL belongs to with the body (any JSON value, at most 64 KiB) as its output. A URL \
         accepts one call. Counts against the per-address budget of unauthenticated requests.",

@@ -25,7 +25,7 @@ pub struct EventCreate {
     pub name: String,
     /// The event's data, `trigger.payload` of the runs it starts; default `{}`.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<Object>, nullable = false)]
+    #[schema(value_type = Option<HashMap<String, Value>>, nullable = false)]
     pub payload: Option<Map<String, Value>>,
     /// Your id for the event: a second post with the same id within 24 h answers the
     /// first event (200) and starts nothing.

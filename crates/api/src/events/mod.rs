@@ -58,7 +58,7 @@ pub struct EventListQuery {
     name: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/events", operation_id = "events.create", tag = "events",
+#[utoipa::path(post, path = "/v1/events", operation_id = "events.create", summary = "Post an event", tag = "events",
     description = "Scope: `execute`. Every active workflow of the account with an `event` trigger \
         of this name whose `filter` holds starts one run. With an `id`, a repeated post within \
         24 h answers the first event with 200 and starts nothing.",
@@ -125,7 +125,7 @@ async fn post(
     Err(ApiError::Unavailable)
 }
 
-#[utoipa::path(get, path = "/v1/events", operation_id = "events.list", tag = "events",
+#[utoipa::path(get, path = "/v1/events", operation_id = "events.list", summary = "List events", tag = "events",
     description = "Scope: `read`. Newest first (by `received_at`, then id). Items have no payload.",
     params(EventListQuery),
     responses((status = 200, description = "A page of events", body = Page<EventListItem>),
@@ -167,7 +167,7 @@ fn name_filter(query: Option<&str>) -> ApiResult<Option<String>> {
     }
 }
 
-#[utoipa::path(get, path = "/v1/events/{id}", operation_id = "events.get", tag = "events", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/events/{id}", operation_id = "events.get", summary = "Get an event", tag = "events", description = "Scope: `read`.",
     params(("id" = String, Path, description = "Event id (`evt_…`)")),
     responses((status = 200, description = "The event, with the runs it started", body = EventView),
               (status = 404, description = "No such event (`event_not_found`)")))]

@@ -12,7 +12,7 @@ use flowline_core::crd::FlowlineEvent;
 pub struct EventView {
     pub id: String,
     pub name: String,
-    #[schema(value_type = Object)]
+    #[schema(value_type = HashMap<String, Value>)]
     pub payload: Value,
     #[schema(value_type = String, format = DateTime)]
     pub received_at: ApiTime,

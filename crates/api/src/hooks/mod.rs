@@ -108,7 +108,7 @@ pub fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
         .collect()
 }
 
-#[utoipa::path(post, path = "/v1/hooks/{workflow_id}", operation_id = "hooks.receive", tag = "hooks",
+#[utoipa::path(post, path = "/v1/hooks/{workflow_id}", operation_id = "hooks.receive", summary = "Start a run from a signed inbound hook", tag = "hooks",
     description = "No API key: signed with the workflow's inbound secret (Standard Webhooks: \
         `webhook-id`, `webhook-timestamp`, `webhook-signature`). Starts a run of an active \
         webhook-triggered workflow with the body (a JSON object) as `trigger.payload`. A repeated \
@@ -119,7 +119,7 @@ pub fn recorded_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
            ("webhook-id" = String, Header, description = "Message id; the idempotency key"),
            ("webhook-timestamp" = i64, Header, description = "Unix seconds; within 5 minutes of the server's clock"),
            ("webhook-signature" = String, Header, description = "Space-separated `v1,<base64 HMAC-SHA256>` entries")),
-    request_body(content = Object, content_type = "application/json", description = "Any JSON object, at most 1 MiB, nested at most 32 deep"),
+    request_body(content = HashMap<String, Value>, content_type = "application/json", description = "Any JSON object, at most 1 MiB, nested at most 32 deep"),
     responses((status = 202, description = "A run started (or had started for this webhook-id)", body = HookAccepted),
               (status = 400, description = "The body is not a JSON object, or nested too deep"),
               (status = 401, description = "`invalid_signature`: headers missing, timestamp out of tolerance, or no signature matches"),

@@ -111,7 +111,7 @@ fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<KeyRecord> {
         .ok_or(ApiError::NotFound(Missing::ApiKey))
 }
 
-#[utoipa::path(get, path = "/v1/api-keys", operation_id = "apiKeys.list", tag = "api-keys", description = "Scope: `admin`. Never shows key values.",
+#[utoipa::path(get, path = "/v1/api-keys", operation_id = "apiKeys.list", summary = "List API keys", tag = "api-keys", description = "Scope: `admin`. Never shows key values.",
     params(crate::openapi::PageQuery),
     responses((status = 200, description = "A page of keys", body = Page<ApiKeyView>),
               (status = 400, description = "Bad limit or cursor")))]
@@ -135,7 +135,7 @@ async fn list(
     Ok(Json(pagination::paginate(items, &q)))
 }
 
-#[utoipa::path(post, path = "/v1/api-keys", operation_id = "apiKeys.create", tag = "api-keys", description = "Scope: `admin`.",
+#[utoipa::path(post, path = "/v1/api-keys", operation_id = "apiKeys.create", summary = "Create an API key", tag = "api-keys", description = "Scope: `admin`.",
     request_body = ApiKeyCreate,
     responses((status = 201, description = "Created; the value is shown only here", body = ApiKeyCreated,
                headers(("Location" = String, description = "Path of the new key")))))]
@@ -163,7 +163,7 @@ async fn create(
     ))
 }
 
-#[utoipa::path(delete, path = "/v1/api-keys/{id}", operation_id = "apiKeys.delete", tag = "api-keys", description = "Scope: `admin`. Revokes the key.",
+#[utoipa::path(delete, path = "/v1/api-keys/{id}", operation_id = "apiKeys.delete", summary = "Revoke an API key", tag = "api-keys", description = "Scope: `admin`. Revokes the key.",
     params(("id" = String, Path, description = "Key id")),
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such key")))]
 async fn remove(

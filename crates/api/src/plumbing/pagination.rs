@@ -45,10 +45,56 @@ impl SortKey {
 }
 
 /// The list envelope.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct Page<T> {
     pub data: Vec<T>,
     pub next_cursor: Option<String>,
+}
+
+/// `Page_<Item>`, its items a `$ref` to the item's own schema: a derived schema would
+/// copy the item inline, leaving the item's schema unused and giving generated clients
+/// an anonymous item type. (utoipa derives `PartialSchema` from `ComposeSchema`, the
+/// trait it calls for a generic type; the generic schemas it passes are not needed.)
+impl<T: utoipa::ToSchema> utoipa::__dev::ComposeSchema for Page<T> {
+    fn compose(
+        _: Vec<utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>>,
+    ) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Ref, SchemaType, Type};
+        ObjectBuilder::new()
+            .description(Some("A page of a list, in the list's order."))
+            .property(
+                "data",
+                ArrayBuilder::new().items(Ref::from_schema_name(T::name())),
+            )
+            .required("data")
+            .property(
+                "next_cursor",
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+                    .description(Some(
+                        "Pass as `cursor` for the next page; `null` on the last page.",
+                    )),
+            )
+            .required("next_cursor")
+            .into()
+    }
+}
+
+impl<T: utoipa::ToSchema> utoipa::ToSchema for Page<T> {
+    /// utoipa appends the item's name: `Page_RunListItem`.
+    fn name() -> std::borrow::Cow<'static, str> {
+        "Page".into()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        schemas.push((T::name().into_owned(), T::schema()));
+        T::schemas(schemas);
+    }
 }
 
 /// Parsed `limit`, `cursor` and one enum filter of a list request.

@@ -31,7 +31,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(reject))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/steps/{step_id}/approve", operation_id = "runs.approve", tag = "runs",
+#[utoipa::path(post, path = "/v1/runs/{id}/steps/{step_id}/approve", operation_id = "runs.approve", summary = "Approve a waiting approval step", tag = "runs",
     description = "Scope: `execute`. Approves an `approval` step that is `waiting`: the step succeeds with \
         `{\"approved\": true, \"comment\", \"by\", \"at\"}` (`by`: the API key id) and the run goes on. \
         Recorded in the Run's `spec.approvals`.",
@@ -51,7 +51,7 @@ async fn approve(
     decide(state, &who, id, step_id, comment, Verdict::Approve).await
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/steps/{step_id}/reject", operation_id = "runs.reject", tag = "runs",
+#[utoipa::path(post, path = "/v1/runs/{id}/steps/{step_id}/reject", operation_id = "runs.reject", summary = "Reject a waiting approval step", tag = "runs",
     description = "Scope: `execute`. Rejects an `approval` step that is `waiting`: the step fails (no retry) \
         with `rejected by <key id> at <time>: <comment>` and the run fails. Recorded in the Run's \
         `spec.approvals`.",

@@ -14,7 +14,7 @@ use crate::state::ApiConfig;
 #[schema(examples(json!({"payload": {"order_id": 42}})))]
 pub struct RunCreate {
     /// Readable by the steps as `trigger.payload`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<HashMap<String, Value>>)]
     pub payload: Option<Map<String, Value>>,
 }
 

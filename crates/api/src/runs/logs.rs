@@ -110,7 +110,7 @@ impl LogQuery {
     }
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/steps/{step_id}/logs", operation_id = "runs.logs", tag = "runs",
+#[utoipa::path(get, path = "/v1/runs/{id}/steps/{step_id}/logs", operation_id = "runs.logs", summary = "Read a container step's log", tag = "runs",
     description = "Scope: `read`. The log of a step attempt that ran in a pod (a `container` step, or any \
         step of a workflow whose executor is `job`), as text. `follow=true` streams it until the \
         container ends. Logs are kept as long as the step's Job (the operator's `--step-job-ttl`).",

@@ -61,7 +61,7 @@ fn full(state: &ApiState, run: &Run) -> RunView {
     views::run(run, wf.as_deref())
 }
 
-#[utoipa::path(get, path = "/v1/workflows/{id}/runs", operation_id = "runs.list", tag = "runs", description = "Scope: `read`. Newest first.",
+#[utoipa::path(get, path = "/v1/workflows/{id}/runs", operation_id = "runs.list", summary = "List runs of a workflow", tag = "runs", description = "Scope: `read`. Newest first.",
     params(("id" = String, Path, description = "Workflow id"), crate::openapi::RunListQuery),
     responses((status = 200, description = "A page of runs", body = Page<RunListItem>),
               (status = 400, description = "Bad limit, cursor or status filter"),
@@ -95,7 +95,7 @@ async fn list(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}", operation_id = "runs.get", tag = "runs", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/runs/{id}", operation_id = "runs.get", summary = "Get a run with its steps", tag = "runs", description = "Scope: `read`.",
     params(("id" = String, Path, description = "Run id")),
     responses((status = 200, description = "The run with its steps", body = RunView),
               (status = 404, description = "No such run")))]
@@ -124,7 +124,7 @@ pub(crate) async fn read_whole(state: &ApiState, namespace: &str, id: &str) -> A
     }
 }
 
-#[utoipa::path(post, path = "/v1/workflows/{id}/runs", operation_id = "runs.create", tag = "runs",
+#[utoipa::path(post, path = "/v1/workflows/{id}/runs", operation_id = "runs.create", summary = "Start a run", tag = "runs",
     description = "Scope: `execute`. The body is optional. With an `Idempotency-Key`, a repeated \
         request (same key, same workflow, same body, within 24 h) answers the run the first one \
         started, with 200, instead of starting another.",
@@ -217,7 +217,7 @@ pub(crate) fn answer(state: &ApiState, status: StatusCode, run: &Run) -> Respons
         .into_response()
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/cancel", operation_id = "runs.cancel", tag = "runs", description = "Scope: `execute`.",
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", operation_id = "runs.cancel", summary = "Cancel a run", tag = "runs", description = "Scope: `execute`.",
     params(("id" = String, Path, description = "Run id")),
     responses((status = 202, description = "Cancellation accepted", body = RunView),
               (status = 404, description = "No such run"),

@@ -29,7 +29,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new().routes(routes!(retry))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/retry", operation_id = "runs.retry", tag = "runs",
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", operation_id = "runs.retry", summary = "Retry a finished run", tag = "runs",
     description = "Scope: `execute`. Starts a new run of a finished run (`succeeded`, `failed` or \
         `cancelled`) with its payload and the workflow version it executed, linked by `retry_of`. \
         `from: failed` (the default) keeps the results of the steps that succeeded before the first \

@@ -48,8 +48,8 @@ pub struct StepRecordView {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<ApiTime>,
     pub duration_ms: Option<u64>,
-    /// Output of the action; its keys depend on the action.
-    #[schema(value_type = Option<Object>)]
+    /// Output of the action: any JSON value, shaped by the action.
+    #[schema(value_type = Option<Value>)]
     pub output: Option<Value>,
     pub output_truncated: bool,
     pub error: Option<String>,
@@ -124,7 +124,7 @@ pub struct RunView {
     pub item: RunListItem,
     pub trigger: RunTrigger,
     /// The trigger payload, available to steps as `trigger.payload.*`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = HashMap<String, Value>)]
     pub payload: Value,
     /// Whether cancellation was requested (`spec.cancel`).
     pub cancel_requested: bool,

@@ -36,7 +36,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(rotate_secret))
 }
 
-#[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", operation_id = "webhooks.deliveries.list", tag = "webhooks",
+#[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", operation_id = "webhooks.deliveries.list", summary = "List delivery attempts of a webhook", tag = "webhooks",
     description = "Scope: `read`. The most recent delivery attempts (the last 50), newest first.",
     params(("id" = String, Path, description = "Webhook id"), crate::openapi::PageQuery),
     responses((status = 200, description = "A page of delivery attempts", body = Page<DeliveryView>),
@@ -59,7 +59,7 @@ async fn list(
     Ok(Json(pagination::paginate(items, &q)))
 }
 
-#[utoipa::path(post, path = "/v1/webhooks/{id}/deliveries/{delivery_id}/retry", operation_id = "webhooks.deliveries.retry", tag = "webhooks",
+#[utoipa::path(post, path = "/v1/webhooks/{id}/deliveries/{delivery_id}/retry", operation_id = "webhooks.deliveries.retry", summary = "Deliver an event again", tag = "webhooks",
     description = "Scope: `write`. Sends the event of this delivery once more (a new attempt with the same event id).",
     params(("id" = String, Path, description = "Webhook id"),
            ("delivery_id" = String, Path, description = "Delivery attempt id")),
@@ -136,7 +136,7 @@ fn event_stored(state: &ApiState, namespace: &str, event_id: &str) -> bool {
     .is_some()
 }
 
-#[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", operation_id = "webhooks.rotateSecret", tag = "webhooks",
+#[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", operation_id = "webhooks.rotateSecret", summary = "Rotate a webhook's signing secret", tag = "webhooks",
     description = "Scope: `write`. Replaces the signing secret. For 24 hours deliveries carry signatures with both secrets (two `v1,` entries in `webhook-signature`); `X-Service-Signature` uses the new one.",
     params(("id" = String, Path, description = "Webhook id")),
     responses((status = 200, description = "The new secret (shown only here)", body = SecretRotated),

@@ -51,7 +51,7 @@ pub(crate) fn find(
     cache::get(&state.caches.webhooks, namespace, id).ok_or(ApiError::NotFound(Missing::Webhook))
 }
 
-#[utoipa::path(get, path = "/v1/webhooks", operation_id = "webhooks.list", tag = "webhooks", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/webhooks", operation_id = "webhooks.list", summary = "List webhooks", tag = "webhooks", description = "Scope: `read`.",
     params(crate::openapi::PageQuery),
     responses((status = 200, description = "A page of webhooks", body = Page<WebhookView>),
               (status = 400, description = "Bad limit or cursor")))]
@@ -76,7 +76,7 @@ async fn list(
     Ok(Json(pagination::paginate(items, &q)))
 }
 
-#[utoipa::path(get, path = "/v1/webhooks/{id}", operation_id = "webhooks.get", tag = "webhooks", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/webhooks/{id}", operation_id = "webhooks.get", summary = "Get a webhook", tag = "webhooks", description = "Scope: `read`.",
     params(("id" = String, Path, description = "Webhook id")),
     responses((status = 200, description = "The webhook", body = WebhookView),
               (status = 404, description = "No such webhook")))]
@@ -92,7 +92,7 @@ async fn show(
     )?)))
 }
 
-#[utoipa::path(post, path = "/v1/webhooks", operation_id = "webhooks.create", tag = "webhooks", description = "Scope: `write`.",
+#[utoipa::path(post, path = "/v1/webhooks", operation_id = "webhooks.create", summary = "Create a webhook", tag = "webhooks", description = "Scope: `write`.",
     request_body = WebhookCreate,
     responses((status = 201, description = "Created; the secret is shown only here", body = WebhookCreated,
                headers(("Location" = String, description = "Path of the new webhook"))),
@@ -147,7 +147,7 @@ async fn create(
     ))
 }
 
-#[utoipa::path(delete, path = "/v1/webhooks/{id}", operation_id = "webhooks.delete", tag = "webhooks", description = "Scope: `write`.",
+#[utoipa::path(delete, path = "/v1/webhooks/{id}", operation_id = "webhooks.delete", summary = "Delete a webhook", tag = "webhooks", description = "Scope: `write`.",
     params(("id" = String, Path, description = "Webhook id")),
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such webhook")))]
 async fn remove(

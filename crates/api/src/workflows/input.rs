@@ -193,7 +193,7 @@ pub struct StepInput {
     /// `http.request`: `url` (required), `method`, `headers`, `query`, `body`,
     /// `expect_status`. `transform`: `value` (required). `delay`: `ms` (required).
     /// `fail`: `message`. `container`: `image` (required), `command`, `args`, `env`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<HashMap<String, Value>>)]
     pub with: Option<Map<String, Value>>,
     pub retry: Option<RetryInput>,
     /// Timeout of one attempt, in milliseconds.

@@ -55,7 +55,7 @@ pub fn location(path: String) -> HeaderMap {
     headers
 }
 
-#[utoipa::path(get, path = "/v1/workflows", operation_id = "workflows.list", tag = "workflows", description = "Scope: `read`. Newest first.",
+#[utoipa::path(get, path = "/v1/workflows", operation_id = "workflows.list", summary = "List workflows", tag = "workflows", description = "Scope: `read`. Newest first.",
     params(crate::openapi::WorkflowListQuery),
     responses((status = 200, description = "A page of workflows", body = Page<WorkflowListItem>),
               (status = 400, description = "Bad limit, cursor or state filter")))]
@@ -88,7 +88,7 @@ async fn list(
     Ok(Json(pagination::paginate(items, &q)))
 }
 
-#[utoipa::path(get, path = "/v1/workflows/{id}", operation_id = "workflows.get", tag = "workflows", description = "Scope: `read`.",
+#[utoipa::path(get, path = "/v1/workflows/{id}", operation_id = "workflows.get", summary = "Get a workflow", tag = "workflows", description = "Scope: `read`.",
     params(("id" = String, Path, description = "Workflow id")),
     responses((status = 200, description = "The full workflow", body = WorkflowView),
               (status = 404, description = "No such workflow")))]
@@ -115,7 +115,7 @@ async fn show(
         .into_response())
 }
 
-#[utoipa::path(post, path = "/v1/workflows", operation_id = "workflows.create", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",
+#[utoipa::path(post, path = "/v1/workflows", operation_id = "workflows.create", summary = "Create a workflow", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",
     request_body = WorkflowCreate,
     responses((status = 201, description = "Created; `hook_secret` when the trigger is `webhook`", body = WorkflowWithSecret,
                headers(("Location" = String, description = "Path of the new workflow")))))]
@@ -158,7 +158,7 @@ async fn create(
     ))
 }
 
-#[utoipa::path(patch, path = "/v1/workflows/{id}", operation_id = "workflows.update", tag = "workflows", description = "Scope: `write`.",
+#[utoipa::path(patch, path = "/v1/workflows/{id}", operation_id = "workflows.update", summary = "Update a workflow", tag = "workflows", description = "Scope: `write`.",
     params(("id" = String, Path, description = "Workflow id")),
     request_body = WorkflowPatchBody,
     responses((status = 200, description = "The updated workflow; `hook_secret` when the trigger became `webhook`", body = WorkflowWithSecret),
@@ -311,7 +311,7 @@ async fn with_hook_secret(
     }))
 }
 
-#[utoipa::path(delete, path = "/v1/workflows/{id}", operation_id = "workflows.delete", tag = "workflows", description = "Scope: `write`. Deletes the workflow and its run history.",
+#[utoipa::path(delete, path = "/v1/workflows/{id}", operation_id = "workflows.delete", summary = "Delete a workflow", tag = "workflows", description = "Scope: `write`. Deletes the workflow and its run history.",
     params(("id" = String, Path, description = "Workflow id")),
     responses((status = 204, description = "Deleted"), (status = 404, description = "No such workflow"),
               (status = 409, description = "The workflow is active; pause it first")))]
@@ -355,7 +355,7 @@ async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/workflows/{id}/hook-secret/rotate", operation_id = "workflows.rotateHookSecret", tag = "workflows",
+#[utoipa::path(post, path = "/v1/workflows/{id}/hook-secret/rotate", operation_id = "workflows.rotateHookSecret", summary = "Rotate a workflow's inbound hook secret", tag = "workflows",
     description = "Scope: `write`. Replaces the inbound secret of a webhook-triggered workflow; the previous one stops verifying at once.",
     params(("id" = String, Path, description = "Workflow id")),
     responses((status = 200, description = "The new secret, shown only here", body = HookSecret),

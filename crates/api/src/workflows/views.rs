@@ -68,7 +68,7 @@ pub struct StepView {
     pub name: String,
     pub action: Action,
     /// Inputs of the action; string values may hold `{{ … }}` templates.
-    #[schema(value_type = Object)]
+    #[schema(value_type = HashMap<String, Value>)]
     pub with: Value,
     pub retry: Option<RetryView>,
     pub timeout_ms: Option<u64>,

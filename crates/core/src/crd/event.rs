@@ -26,7 +26,12 @@ use super::common::schemaless_object;
     selectable = ".spec.name",
     printcolumn(name = "Event", type_ = "string", json_path = ".spec.name"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Received", type_ = "date", json_path = ".spec.receivedAt"),
+    printcolumn(
+        name = "Received",
+        type_ = "date",
+        json_path = ".spec.receivedAt",
+        priority = 1
+    ),
     printcolumn(
         name = "Client-Id",
         type_ = "string",

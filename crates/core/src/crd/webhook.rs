@@ -23,11 +23,17 @@ use super::common::{Condition, EventKind};
     namespaced,
     status = "WebhookStatus",
     printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
-    printcolumn(name = "Events", type_ = "string", json_path = ".spec.events"),
+    printcolumn(name = "Events", type_ = "string", json_path = ".status.subscribed"),
     printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Workflow",
+        type_ = "string",
+        json_path = ".spec.workflowRef",
+        priority = 1
     ),
     printcolumn(
         name = "Enabled",
@@ -123,6 +129,10 @@ pub struct WebhookStatus {
     /// The Webhook's `metadata.generation` this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The event kinds of `spec.events`, comma-separated: the Events column of
+    /// `kubectl get webhooks`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subscribed: String,
 }
 
 /// An event whose retry series continues after a restart.
@@ -159,6 +169,7 @@ impl Default for WebhookStatus {
             handled_redeliveries: Vec::new(),
             conditions: Vec::new(),
             observed_generation: None,
+            subscribed: String::new(),
         }
     }
 }
