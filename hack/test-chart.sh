@@ -449,6 +449,9 @@ declare -A set_flags=(
     --set api.trustedProxies={10.0.0.0/8,192.168.1.1} --set api.unauthenticatedRequestsPerMinute=30"
   [namespaced]="-f $chart/ci/namespaced-values.yaml --set watchNamespaces={$ns_a,$ns_b} --set bootstrapAdminKey.namespace=$ns_a"
 )
+# Without a cluster and without --kube-version, as a user's first `helm template` goes:
+# the helm make cluster builds assumes the cluster's Kubernetes version, not v1.20.
+helm template "$rel" "$chart" >/dev/null 2>"$tmp/out" || { cat "$tmp/out" >&2; die "helm template without --kube-version"; }
 for s in "${sets[@]}"; do
   # shellcheck disable=SC2086 # the flags are words on purpose
   quiet "helm lint --strict ($s values)" helm lint --strict "$chart" ${set_flags[$s]} --kube-version "$kube_version"

@@ -88,7 +88,8 @@ func main() {
 	}}))(200)
 	// A draft takes manual runs: the parent needs no activation (and deletes without a pause).
 	parent := startAndFinish(ctx, c, parentWf.Id, map[string]any{})
-	check(parent.Status == RunPhaseSucceeded, "parent run %s %s: steps %+v", parent.Id, parent.Status, parent.Steps)
+	check(parent.Status == RunPhaseSucceeded, "parent run %s %s: steps %+v",
+		parent.Id, parent.Status, parent.Steps)
 	call := stepOf(parent, "call")
 	check(call.ChildRunId != nil, "step call names no child run: %+v", call)
 	// The child links back to its parent, ran the called workflow with the step's payload,
@@ -96,9 +97,10 @@ func main() {
 	child := getRun(ctx, c, *call.ChildRunId)
 	check(child.Trigger == RunTriggerWorkflow && child.WorkflowId == id, "child %s of %s started by %s",
 		child.Id, child.WorkflowId, child.Trigger)
-	check(child.ParentRunId != nil && *child.ParentRunId == child.Id, "child's parent_run_id %v, not %s",
-		child.ParentRunId, parent.Id)
-	check(child.ParentStepId != nil && *child.ParentStepId == "call", "child's parent_step_id %v", child.ParentStepId)
+	check(child.ParentRunId != nil && *child.ParentRunId == parent.Id, "child's parent_run_id %s, not %s",
+		deref(child.ParentRunId), parent.Id)
+	check(child.ParentStepId != nil && *child.ParentStepId == "call", "child's parent_step_id %s",
+		deref(child.ParentStepId))
 	check(reflect.DeepEqual(child.Payload, map[string]any{"n": 4.0}), "child payload %#v", child.Payload)
 	check(child.Status == RunPhaseSucceeded, "child %s", child.Status)
 	check(reflect.DeepEqual(child.Output, map[string]any{"answer": 4.0}), "child output %#v", child.Output)
@@ -108,15 +110,19 @@ func main() {
 	// Events: an active workflow subscribed to an event name, with a filter on the payload.
 	eventName := "go.order.created"
 	eventWf := expect(c.WorkflowsCreateWithResponse(ctx, WorkflowCreate{
-		Name:    "Go client scenario: events",
-		Trigger: &TriggerInput{Type: TriggerTypeEvent, Event: new(eventName), Filter: new("event.payload.n > 0")},
+		Name: "Go client scenario: events",
+		Trigger: &TriggerInput{
+			Type: TriggerTypeEvent, Event: new(eventName), Filter: new("event.payload.n > 0"),
+		},
 	}))(201).JSON201
 	check(eventWf.Trigger.Event != nil && *eventWf.Trigger.Event == eventName &&
 		eventWf.Trigger.Filter != nil && *eventWf.Trigger.Filter == "event.payload.n > 0",
 		"event trigger %+v", eventWf.Trigger)
 	expect(c.WorkflowsUpdateWithResponse(ctx, eventWf.Id, WorkflowPatch{
-		State:  new(Active),
-		Steps:  &[]StepInput{{Id: "echo", Action: ActionTransform, With: &map[string]any{"value": "{{ trigger.payload }}"}}},
+		State: new(Active),
+		Steps: &[]StepInput{
+			{Id: "echo", Action: ActionTransform, With: &map[string]any{"value": "{{ trigger.payload }}"}},
+		},
 		Output: map[string]any{"order": "{{ trigger.payload.order }}", "event": "{{ trigger.event.id }}"},
 	}))(200)
 	// One event the filter refuses, then one it passes, posted with a client id.
@@ -139,35 +145,41 @@ func main() {
 		func(e *EventView) bool { return len(e.Runs) > 0 })
 	check(fanned.Name == eventName && reflect.DeepEqual(fanned.Payload, payload), "event %+v", fanned)
 	check(len(fanned.Runs) == 1, "event started %v", fanned.Runs)
-	eventRunId := fanned.Runs[0]
-	eventRun := finishedRun(ctx, c, eventRunId)
-	check(eventRun.Status == RunPhaseSucceeded, "event run %s %s: steps %+v", eventRun.Id, eventRun.Status, eventRun.Steps)
-	check(eventRun.WorkflowId == eventWf.Id && eventRun.Trigger == RunTriggerEvent, "event run of %s started by %s",
-		eventRun.WorkflowId, eventRun.Trigger)
-	check(eventRun.EventId != nil && *eventRun.EventId == event.Id, "event run's event_id %v", eventRun.EventId)
+	eventRunID := fanned.Runs[0]
+	eventRun := finishedRun(ctx, c, eventRunID)
+	check(eventRun.Status == RunPhaseSucceeded, "event run %s %s: steps %+v",
+		eventRun.Id, eventRun.Status, eventRun.Steps)
+	check(eventRun.WorkflowId == eventWf.Id && eventRun.Trigger == RunTriggerEvent,
+		"event run of %s started by %s", eventRun.WorkflowId, eventRun.Trigger)
+	check(eventRun.EventId != nil && *eventRun.EventId == event.Id, "event run's event_id %s",
+		deref(eventRun.EventId))
 	check(reflect.DeepEqual(eventRun.Payload, payload), "event run payload %#v", eventRun.Payload)
 	echo := stepOf(eventRun, "echo")
 	check(reflect.DeepEqual(echo.Output, payload), "step echo's output %#v", echo.Output)
 	check(reflect.DeepEqual(eventRun.Output, map[string]any{"order": "A-1", "event": event.Id}),
 		"event run output %#v", eventRun.Output)
-	// The refused event started nothing: the workflow's only run is the other event's.
+	// The refused event (posted first, so most likely fanned out by now) started nothing: the
+	// workflow's only run is the other event's.
 	eventRuns := expect(c.RunsListWithResponse(ctx, eventWf.Id, nil))(200).JSON200
-	check(len(eventRuns.Data) == 1 && eventRuns.Data[0].Id == eventRunId, "event workflow's runs %+v", eventRuns.Data)
+	check(len(eventRuns.Data) == 1 && eventRuns.Data[0].Id == eventRunID,
+		"event workflow's runs %+v", eventRuns.Data)
 	// Both events of the name, one per page; the last page has no next_cursor.
 	eventsFirst := expect(c.EventsListWithResponse(ctx, &EventsListParams{
 		Name: new(eventName), Limit: new(int32(1)),
 	}))(200).JSON200
-	check(len(eventsFirst.Data) == 1 && eventsFirst.NextCursor != nil, "first page of one event: %+v", eventsFirst)
+	check(len(eventsFirst.Data) == 1 && eventsFirst.NextCursor != nil,
+		"first page of one event: %+v", eventsFirst)
 	eventsRest := expect(c.EventsListWithResponse(ctx, &EventsListParams{
 		Name: new(eventName), Limit: new(int32(1)), Cursor: eventsFirst.NextCursor,
 	}))(200).JSON200
-	check(len(eventsRest.Data) == 1 && eventsRest.NextCursor == nil, "last page of one event: %+v", eventsRest)
+	check(len(eventsRest.Data) == 1 && eventsRest.NextCursor == nil,
+		"last page of one event: %+v", eventsRest)
 	events := map[string][]string{}
 	for _, e := range append(eventsFirst.Data, eventsRest.Data...) {
 		events[e.Id] = e.Runs
 	}
 	_, hasRefused := events[refusedEvent.Id]
-	check(len(events) == 2 && hasRefused && slices.Equal(events[event.Id], []string{eventRunId}),
+	check(len(events) == 2 && hasRefused && slices.Equal(events[event.Id], []string{eventRunID}),
 		"listed events %v", events)
 
 	// Callbacks: a step renders the URL of the callback step after it (GET /v1/runs shows
@@ -176,10 +188,12 @@ func main() {
 		Name: "Go client scenario: callback", Trigger: &TriggerInput{Type: TriggerTypeManual},
 	}))(201).JSON201
 	expect(c.WorkflowsUpdateWithResponse(ctx, callbackWf.Id, WorkflowPatch{Steps: &[]StepInput{
-		{Id: "hand-out", Action: ActionTransform, With: &map[string]any{"value": "{{ callbacks.paid.url }}"}},
+		{Id: "hand-out", Action: ActionTransform,
+			With: &map[string]any{"value": "{{ callbacks.paid.url }}"}},
 		{Id: "paid", Action: ActionCallback, With: &map[string]any{"timeout_ms": 60_000}},
 	}}))(200)
-	started := expect(c.RunsCreateWithResponse(ctx, callbackWf.Id, nil, RunCreate{Payload: &map[string]any{}}))(201).JSON201
+	started := expect(c.RunsCreateWithResponse(ctx, callbackWf.Id, nil,
+		RunCreate{Payload: &map[string]any{}}))(201).JSON201
 	parked := until("run "+started.Id+" never waited for its callback",
 		func() *RunView { return getRun(ctx, c, started.Id) },
 		func(r *RunView) bool {
@@ -204,7 +218,8 @@ func main() {
 	paid := stepOf(called, "paid")
 	check(reflect.DeepEqual(paid.Output, body), "step paid's output %#v", paid.Output)
 	// A URL accepts one call: the second is refused, as the typed Error body says.
-	failed(expect(anonymous.CallbacksReceiveWithResponse(ctx, token, map[string]any{"payment_id": "pay_2"}))(409).JSON409,
+	again := map[string]any{"payment_id": "pay_2"}
+	failed(expect(anonymous.CallbacksReceiveWithResponse(ctx, token, again))(409).JSON409,
 		ErrorObjectCodeCallbackUsed)
 	failed(expect(anonymous.CallbacksReceiveWithResponse(ctx, "made-up", map[string]any{}))(404).JSON404,
 		ErrorObjectCodeCallbackNotFound)
@@ -267,6 +282,14 @@ func stepOf(run *RunView, stepID string) StepRecordView {
 	at := slices.IndexFunc(run.Steps, func(s StepRecordView) bool { return s.StepId == stepID })
 	check(at >= 0, "run %s has no record of step %s: %+v", run.Id, stepID, run.Steps)
 	return run.Steps[at]
+}
+
+// deref is the text of an optional string, for messages.
+func deref(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return *s
 }
 
 // failed checks a typed error body: present, with code and a message (for people: its

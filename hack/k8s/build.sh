@@ -66,13 +66,27 @@ if [ ! -x "$(source_of etcd)" ]; then
   (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$cache/etcd" .)
 fi
 
-go_install() { # name module version
+go_install() { # name module version [extra ldflags]
   if [ ! -x "$(source_of "$1")" ]; then
     log "building $1 $3 with go install"
-    GOBIN="$cache" GOFLAGS="" go install -trimpath -ldflags "-s -w" "$2@$3"
+    GOBIN="$cache" GOFLAGS="" go install -trimpath -ldflags "-s -w ${4:-}" "$2@$3"
   fi
 }
-go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+# helm's default Kubernetes version (what `helm template` and `helm lint` assume without
+# a cluster) is set at link time, as helm's release build sets it; a plain `go install`
+# leaves v1.20, which the chart's kubeVersion refuses. A helm built before this is
+# replaced once (the marker file records the version it was linked with).
+kube_minor=${K8S_VERSION#v1.}; kube_minor=${kube_minor%%.*}
+helm_flags=""
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+  helm_flags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$kube_minor"
+done
+helm_flags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+if [ -z "${KUBEBUILDER_ASSETS:-}" ] && [ "$(cat "$cache/helm.kube-minor" 2>/dev/null)" != "$kube_minor" ]; then
+  rm -f "$cache/helm"
+fi
+go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$helm_flags"
+[ -n "${KUBEBUILDER_ASSETS:-}" ] || echo "$kube_minor" >"$cache/helm.kube-minor"
 go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 
 for c in etcd "${kube_commands[@]}" helm kwok; do
