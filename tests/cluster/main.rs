@@ -6,6 +6,7 @@ mod api;
 mod approvals;
 #[path = "../support/builders.rs"]
 mod builders;
+mod bulk;
 mod callbacks;
 mod chaos;
 mod cli;

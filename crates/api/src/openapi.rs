@@ -14,7 +14,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Ref, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi};
 
-use flowline_core::crd::{RunPhase, WorkflowState};
+use flowline_core::crd::WorkflowState;
 
 /// `limit` and `cursor` of every list.
 #[derive(IntoParams)]
@@ -39,19 +39,6 @@ pub struct WorkflowListQuery {
     cursor: Option<String>,
     /// Only workflows in this state.
     state: Option<WorkflowState>,
-}
-
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct RunListQuery {
-    /// Items per page, 1 to 100 (default 20).
-    #[param(minimum = 1, maximum = 100)]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page.
-    cursor: Option<String>,
-    /// Only runs with this status.
-    status: Option<RunPhase>,
 }
 
 #[derive(OpenApi)]
@@ -544,7 +531,7 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let ops: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!((paths.len(), ops), (21, 29));
+        assert_eq!((paths.len(), ops), (24, 32));
         let hook = &doc["paths"]["/v1/hooks/{workflow_id}"]["post"];
         assert_eq!(hook["security"], json!([{}]), "hooks take no API key");
         let callback = &doc["paths"]["/v1/callbacks/{token}"]["post"];

@@ -82,7 +82,9 @@ pub struct Shared {
     pub metrics: HttpMetrics,
     /// Step logs being followed, per account: each holds a connection open while its
     /// step runs, so an account may hold only so many (`runs::logs`).
-    pub follows: Arc<crate::runs::logs::Follows>,
+    pub follows: Arc<crate::plumbing::places::Places>,
+    /// Bulk actions in progress, per account (`runs::bulk`): one at a time.
+    pub bulk: Arc<crate::plumbing::places::Places>,
 }
 
 /// What [`crate::plumbing::json::Valid`] checks bodies against (`allow_http_webhooks`).
@@ -106,7 +108,10 @@ impl ApiState {
             rendered_workflows: Arc::new(Rendered::default()),
             config: Arc::new(config),
             metrics: HttpMetrics::default(),
-            follows: Arc::default(),
+            follows: crate::plumbing::places::Places::new(
+                crate::runs::logs::MAX_FOLLOWS_PER_ACCOUNT,
+            ),
+            bulk: crate::plumbing::places::Places::new(1),
         }))
     }
 

@@ -7,6 +7,8 @@
 //! under the next name of the key's chain: derived from the expired holder's uid, so
 //! requests racing after expiry again agree on one name.
 
+use std::collections::BTreeMap;
+
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -85,12 +87,18 @@ pub fn next_name(workflow: &str, key: &str, holder_uid: &str) -> String {
 /// SHA-256 (hex) of the request as it is understood: the payload, an absent one being
 /// `{}` (which is how runs see it), written with sorted keys and no spaces. Two bodies
 /// that start the same run have the same digest, whatever their key order or spacing.
-pub fn request_digest(payload: Option<&Value>) -> String {
+pub fn request_digest(payload: Option<&Value>, tags: &BTreeMap<String, String>) -> String {
     let mut text = String::new();
     canonical(
         payload.unwrap_or(&Value::Object(Default::default())),
         &mut text,
     );
+    // Without tags the digest is the payload's alone, as it was before runs had tags
+    // (keys stored then keep answering the same requests).
+    if !tags.is_empty() {
+        text.push_str("\ntags:");
+        canonical(&serde_json::json!(tags), &mut text);
+    }
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
@@ -184,12 +192,19 @@ pub fn digest_of(run: &Run) -> String {
         .as_ref()
         .and_then(|a| a.get(DIGEST_ANNOTATION))
         .cloned()
-        .unwrap_or_else(|| request_digest(run.spec.payload.as_ref()))
+        .unwrap_or_else(|| {
+            request_digest(
+                run.spec.payload.as_ref(),
+                &flowline_core::crd::tags::of(run),
+            )
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NO_TAGS: BTreeMap<String, String> = BTreeMap::new();
     use axum::http::{HeaderMap, HeaderValue};
     use serde_json::json;
 
@@ -247,23 +262,36 @@ mod tests {
 
     #[test]
     fn the_digest_ignores_key_order_and_treats_no_payload_as_empty() {
-        let a = request_digest(Some(
-            &json!({"a": 1, "b": {"y": [1, {"q": 2, "p": 3}], "x": null}}),
-        ));
+        let a = request_digest(
+            Some(&json!({"a": 1, "b": {"y": [1, {"q": 2, "p": 3}], "x": null}})),
+            &NO_TAGS,
+        );
         let b: Value =
             serde_json::from_str(r#"{ "b": {"x": null, "y": [1, {"p": 3, "q": 2}]}, "a": 1 }"#)
                 .unwrap();
-        assert_eq!(a, request_digest(Some(&b)));
-        assert_eq!(request_digest(None), request_digest(Some(&json!({}))));
-        assert_ne!(request_digest(None), request_digest(Some(&json!({"a": 1}))));
+        assert_eq!(a, request_digest(Some(&b), &NO_TAGS));
+        assert_eq!(
+            request_digest(None, &NO_TAGS),
+            request_digest(Some(&json!({})), &NO_TAGS)
+        );
         assert_ne!(
-            request_digest(Some(&json!({"a": [1, 2]}))),
-            request_digest(Some(&json!({"a": [2, 1]}))),
+            request_digest(None, &NO_TAGS),
+            request_digest(Some(&json!({"a": 1})), &NO_TAGS)
+        );
+        let tagged = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        assert_ne!(
+            request_digest(None, &NO_TAGS),
+            request_digest(None, &tagged),
+            "tags are part of the request"
+        );
+        assert_ne!(
+            request_digest(Some(&json!({"a": [1, 2]})), &NO_TAGS),
+            request_digest(Some(&json!({"a": [2, 1]})), &NO_TAGS),
             "array order matters"
         );
         assert_ne!(
-            request_digest(Some(&json!({"a": "1"}))),
-            request_digest(Some(&json!({"a": 1})))
+            request_digest(Some(&json!({"a": "1"})), &NO_TAGS),
+            request_digest(Some(&json!({"a": 1})), &NO_TAGS)
         );
     }
 
@@ -280,7 +308,7 @@ mod tests {
     #[test]
     fn a_live_holder_replays_the_same_request_and_refuses_another() {
         let now: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
-        let digest = request_digest(Some(&json!({"a": 1})));
+        let digest = request_digest(Some(&json!({"a": 1})), &NO_TAGS);
         let req = Request {
             workflow: "wf",
             key: "k",
@@ -306,7 +334,7 @@ mod tests {
     #[test]
     fn expired_and_foreign_holders_pass_on_to_the_next_name() {
         let now: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
-        let digest = request_digest(None);
+        let digest = request_digest(None, &NO_TAGS);
         let req = Request {
             workflow: "wf",
             key: "k",

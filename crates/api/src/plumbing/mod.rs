@@ -12,6 +12,7 @@ pub mod key_index;
 pub(crate) mod middleware;
 pub mod pagination;
 pub mod path;
+pub mod places;
 pub mod ratelimit;
 pub mod time;
 pub mod validation;

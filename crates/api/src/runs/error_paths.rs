@@ -134,6 +134,19 @@ fn routes() -> Vec<(&'static str, &'static str, &'static str, Option<Value>)> {
             Some(json!({"payload": {}})),
         ),
         ("GET", "/v1/runs/run-live", "read", None),
+        ("GET", "/v1/runs?status=failed", "read", None),
+        (
+            "POST",
+            "/v1/runs/bulk-cancel",
+            "execute",
+            Some(json!({"ids": ["run-live"]})),
+        ),
+        (
+            "POST",
+            "/v1/runs/bulk-retry",
+            "execute",
+            Some(json!({"filter": {"status": "failed"}})),
+        ),
         ("POST", "/v1/runs/run-live/cancel", "execute", None),
         (
             "POST",
@@ -565,4 +578,108 @@ async fn a_step_log_is_refused_for_a_bad_query_an_unknown_run_or_step_or_an_atte
             .error(404, "logs_not_found");
     }
     api.assert_only_read();
+}
+
+/// The run lists' filters and the bulk actions' bodies, and a start's tags: each bad
+/// one is named, before anything is read or written.
+#[tokio::test]
+async fn run_filters_bulk_bodies_and_tags_are_refused_naming_the_field() {
+    let api = world().start();
+    for (path, field) in [
+        ("/v1/runs?status=done", "status"),
+        ("/v1/runs?tag=nocolon", "tag"),
+        ("/v1/runs?tag=Bad:x", "tag"),
+        ("/v1/runs?created_after=yesterday", "created_after"),
+        (
+            "/v1/workflows/wf-a/runs?created_before=soon",
+            "created_before",
+        ),
+        ("/v1/workflows/wf-a/runs?status=finished", "status"),
+    ] {
+        let answer = api.send(call("GET", path).key(READ).build()).await;
+        answer.error(400, "validation_error");
+        assert_eq!(answer.fields(), [field], "{path}");
+    }
+    let too_many: Vec<String> = (0..1001).map(|i| format!("run-{i}")).collect();
+    for path in ["/v1/runs/bulk-cancel", "/v1/runs/bulk-retry"] {
+        for (body, field) in [
+            (json!({}), "ids"),
+            (json!({"ids": ["run-live"], "filter": {}}), "ids"),
+            (json!({"ids": too_many}), "ids"),
+            (json!({"filter": {"tag": ["oops"]}}), "filter.tag[0]"),
+            (
+                json!({"filter": {"created_after": "x"}}),
+                "filter.created_after",
+            ),
+            (json!({"filter": {"nope": 1}}), "filter.nope"),
+        ] {
+            let answer = api
+                .send(call("POST", path).key(EXECUTE).value(body.clone()).build())
+                .await;
+            answer.error(400, "validation_error");
+            assert_eq!(answer.fields(), [field], "{path} {body}");
+        }
+    }
+    let eleven: serde_json::Map<String, Value> =
+        (0..11).map(|i| (format!("k{i}"), json!("v"))).collect();
+    for (tags, field) in [
+        (json!({"Bad": "x"}), "tags.Bad"),
+        (json!({"k": "-x"}), "tags.k"),
+        (json!({"k": "a b"}), "tags.k"),
+        (Value::Object(eleven), "tags"),
+    ] {
+        let answer = api
+            .send(
+                call("POST", "/v1/workflows/wf-a/runs")
+                    .key(EXECUTE)
+                    .value(json!({"tags": tags}))
+                    .build(),
+            )
+            .await;
+        answer.error(400, "validation_error");
+        assert_eq!(answer.fields(), [field], "{tags}");
+    }
+    api.assert_untouched();
+}
+
+/// `GET /v1/runs` lists the account's runs of every workflow, newest first, filtered;
+/// another account's runs never show.
+#[tokio::test]
+async fn the_account_wide_list_filters_by_workflow_status_and_time() {
+    let api = world().start();
+    let ids = |path: &str| {
+        let api = &api;
+        let path = path.to_string();
+        async move {
+            let answer = api.send(call("GET", &path).key(READ).build()).await;
+            assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+            let mut ids: Vec<String> = answer.body["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().to_string())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(
+        ids("/v1/runs?status=failed&limit=100").await,
+        ["run-failed", "run-of-paused", "run-over"]
+    );
+    assert_eq!(
+        ids("/v1/runs?status=failed&workflow_id=wf-paused").await,
+        ["run-of-paused"]
+    );
+    assert_eq!(
+        ids("/v1/runs?workflow_id=wf-theirs").await,
+        Vec::<String>::new()
+    );
+    assert!(
+        ids("/v1/runs?created_before=2000-01-01T00:00:00Z")
+            .await
+            .is_empty()
+    );
+    assert_eq!(ids("/v1/runs?limit=100").await.len(), 12);
+    api.assert_untouched();
 }

@@ -1,6 +1,8 @@
 //! Bodies of `POST /v1/workflows/{id}/runs`, `POST /v1/runs/{id}/retry` and the
 //! decisions on approval steps. Each is optional: no body, or a JSON `null`, is none.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -11,22 +13,50 @@ use crate::state::ApiConfig;
 /// Optional body of `POST /v1/workflows/{id}/runs`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(examples(json!({"payload": {"order_id": 42}})))]
+#[schema(examples(json!({"payload": {"order_id": 42}, "tags": {"customer": "acme"}})))]
 pub struct RunCreate {
     /// Readable by the steps as `trigger.payload`.
     #[schema(value_type = Option<HashMap<String, Value>>)]
     pub payload: Option<Map<String, Value>>,
+    /// At most 10 `key: value` pairs, set at creation only, by which run lists filter
+    /// (`tag=key:value`). Keys: 1 to 63 of `a-z 0-9 _ . -`, starting and ending with a
+    /// letter or digit; values: at most 63 letters, digits, `_ . -`, starting and
+    /// ending with a letter or digit. Kubernetes labels `tags.flowline.io/<key>`.
+    pub tags: Option<BTreeMap<String, String>>,
 }
 
 impl Validate for RunCreate {
     fn validate(&self, _: &ApiConfig) -> Result<(), Problems> {
-        Ok(())
+        let mut p = Problems::default();
+        if let Some(tags) = &self.tags {
+            tag_problems(tags, &mut p);
+        }
+        p.finish()
+    }
+}
+
+/// `tags`' problems, each under `tags` or `tags.<key>`.
+fn tag_problems(tags: &BTreeMap<String, String>, p: &mut Problems) {
+    for (key, problem) in flowline_core::crd::tags::problems(tags) {
+        match key {
+            Some(key) => p.add(format!("tags.{key}"), problem),
+            None => p.add("tags", problem),
+        }
     }
 }
 
 /// The payload a run starts with, from its optional body.
-pub fn payload(body: Option<RunCreate>) -> Option<Value> {
-    body.and_then(|b| b.payload).map(Value::Object)
+pub fn payload(body: &Option<RunCreate>) -> Option<Value> {
+    body.as_ref()
+        .and_then(|b| b.payload.clone())
+        .map(Value::Object)
+}
+
+/// The tags a run starts with, from its optional body.
+pub fn tags(body: &Option<RunCreate>) -> BTreeMap<String, String> {
+    body.as_ref()
+        .and_then(|b| b.tags.clone())
+        .unwrap_or_default()
 }
 
 /// Optional body of `POST /v1/runs/{id}/retry`.
@@ -36,6 +66,20 @@ pub fn payload(body: Option<RunCreate>) -> Option<Value> {
 pub struct RetryCreate {
     /// Default `failed`.
     pub from: Option<RetryFrom>,
+    /// Default `pinned`.
+    pub version: Option<RetryVersion>,
+}
+
+/// Which workflow version a retry executes (`POST /v1/runs/{id}/retry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RetryVersion {
+    /// The version the retried run executed.
+    #[default]
+    Pinned,
+    /// The workflow as it is now: the run's fixed steps. Kept results (`from:
+    /// failed`) are those of the leading steps whose definition has not changed.
+    Current,
 }
 
 impl Validate for RetryCreate {
@@ -57,8 +101,17 @@ pub enum RetryFrom {
 
 impl RetryFrom {
     /// Where a retry with this optional body starts (default: `failed`).
-    pub fn of(body: Option<RetryCreate>) -> RetryFrom {
-        body.and_then(|b| b.from).unwrap_or(RetryFrom::Failed)
+    pub fn of(body: &Option<RetryCreate>) -> RetryFrom {
+        body.as_ref()
+            .and_then(|b| b.from)
+            .unwrap_or(RetryFrom::Failed)
+    }
+}
+
+impl RetryVersion {
+    /// Which version a retry with this optional body executes (default: `pinned`).
+    pub fn of(body: &Option<RetryCreate>) -> RetryVersion {
+        body.as_ref().and_then(|b| b.version).unwrap_or_default()
     }
 }
 
@@ -106,12 +159,12 @@ mod tests {
 
     fn run_request(body: Option<Value>) -> Result<Option<Value>, ApiError> {
         let body = body.unwrap_or(Value::Null);
-        accept::<Option<RunCreate>>(&body, &ApiConfig::default()).map(payload)
+        accept::<Option<RunCreate>>(&body, &ApiConfig::default()).map(|b| payload(&b))
     }
 
     fn retry_request(body: Option<Value>) -> Result<RetryFrom, ApiError> {
         let body = body.unwrap_or(Value::Null);
-        accept::<Option<RetryCreate>>(&body, &ApiConfig::default()).map(RetryFrom::of)
+        accept::<Option<RetryCreate>>(&body, &ApiConfig::default()).map(|b| RetryFrom::of(&b))
     }
 
     fn decision_request(body: Option<Value>) -> Result<Option<String>, ApiError> {

@@ -3,20 +3,19 @@
 //! walks a key's Run names through the watch cache and creates the run under the first
 //! free one, letting the API server arbitrate races.
 
-use axum::http::StatusCode;
-use axum::response::Response;
-use kube::{Api, ResourceExt};
-use serde_json::Value;
-
+use super::input::{self, RunCreate};
 use super::{answer, create, new_run, read_whole};
 use crate::cache;
 use crate::plumbing::error::{ApiError, ApiResult, write_error};
 use crate::plumbing::idempotency::{self, Outcome};
 use crate::state::ApiState;
+use axum::http::StatusCode;
+use axum::response::Response;
 use flowline_core::clock::now_ms;
 use flowline_core::crd::timestamps::created_at;
-use flowline_core::crd::{Run, Workflow};
+use flowline_core::crd::{Run, Workflow, tags};
 use flowline_kube::lenient::Lenient;
+use kube::{Api, ResourceExt};
 
 /// Longest walk along a key's names; each step passes a distinct existing run, so only
 /// a broken cache could make a walk this long.
@@ -30,11 +29,12 @@ pub(super) async fn start(
     state: &ApiState,
     namespace: &str,
     wf: &Workflow,
-    payload: Option<Value>,
+    body: &Option<RunCreate>,
     key: String,
 ) -> ApiResult<Response> {
     let workflow = wf.name_any();
-    let digest = idempotency::request_digest(payload.as_ref());
+    let (payload, tags) = (input::payload(body), input::tags(body));
+    let digest = idempotency::request_digest(payload.as_ref(), &tags);
     let req = idempotency::Request {
         workflow: &workflow,
         key: &key,
@@ -55,6 +55,7 @@ pub(super) async fn start(
             Some(run) => Holder::Run(run),
             None => {
                 let run = new_run(wf, &name, payload.clone(), |run| {
+                    run.labels_mut().extend(tags::labels(&tags));
                     run.spec.idempotency_key = Some(key.clone());
                     run.annotations_mut()
                         .insert(idempotency::DIGEST_ANNOTATION.into(), digest.clone());

@@ -36,47 +36,6 @@ const START_WAIT: Duration = Duration::from_secs(60);
 /// How many logs one account may follow at once on one API replica.
 pub const MAX_FOLLOWS_PER_ACCOUNT: usize = 16;
 
-/// The logs each account follows now. A followed log holds a connection as long as its
-/// step runs: without a bound, one account could hold every connection.
-#[derive(Debug, Default)]
-pub struct Follows(std::sync::Mutex<std::collections::HashMap<String, usize>>);
-
-/// One followed log; gives its place back when the stream ends or is dropped.
-#[derive(Debug)]
-pub struct Following {
-    follows: std::sync::Arc<Follows>,
-    account: String,
-}
-
-impl Follows {
-    /// A place for one more followed log of `account`, or `None` when it holds
-    /// [`MAX_FOLLOWS_PER_ACCOUNT`].
-    pub fn enter(self: &std::sync::Arc<Self>, account: &str) -> Option<Following> {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let count = held.entry(account.to_owned()).or_default();
-        if *count >= MAX_FOLLOWS_PER_ACCOUNT {
-            return None;
-        }
-        *count += 1;
-        Some(Following {
-            follows: self.clone(),
-            account: account.to_owned(),
-        })
-    }
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        let mut held = self.follows.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = held.get_mut(&self.account) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.account);
-            }
-        }
-    }
-}
-
 pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new().routes(routes!(logs))
 }
@@ -242,30 +201,5 @@ async fn started(pods: &Api<Pod>, pod: &str) -> ApiResult<()> {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(ApiError::Internal(e.into())),
         Err(_) => Err(ApiError::NotFound(Missing::Logs)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    #[test]
-    fn an_account_follows_a_bounded_number_of_logs_and_gets_places_back() {
-        let follows = Arc::new(Follows::default());
-        let held: Vec<_> = (0..MAX_FOLLOWS_PER_ACCOUNT)
-            .map(|_| follows.enter("a").expect("a place"))
-            .collect();
-        assert!(follows.enter("a").is_none(), "the bound holds");
-        assert!(
-            follows.enter("b").is_some(),
-            "other accounts are not held up"
-        );
-        drop(held);
-        assert!(follows.enter("a").is_some(), "places come back");
-        assert!(
-            follows.0.lock().unwrap().get("b").is_none(),
-            "no count is left behind"
-        );
     }
 }

@@ -3,6 +3,8 @@
 //! deciding on their approval steps ([`approvals`]).
 
 pub mod approvals;
+pub mod bulk;
+pub mod filter;
 pub mod input;
 mod keyed_start;
 pub mod logs;
@@ -22,6 +24,7 @@ use serde_json::{Value, json};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use self::filter::RunFilter;
 use self::input::RunCreate;
 use self::views::{RunListItem, RunView};
 use crate::cache;
@@ -35,7 +38,7 @@ use crate::state::ApiState;
 use crate::workflows::{find as find_workflow, location};
 use flowline_core::clock::now_ms;
 use flowline_core::crd::timestamps::created_at;
-use flowline_core::crd::{Run, RunTrigger, Workflow, WorkflowState};
+use flowline_core::crd::{Run, RunTrigger, Workflow, WorkflowState, tags};
 use flowline_core::ids::new_id;
 use flowline_kube::lenient::Lenient;
 
@@ -44,9 +47,11 @@ use flowline_kube::lenient::Lenient;
 pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
         .routes(routes!(list, start))
+        .routes(routes!(list_all))
         .routes(routes!(show))
         .routes(routes!(cancel))
         .merge(retry::router())
+        .merge(bulk::router())
         .merge(approvals::router())
         .merge(logs::router())
 }
@@ -62,9 +67,9 @@ fn full(state: &ApiState, run: &Run) -> RunView {
 }
 
 #[utoipa::path(get, path = "/v1/workflows/{id}/runs", operation_id = "runs.list", summary = "List runs of a workflow", tag = "runs", description = "Scope: `read`. Newest first.",
-    params(("id" = String, Path, description = "Workflow id"), crate::openapi::RunListQuery),
+    params(("id" = String, Path, description = "Workflow id"), filter::WorkflowRunsQuery),
     responses((status = 200, description = "A page of runs", body = Page<RunListItem>),
-              (status = 400, description = "Bad limit, cursor or status filter"),
+              (status = 400, description = "Bad limit, cursor or filter"),
               (status = 404, description = "No such workflow")))]
 async fn list(
     State(state): State<ApiState>,
@@ -73,18 +78,39 @@ async fn list(
     RawQuery(query): RawQuery,
 ) -> ApiResult<Json<Page<RunListItem>>> {
     find_workflow(&state, &who.namespace, &workflow_id)?;
-    let q = pagination::parse_query(
-        query.as_deref(),
-        Some((
-            "status",
-            &["queued", "running", "succeeded", "failed", "cancelled"],
-        )),
-    )?;
-    let runs = state
-        .caches
-        .runs_of_workflow(&who.namespace, &workflow_id)
+    let filter = RunFilter::from_query(query.as_deref(), false)?;
+    let runs = state.caches.runs_of_workflow(&who.namespace, &workflow_id);
+    page_of(runs, &filter, query.as_deref())
+}
+
+#[utoipa::path(get, path = "/v1/runs", operation_id = "runs.listAll", summary = "List runs of every workflow", tag = "runs",
+    description = "Scope: `read`. Newest first; every filter given must hold.",
+    params(filter::AccountRunsQuery),
+    responses((status = 200, description = "A page of runs", body = Page<RunListItem>),
+              (status = 400, description = "Bad limit, cursor or filter")))]
+async fn list_all(
+    State(state): State<ApiState>,
+    who: Authorized<needs::Read>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Page<RunListItem>>> {
+    let filter = RunFilter::from_query(query.as_deref(), true)?;
+    let runs = match &filter.workflow_id {
+        Some(workflow) => state.caches.runs_of_workflow(&who.namespace, workflow),
+        None => state.caches.runs.in_namespace(&who.namespace),
+    };
+    page_of(runs, &filter, query.as_deref())
+}
+
+/// The page the query asks for of the `runs` that pass `filter`, newest first.
+fn page_of(
+    runs: Vec<std::sync::Arc<Run>>,
+    filter: &RunFilter,
+    query: Option<&str>,
+) -> ApiResult<Json<Page<RunListItem>>> {
+    let q = pagination::parse_query(query, None)?;
+    let runs = runs
         .into_iter()
-        .filter(|r| q.filter.as_deref().is_none_or(|s| r.phase().as_str() == s))
+        .filter(|r| filter.matches(r))
         .map(|r| (SortKey::new(created_at(&r.metadata), &r.name_any()), r))
         .collect();
     let page = pagination::paginate(runs, &q);
@@ -148,15 +174,17 @@ async fn start(
     Valid(body): Valid<Option<RunCreate>>,
 ) -> ApiResult<Response> {
     let wf = find_workflow(&state, &who.namespace, &workflow_id)?;
-    let payload = input::payload(body);
     let Some(key) = key else {
-        let run = new_run(&wf, &new_id("run"), payload, |_| {})?;
+        let tags = input::tags(&body);
+        let run = new_run(&wf, &new_id("run"), input::payload(&body), |run| {
+            run.labels_mut().extend(tags::labels(&tags));
+        })?;
         let created = create(&state, &who.namespace, &run)
             .await
             .map_err(write_error)?;
         return Ok(answer(&state, StatusCode::CREATED, &created));
     };
-    keyed_start::start(&state, &who.namespace, &wf, payload, key).await
+    keyed_start::start(&state, &who.namespace, &wf, &body, key).await
 }
 
 /// A run of `wf` named `name`, completed by `complete`, if it fits: refused when the
@@ -227,23 +255,31 @@ async fn cancel(
     who: Authorized<needs::Execute>,
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
-    let run = find(&state, &who.namespace, &id)?;
+    let patched = request_cancel(&state, &who.namespace, &id).await?;
+    Ok((StatusCode::ACCEPTED, Json(full(&state, &patched))))
+}
+
+/// Sets `spec.cancel` on the unfinished run `id` of `namespace` and returns the run
+/// once the cache holds the write: the work of `POST /v1/runs/{id}/cancel` and of each
+/// run of a bulk cancel.
+pub(crate) async fn request_cancel(state: &ApiState, namespace: &str, id: &str) -> ApiResult<Run> {
+    let run = find(state, namespace, id)?;
     let phase = run.phase();
     // A queued run has not started, but it is unfinished: cancelling it ends its wait.
     if phase.is_finished() {
         return Err(ApiError::RunNotRunning(phase.as_str()));
     }
-    let api: Api<Run> = Api::namespaced(state.client.clone(), &who.namespace);
+    let api: Api<Run> = Api::namespaced(state.client.clone(), namespace);
     let patched = api
         .patch(
-            &id,
+            id,
             &ApiState::patch_params(),
             &Patch::Merge(json!({"spec": {"cancel": true}})),
         )
         .await
         .map_err(|e| not_found_as(e, Missing::Run))?;
     cache::await_write(&state.caches.runs, &patched).await;
-    Ok((StatusCode::ACCEPTED, Json(full(&state, &patched))))
+    Ok(patched)
 }
 
 #[cfg(test)]

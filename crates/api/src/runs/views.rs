@@ -1,12 +1,16 @@
 //! What `/v1/runs` and `/v1/workflows/{id}/runs` answer.
 
+use std::collections::BTreeMap;
+
 use kube::ResourceExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::plumbing::time::ApiTime;
-use flowline_core::crd::{Action, Run, RunPhase, RunTrigger, StepPhase, StepRecord, Workflow};
+use flowline_core::crd::{
+    Action, Run, RunPhase, RunTrigger, StepPhase, StepRecord, Workflow, tags,
+};
 
 /// Run list item.
 #[derive(Serialize, ToSchema)]
@@ -19,6 +23,8 @@ pub struct RunListItem {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<ApiTime>,
     pub duration_ms: Option<u64>,
+    /// The tags the run was created with (`tags.flowline.io/<key>` labels).
+    pub tags: BTreeMap<String, String>,
 }
 
 impl From<&Run> for RunListItem {
@@ -31,6 +37,7 @@ impl From<&Run> for RunListItem {
             started_at: ApiTime(run.started_at()),
             finished_at: status.and_then(|s| s.finished_at).map(ApiTime),
             duration_ms: status.and_then(|s| s.duration_ms),
+            tags: tags::of(run),
         }
     }
 }

@@ -7,6 +7,7 @@
 mod common;
 mod event;
 mod run;
+pub mod tags;
 pub mod timestamps;
 mod webhook;
 mod workflow;

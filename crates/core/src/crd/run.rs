@@ -331,6 +331,15 @@ pub enum RunPhase {
 }
 
 impl RunPhase {
+    /// Every phase, in the order the API lists them.
+    pub const ALL: [RunPhase; 5] = [
+        RunPhase::Queued,
+        RunPhase::Running,
+        RunPhase::Succeeded,
+        RunPhase::Failed,
+        RunPhase::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RunPhase::Running => "running",
