@@ -131,7 +131,14 @@ fn takes_no_key(operation: &Operation) -> bool {
 fn shared_statuses(operation: &Operation) -> Vec<(&'static str, String)> {
     // Operations that take no API key answer neither the key's 401 nor 403.
     let public = takes_no_key(operation);
-    let scope = operation.description.clone().unwrap_or_default();
+    // Each keyed operation's description starts with "Scope: `<scope>`.".
+    let scope = operation
+        .description
+        .as_deref()
+        .and_then(|d| d.strip_prefix("Scope: `"))
+        .and_then(|d| d.split_once('`'))
+        .map_or("its", |(scope, _)| scope)
+        .to_string();
     let mut statuses = vec![
         ("429", "Rate limit exceeded; see Retry-After".to_string()),
         (
@@ -142,7 +149,7 @@ fn shared_statuses(operation: &Operation) -> Vec<(&'static str, String)> {
     ];
     if !public {
         statuses.push(("401", "Missing or unknown API key".to_string()));
-        statuses.push(("403", format!("The key lacks the scope ({scope})")));
+        statuses.push(("403", format!("The key lacks the `{scope}` scope")));
     }
     if operation.request_body.is_some() {
         statuses.push((
@@ -266,6 +273,12 @@ mod tests {
                     response["content"]["application/json"]["schema"]["$ref"],
                     "#/components/schemas/Error",
                     "{id} {status}"
+                );
+            }
+            if let Some(forbidden) = op["responses"]["403"]["description"].as_str() {
+                assert!(
+                    forbidden.starts_with("The key lacks the `") && forbidden.len() < 40,
+                    "{id}: {forbidden}"
                 );
             }
             for (status, response) in op["responses"].as_object().unwrap() {

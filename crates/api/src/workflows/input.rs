@@ -191,8 +191,12 @@ pub struct StepInput {
     /// Inputs of the action; string values may hold `{{ … }}` templates, which must
     /// parse and may read `steps.<id>` of earlier steps only.
     /// `http.request`: `url` (required), `method`, `headers`, `query`, `body`,
-    /// `expect_status`. `transform`: `value` (required). `delay`: `ms` (required).
-    /// `fail`: `message`. `container`: `image` (required), `command`, `args`, `env`.
+    /// `expect_status`, `follow_redirects`, `timeout_ms`. `transform`: `value`
+    /// (required). `delay`: `ms` (required). `fail`: `message`. `container`: `image`
+    /// (required), `command`, `args`, `env`. `wait`: `ms` or `until`. `approval`: `timeout_ms`. `workflow`: `workflow`
+    /// (required), `payload`, `wait`. `callback`: `timeout_ms`. `wait_for_event`:
+    /// `event` (required), `match`, `timeout_ms`. docs/reference/workflow.md has them
+    /// all, with their outputs.
     #[schema(value_type = Option<HashMap<String, Value>>)]
     pub with: Option<Map<String, Value>>,
     pub retry: Option<RetryInput>,

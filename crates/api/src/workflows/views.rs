@@ -36,7 +36,9 @@ impl From<&Workflow> for WorkflowListItem {
     }
 }
 
-/// What starts runs: `{"type": "manual"}` or a schedule with `cron` and `timezone`.
+/// What starts runs besides a manual start: `{"type": "manual"}`, a `schedule` with
+/// `cron` and `timezone`, a signed inbound `webhook`, or an `event` with its name and
+/// optional `filter`.
 #[derive(Serialize, ToSchema)]
 pub struct TriggerView {
     #[serde(rename = "type")]

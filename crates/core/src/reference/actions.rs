@@ -319,8 +319,9 @@ pub fn table() -> Vec<ActionDoc> {
             details: format!(
                 "The child runs the workflow's current version, with `trigger: workflow`, \
                  `parent_run_id` and `parent_step_id`; the step records its `child_run_id` \
-                 (under `forEach`, one child per element, at most {children}, all started \
-                 at once; bound them with the child workflow's `concurrency`). The workflow \
+                 (under `forEach`, one child per element, at most {children}; with `wait`, \
+                 at most `forEachConcurrency` of them run at once, and without `wait` all \
+                 start at once). The workflow \
                  must be of the same account and `draft` or `active`. With `wait`, the step \
                  parks like `wait` until the child ends: a failed child fails the step \
                  (`child run <id> failed: …`) and `retry` starts a new child. Cancelling or \
