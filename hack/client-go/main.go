@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -224,6 +225,123 @@ func main() {
 	failed(expect(anonymous.CallbacksReceiveWithResponse(ctx, "made-up", map[string]any{}))(404).JSON404,
 		ErrorObjectCodeCallbackNotFound)
 
+	// Run operations: tagged runs of a workflow whose only step is an approval (so they
+	// stay `running` until cancelled), found across workflows by the list's filters, then
+	// cancelled and retried in bulk. Every client's session shares the account: the batch
+	// tag is this session's own, and every filter below includes it or this workflow.
+	batch := "go-" + strconv.FormatInt(time.Now().UnixMilli(), 36)
+	tags := map[string]string{"batch": batch, "kind": "x"}
+	otherTags := map[string]string{"batch": batch + "-other", "kind": "x"}
+	gateWf := expect(c.WorkflowsCreateWithResponse(ctx, WorkflowCreate{
+		Name: "Go client scenario: run operations", Trigger: &TriggerInput{Type: TriggerTypeManual},
+	}))(201).JSON201
+	expect(c.WorkflowsUpdateWithResponse(ctx, gateWf.Id, WorkflowPatch{
+		State: new(Active), Steps: &[]StepInput{{Id: "gate", Action: ActionApproval}},
+	}))(200)
+	startTagged := func(runTags map[string]string) *RunView {
+		started := expect(c.RunsCreateWithResponse(ctx, gateWf.Id, nil, RunCreate{Tags: &runTags}))(201).JSON201
+		check(maps.Equal(started.Tags, runTags), "run %s has tags %v, not %v", started.Id, started.Tags, runTags)
+		return started
+	}
+	olderTagged := startTagged(tags)
+	newerTagged := startTagged(tags)
+	tagged := set(olderTagged.Id, newerTagged.Id)
+	other := startTagged(otherTags)
+	// Tags are part of the run JSON for good, not only of the answer that created it.
+	kept := getRun(ctx, c, olderTagged.Id)
+	check(maps.Equal(kept.Tags, tags), "run %s read back with tags %v", kept.Id, kept.Tags)
+
+	// GET /v1/runs: every filter given must hold. The batch tag picks this session's two
+	// runs (not the other batch's), whose list items carry their tags.
+	batchTag := "batch:" + batch
+	byBatch := listRuns(ctx, c, RunsListAllParams{Tag: &[]string{batchTag}})
+	check(maps.Equal(idsOf(byBatch), tagged), "runs tagged %s: %+v", batchTag, byBatch)
+	for _, item := range byBatch {
+		check(maps.Equal(item.Tags, tags), "list item %s has tags %v", item.Id, item.Tags)
+	}
+	allFilters := listRuns(ctx, c, RunsListAllParams{
+		Tag: &[]string{batchTag, "kind:x"}, Status: new(RunPhaseRunning), WorkflowId: &gateWf.Id,
+	})
+	check(maps.Equal(idsOf(allFilters), tagged), "running runs of %s tagged %s and kind:x: %+v",
+		gateWf.Id, batchTag, allFilters)
+	ofWorkflow := listRuns(ctx, c, RunsListAllParams{WorkflowId: &gateWf.Id})
+	check(maps.Equal(idsOf(ofWorkflow), set(olderTagged.Id, newerTagged.Id, other.Id)),
+		"runs of %s: %+v", gateWf.Id, ofWorkflow)
+	// Each filter can also leave them out: a repeated tag they lack, another status,
+	// another workflow (the first one, still there).
+	for what, none := range map[string]RunsListAllParams{
+		"kind:y":             {Tag: &[]string{batchTag, "kind:y"}},
+		"status succeeded":   {Tag: &[]string{batchTag}, Status: new(RunPhaseSucceeded)},
+		"the first workflow": {Tag: &[]string{batchTag}, WorkflowId: &id},
+	} {
+		found := listRuns(ctx, c, none)
+		check(len(found) == 0, "runs tagged %s listed for %s: %+v", batchTag, what, found)
+	}
+	// created_after is inclusive: from the newer run's creation (its started_at, as it was
+	// never queued) it keeps that run and not the one created before.
+	since := listRuns(ctx, c, RunsListAllParams{Tag: &[]string{batchTag}, CreatedAfter: &newerTagged.StartedAt})
+	check(maps.Equal(idsOf(since), set(newerTagged.Id)), "runs created from %s: %+v", newerTagged.StartedAt, since)
+	// One run per page, the filters sent again with the cursor; the last page has no cursor.
+	pageParams := RunsListAllParams{Tag: &[]string{batchTag}, Status: new(RunPhaseRunning), Limit: new(int32(1))}
+	runsFirst := expect(c.RunsListAllWithResponse(ctx, &pageParams))(200).JSON200
+	check(len(runsFirst.Data) == 1 && runsFirst.NextCursor != nil, "first page of one run: %+v", runsFirst)
+	pageParams.Cursor = runsFirst.NextCursor
+	runsRest := expect(c.RunsListAllWithResponse(ctx, &pageParams))(200).JSON200
+	check(len(runsRest.Data) == 1 && runsRest.NextCursor == nil, "last page of one run: %+v", runsRest)
+	paged := idsOf(append(runsFirst.Data, runsRest.Data...))
+	check(maps.Equal(paged, tagged), "pages %v", paged)
+
+	// Bulk cancel by filter acts on this batch's two running runs and on nothing else.
+	cancelled := expect(c.RunsBulkCancelWithResponse(ctx, BulkCancel{
+		Filter: &RunFilterInput{Tag: &[]string{batchTag}, Status: new(RunPhaseRunning)},
+	}))(202).JSON202
+	check(*cancelled == BulkAccepted{Matched: 2, Truncated: false}, "bulk cancel answered %+v", cancelled)
+	for _, each := range []string{olderTagged.Id, newerTagged.Id} {
+		run := finishedRun(ctx, c, each)
+		check(run.Status == RunPhaseCancelled, "run %s %s after a bulk cancel", run.Id, run.Status)
+	}
+	untouched := getRun(ctx, c, other.Id)
+	check(untouched.Status == RunPhaseRunning && !untouched.CancelRequested,
+		"the other batch's run %s: %s, cancel requested %v", untouched.Id, untouched.Status, untouched.CancelRequested)
+
+	// Bulk retry by id, on the workflow as it is now: one new run per original, which
+	// keeps its tags (so the batch's running runs are now exactly the retries) and names it.
+	originals := []string{olderTagged.Id, newerTagged.Id}
+	retried := expect(c.RunsBulkRetryWithResponse(ctx, BulkRetry{Ids: &originals, Version: new(Current)}))(202).JSON202
+	check(*retried == BulkAccepted{Matched: len(originals), Truncated: false}, "bulk retry answered %+v", retried)
+	retries := listRuns(ctx, c, RunsListAllParams{Tag: &[]string{batchTag}, Status: new(RunPhaseRunning)})
+	check(len(retries) == len(originals), "running runs tagged %s after the retry: %+v", batchTag, retries)
+	retriedFrom := map[string]bool{}
+	for _, item := range retries {
+		check(maps.Equal(item.Tags, tags), "retry %s has tags %v", item.Id, item.Tags)
+		retry := getRun(ctx, c, item.Id)
+		check(retry.RetryOf != nil && slices.Contains(originals, *retry.RetryOf),
+			"run %s retries %s, not one of %v", retry.Id, deref(retry.RetryOf), originals)
+		retriedFrom[*retry.RetryOf] = true
+	}
+	check(maps.Equal(retriedFrom, set(originals...)), "retried %v, not %v", retriedFrom, originals)
+
+	// `ids` and `filter` together are refused, as the typed Error body says, naming `ids`.
+	both := failed(expect(c.RunsBulkCancelWithResponse(ctx, BulkCancel{
+		Ids: &originals, Filter: &RunFilterInput{Tag: &[]string{batchTag}},
+	}))(400).JSON400, ErrorObjectCodeValidationError)
+	check(both.Details != nil && len(*both.Details) == 1 && (*both.Details)[0].Field == "ids",
+		"validation details %+v", both.Details)
+
+	// Cleanup: cancel what is left running (the retries and the other batch's run) by
+	// filter, then pause and delete the workflow.
+	leftover := expect(c.RunsBulkCancelWithResponse(ctx, BulkCancel{
+		Filter: &RunFilterInput{WorkflowId: &gateWf.Id, Status: new(RunPhaseRunning)},
+	}))(202).JSON202
+	check(*leftover == BulkAccepted{Matched: len(retries) + 1, Truncated: false}, "bulk cancel answered %+v", leftover)
+	until("runs of "+gateWf.Id+" still running",
+		func() []RunListItem {
+			return listRuns(ctx, c, RunsListAllParams{WorkflowId: &gateWf.Id, Status: new(RunPhaseRunning)})
+		},
+		func(running []RunListItem) bool { return len(running) == 0 })
+	expect(c.WorkflowsUpdateWithResponse(ctx, gateWf.Id, WorkflowPatch{State: new(Paused)}))(200)
+	expect(c.WorkflowsDeleteWithResponse(ctx, gateWf.Id))(204)
+
 	// Error bodies, read through the typed Error: an unknown event, and an event name the
 	// pattern refuses, with the field it names.
 	failed(expect(c.EventsGetWithResponse(ctx, "evt_missing"))(404).JSON404, ErrorObjectCodeEventNotFound)
@@ -241,7 +359,7 @@ func main() {
 		expect(c.WorkflowsDeleteWithResponse(ctx, each))(204)
 	}
 	failed(expect(c.WorkflowsGetWithResponse(ctx, id))(404).JSON404, ErrorObjectCodeWorkflowNotFound)
-	fmt.Println("Go client scenario: 11 operations through the generated client, every answer as documented")
+	fmt.Println("Go client scenario: 14 operations through the generated client, every answer as documented")
 }
 
 // getRun reads run id.
@@ -275,6 +393,32 @@ func until[T any](what string, get func() T, done func(T) bool) T {
 		check(time.Now().Before(deadline), "%s: %+v", what, value)
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// listRuns is what GET /v1/runs lists under params: one page of up to 100, the last.
+func listRuns(ctx context.Context, c *ClientWithResponses, params RunsListAllParams) []RunListItem {
+	params.Limit = new(int32(100))
+	page := expect(c.RunsListAllWithResponse(ctx, &params))(200).JSON200
+	check(page.NextCursor == nil, "more than a page of runs: %d and a next_cursor", len(page.Data))
+	return page.Data
+}
+
+// idsOf is the set of the ids of runs: the checks are about which runs a filter keeps.
+func idsOf(runs []RunListItem) map[string]bool {
+	ids := map[string]bool{}
+	for _, r := range runs {
+		ids[r.Id] = true
+	}
+	return ids
+}
+
+// set is the set of ids.
+func set(ids ...string) map[string]bool {
+	s := map[string]bool{}
+	for _, id := range ids {
+		s[id] = true
+	}
+	return s
 }
 
 // stepOf is the record of step stepID in run.

@@ -10,6 +10,8 @@ import createClient from "openapi-fetch";
 import type { components, paths } from "./flowline.js";
 
 type RunView = components["schemas"]["RunView"];
+type RunListItem = components["schemas"]["RunListItem"];
+type RunsQuery = NonNullable<paths["/v1/runs"]["get"]["parameters"]["query"]>;
 type StepRecordView = components["schemas"]["StepRecordView"];
 
 const [base, key] = process.argv.slice(2);
@@ -79,6 +81,16 @@ async function startAndFinish(workflow: string, payload: { [key: string]: unknow
   }), 201);
   return finishedRun(run.id);
 }
+
+/** The runs `GET /v1/runs` lists under `query`: one page of up to 100, the last. */
+async function listRuns(query: RunsQuery): Promise<RunListItem[]> {
+  const page = ok(await client.GET("/v1/runs", { params: { query: { ...query, limit: 100 } } }), 200);
+  assert.equal(page.next_cursor, null, `more than a page of runs for ${JSON.stringify(query)}`);
+  return page.data;
+}
+
+/** The ids of `runs`, as a set: the checks are about which runs a filter keeps. */
+const idsOf = (runs: { id: string }[]) => new Set(runs.map((r) => r.id));
 
 /** The record of step `stepId` in `run`. */
 function stepOf(run: RunView, stepId: string): StepRecordView {
@@ -266,6 +278,112 @@ failed(await anonymous.POST("/v1/callbacks/{token}", {
   body: {},
 }), 404, "callback_not_found");
 
+// Run operations: tagged runs of a workflow whose only step is an approval (so they stay
+// `running` until cancelled), found across workflows by the list's filters, then
+// cancelled and retried in bulk. Every client's session shares the account: the batch
+// tag is this session's own, and every filter below includes it or this workflow.
+const batch = `ts-${Date.now().toString(36)}`;
+const tags = { batch, kind: "x" };
+const otherTags = { batch: `${batch}-other`, kind: "x" };
+const gateWf = ok(await client.POST("/v1/workflows", {
+  body: { name: "TypeScript client scenario: run operations", trigger: { type: "manual" } },
+}), 201);
+ok(await client.PATCH("/v1/workflows/{id}", {
+  params: { path: { id: gateWf.id } },
+  body: { state: "active", steps: [{ id: "gate", action: "approval" }] },
+}), 200);
+async function startTagged(runTags: { [key: string]: string }): Promise<RunView> {
+  const started = ok(await client.POST("/v1/workflows/{id}/runs", {
+    params: { path: { id: gateWf.id } },
+    body: { tags: runTags },
+  }), 201);
+  assert.deepEqual(started.tags, runTags, JSON.stringify(started));
+  return started;
+}
+const olderTagged = await startTagged(tags);
+const newerTagged = await startTagged(tags);
+const tagged = [olderTagged, newerTagged];
+const other = await startTagged(otherTags);
+// Tags are part of the run JSON for good, not only of the answer that created it.
+assert.deepEqual((await getRun(olderTagged.id)).tags, tags);
+
+// GET /v1/runs: every filter given must hold. The batch tag picks this session's two
+// runs (not the other batch's), whose list items carry their tags.
+const batchTag = `batch:${batch}`;
+const byBatch = await listRuns({ tag: [batchTag] });
+assert.deepEqual(idsOf(byBatch), idsOf(tagged));
+for (const item of byBatch) assert.deepEqual(item.tags, tags, JSON.stringify(item));
+assert.deepEqual(
+  idsOf(await listRuns({ tag: [batchTag, "kind:x"], status: "running", workflow_id: gateWf.id })),
+  idsOf(tagged),
+);
+assert.deepEqual(idsOf(await listRuns({ workflow_id: gateWf.id })), idsOf([...tagged, other]));
+// Each filter can also leave them out: a repeated tag they lack, another status, another
+// workflow (the first one, still there).
+assert.deepEqual(await listRuns({ tag: [batchTag, "kind:y"] }), []);
+assert.deepEqual(await listRuns({ tag: [batchTag], status: "succeeded" }), []);
+assert.deepEqual(await listRuns({ tag: [batchTag], workflow_id: id }), []);
+// created_after is inclusive: from the newer run's creation (its started_at, as it was
+// never queued) it keeps that run and not the one created before.
+assert.deepEqual(idsOf(await listRuns({ tag: [batchTag], created_after: newerTagged.started_at })),
+  idsOf([newerTagged]));
+// One run per page, the filters sent again with the cursor; the last page has no cursor.
+const pageQuery: RunsQuery = { tag: [batchTag], status: "running", limit: 1 };
+const runsFirst = ok(await client.GET("/v1/runs", { params: { query: pageQuery } }), 200);
+assert.equal(runsFirst.data.length, 1);
+const runsCursor = runsFirst.next_cursor;
+assert(runsCursor, "a first page of one run out of two has a next_cursor");
+const runsRest = ok(await client.GET("/v1/runs", { params: { query: { ...pageQuery, cursor: runsCursor } } }), 200);
+assert.equal(runsRest.data.length, 1);
+assert.equal(runsRest.next_cursor, null);
+assert.deepEqual(idsOf([...runsFirst.data, ...runsRest.data]), idsOf(tagged));
+
+// Bulk cancel by filter acts on this batch's two running runs and on nothing else.
+const cancelled = ok(await client.POST("/v1/runs/bulk-cancel", {
+  body: { filter: { tag: [batchTag], status: "running" } },
+}), 202);
+assert.deepEqual(cancelled, { matched: 2, truncated: false });
+for (const each of tagged) {
+  const run = await finishedRun(each.id);
+  assert.equal(run.status, "cancelled", JSON.stringify(run));
+}
+const untouched = await getRun(other.id);
+assert.equal(untouched.status, "running", JSON.stringify(untouched));
+assert.equal(untouched.cancel_requested, false);
+
+// Bulk retry by id, on the workflow as it is now: one new run per original, which keeps
+// its tags (so the batch's running runs are now exactly the retries) and names it.
+const originals = tagged.map((r) => r.id);
+const retried = ok(await client.POST("/v1/runs/bulk-retry", { body: { ids: originals, version: "current" } }), 202);
+assert.deepEqual(retried, { matched: originals.length, truncated: false });
+const retries = await listRuns({ tag: [batchTag], status: "running" });
+assert.equal(retries.length, originals.length, JSON.stringify(retries));
+const retriedFrom = new Set<string>();
+for (const item of retries) {
+  assert.deepEqual(item.tags, tags, JSON.stringify(item));
+  const retry = await getRun(item.id);
+  assert(retry.retry_of && originals.includes(retry.retry_of), `not a retry of the batch: ${JSON.stringify(retry)}`);
+  retriedFrom.add(retry.retry_of);
+}
+assert.deepEqual(retriedFrom, new Set(originals));
+
+// `ids` and `filter` together are refused, as the typed Error body says, naming `ids`.
+const both = failed(await client.POST("/v1/runs/bulk-cancel", {
+  body: { ids: originals, filter: { tag: [batchTag] } },
+}), 400, "validation_error");
+assert.deepEqual(both.details?.map((d) => d.field), ["ids"], JSON.stringify(both));
+
+// Cleanup: cancel what is left running (the retries and the other batch's run) by
+// filter, then pause and delete the workflow.
+const leftover = ok(await client.POST("/v1/runs/bulk-cancel", {
+  body: { filter: { workflow_id: gateWf.id, status: "running" } },
+}), 202);
+assert.deepEqual(leftover, { matched: retries.length + 1, truncated: false });
+await until(`runs of ${gateWf.id} still running`, () => listRuns({ workflow_id: gateWf.id, status: "running" }),
+  (running) => running.length === 0);
+ok(await client.PATCH("/v1/workflows/{id}", { params: { path: { id: gateWf.id } }, body: { state: "paused" } }), 200);
+done(await client.DELETE("/v1/workflows/{id}", { params: { path: { id: gateWf.id } } }), 204);
+
 // Error bodies, read through the typed Error: an unknown event, and an event name the
 // pattern refuses, with the field it names.
 failed(await client.GET("/v1/events/{id}", { params: { path: { id: "evt_missing" } } }), 404, "event_not_found");
@@ -281,4 +399,4 @@ for (const each of [id, parentWf.id, eventWf.id, callbackWf.id]) {
   done(await client.DELETE("/v1/workflows/{id}", { params: { path: { id: each } } }), 204);
 }
 failed(await client.GET("/v1/workflows/{id}", { params: { path: { id } } }), 404, "workflow_not_found");
-console.log("TypeScript client scenario: 11 operations through the generated client, every answer as documented");
+console.log("TypeScript client scenario: 14 operations through the generated client, every answer as documented");
