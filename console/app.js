@@ -10,6 +10,7 @@ const routes = [
   [/^\/workflows\/new$/, () => import('./views/builder.js')],
   [/^\/workflows\/([^/]+)\/runs$/, () => import('./views/runs.js'), 'workflowId'],
   [/^\/workflows\/([^/]+)$/, () => import('./views/builder.js'), 'workflowId'],
+  [/^\/runs\/?$/, () => import('./views/runs.js')],
   [/^\/runs\/([^/]+)$/, () => import('./views/run.js'), 'runId'],
   [/^\/webhooks\/?$/, () => import('./views/webhooks.js')],
   [/^\/webhooks\/([^/]+)$/, () => import('./views/webhooks.js'), 'webhookId'],

@@ -54,6 +54,8 @@ export async function render(main, params) {
       h('dt', {}, 'Started'), h('dd', {}, time(run.started_at)),
       h('dt', {}, 'Finished'), h('dd', {}, time(run.finished_at)),
       h('dt', {}, 'Duration'), h('dd', {}, duration(run.duration_ms)),
+      Object.keys(run.tags || {}).length ? [h('dt', {}, 'Tags'), h('dd.mono', { id: 'run-tags' },
+        Object.entries(run.tags).map(([k, v]) => `${k}:${v}`).join(', '))] : null,
       run.retry_of ? [h('dt', {}, 'Retry of'), h('dd', {}, link(`/runs/${run.retry_of}`, run.retry_of))] : null,
       run.parent_run_id ? [h('dt', {}, 'Started by'), h('dd', { id: 'parent-run' },
         link(`/runs/${run.parent_run_id}`, run.parent_run_id), ` (step ${run.parent_step_id})`)] : null,
@@ -84,9 +86,9 @@ export async function render(main, params) {
         },
       }, r.cancel_requested ? 'Cancelling…' : 'Cancel run');
     }
-    const retry = (from) => async () => {
+    const retry = (from, version = 'pinned') => async () => {
       try {
-        const next = await post(`/runs/${id}/retry`, { from });
+        const next = await post(`/runs/${id}/retry`, { from, version });
         toast('Retry started');
         navigate(`/runs/${next.id}`);
       } catch (err) { toast(errorText(err), 'error'); }
@@ -94,6 +96,10 @@ export async function render(main, params) {
     return [
       r.status === 'succeeded' ? null : h('button.secondary', { type: 'button', id: 'retry-failed', onclick: retry('failed') }, 'Retry from the failed step'),
       h('button.secondary', { type: 'button', id: 'retry-start', onclick: retry('start') }, 'Run again from the start'),
+      r.status === 'succeeded' ? null : h('button.secondary', {
+        type: 'button', id: 'retry-current-version', onclick: retry('failed', 'current'),
+        title: 'Runs the workflow as it is now; steps whose definition is unchanged keep their results',
+      }, 'Retry on the current version'),
     ];
   }
 

@@ -744,6 +744,53 @@ class Console(unittest.TestCase):
         self.assertIn("status=succeeded", self.driver.current_url)
         self.shot("runs")
 
+    def test_11b_runs_across_workflows_filter_by_tag_and_act_in_bulk(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Gated batch", [{"id": "gate", "action": "approval"}])
+        # A run started from the form with tags, then two more of batch a and one of b.
+        self.go(f"/workflows/{wf}/runs", "#start-form")
+        self.set_value(self.find("#run-tags"), "batch:a, source:console")
+        self.click("#start-run")
+        self.wait.until(lambda d: "/runs/" in d.current_url and "/workflows/" not in d.current_url)
+        first = self.driver.current_url.rsplit("/", 1)[1]
+        self.assertEqual(api("GET", f"/runs/{first}")[1]["tags"], {"batch": "a", "source": "console"})
+        batch_a = [first]
+        for batch in ["a", "b"]:
+            status, run = api("POST", f"/workflows/{wf}/runs", {"tags": {"batch": batch}})
+            self.assertEqual(status, 201, run)
+            if batch == "a":
+                batch_a.append(run["id"])
+            else:
+                other = run["id"]
+        # The account-wide list, filtered by tag from its form and by workflow.
+        self.go("/runs", "#tag-filter")
+        self.set_value(self.find("#tag-filter"), "batch:a")
+        self.click("#apply-tag")
+        self.wait.until(lambda d: "tag=batch%3Aa" in d.current_url or "tag=batch:a" in d.current_url)
+        self.wait.until(lambda d: sorted(r.get_attribute("data-id") for r in d.find_elements(
+            By.CSS_SELECTOR, "#runs tbody tr")) == sorted(batch_a))
+        self.text_in("#runs", "source:console")
+        # Select both, cancel after a confirmation: only batch a ends cancelled.
+        self.answer_confirm(True)
+        self.click("#select-all")
+        self.text_in("#selected-count", "2 selected")
+        self.click("#bulk-cancel")
+        self.wait.until(lambda d: all(api("GET", f"/runs/{i}")[1]["status"] == "cancelled" for i in batch_a))
+        self.assertEqual(api("GET", f"/runs/{other}")[1]["status"], "running")
+        self.assertEqual(self.sent("/bulk-cancel"), 1)
+        # Retried on the workflow as it is now: two new runs with the tags, linked.
+        self.go(f"/runs?tag=batch:a&status=cancelled&workflow_id={wf}", "#select-all")
+        self.click("#select-all")
+        self.click("#retry-current")
+        self.click("#bulk-retry")
+        self.text_in("body", "2 retries started")
+        status, page = api("GET", "/runs?tag=batch:a&status=running")
+        self.assertEqual(status, 200, page)
+        self.assertEqual(sorted(api("GET", f"/runs/{r['id']}")[1]["retry_of"] for r in page["data"]), sorted(batch_a))
+        self.shot("runs-bulk")
+        status, answer = api("POST", "/runs/bulk-cancel", {"filter": {"workflow_id": wf, "status": "running"}})
+        self.assertEqual((status, answer["matched"]), (202, 3), answer)
+
     def test_12_webhook_secret_once_deliveries_resend_rotate(self):
         self.ensure_admin()
         self.go("/webhooks", "#hook-url")

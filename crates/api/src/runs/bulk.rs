@@ -31,6 +31,9 @@ use flowline_core::crd::{Run, RunPhase, WorkflowState};
 
 /// The most runs one call acts on.
 pub const MAX_BULK: usize = 1000;
+/// The 429 of a bulk call.
+const BUSY: &str = "`rate_limited`: another bulk call of this account is in progress (`Retry-After: 1`), \
+    or the account's request budget is spent";
 /// Writes one call has in flight at once.
 const IN_FLIGHT: usize = 8;
 
@@ -189,7 +192,8 @@ where
     description = "Scope: `execute`. Requests cancellation of the unfinished (`queued` or `running`) runs \
         chosen by `ids` or `filter`, at most 1,000 per call, newest first. One bulk call per account at a time.",
     request_body(content = BulkCancel, content_type = "application/json"),
-    responses((status = 202, description = "Cancellation requested", body = BulkAccepted)))]
+    responses((status = 202, description = "Cancellation requested", body = BulkAccepted),
+              (status = 429, description = BUSY)))]
 async fn bulk_cancel(
     State(state): State<ApiState>,
     who: Authorized<needs::Execute>,
@@ -222,7 +226,8 @@ async fn bulk_cancel(
         Runs of paused workflows are passed over. One bulk call per account at a time. A call that fails \
         part way leaves the retries it started; list them with `created_after`.",
     request_body(content = BulkRetry, content_type = "application/json"),
-    responses((status = 202, description = "Retries started", body = BulkAccepted)))]
+    responses((status = 202, description = "Retries started", body = BulkAccepted),
+              (status = 429, description = BUSY)))]
 async fn bulk_retry(
     State(state): State<ApiState>,
     who: Authorized<needs::Execute>,

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::plumbing::time::ApiTime;
+use flowline_core::crd::timestamps::created_at;
 use flowline_core::crd::{
     Action, Run, RunPhase, RunTrigger, StepPhase, StepRecord, Workflow, tags,
 };
@@ -18,6 +19,10 @@ pub struct RunListItem {
     pub id: String,
     pub workflow_id: String,
     pub status: RunPhase,
+    /// When the run was created: what `created_after` and `created_before` compare.
+    /// A run that waited `queued` has a later `started_at`.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: ApiTime,
     #[schema(value_type = String, format = DateTime)]
     pub started_at: ApiTime,
     #[schema(value_type = Option<String>, format = DateTime)]
@@ -34,6 +39,7 @@ impl From<&Run> for RunListItem {
             id: run.name_any(),
             workflow_id: run.spec.workflow_ref.clone(),
             status: run.phase(),
+            created_at: ApiTime(created_at(&run.metadata)),
             started_at: ApiTime(run.started_at()),
             finished_at: status.and_then(|s| s.finished_at).map(ApiTime),
             duration_ms: status.and_then(|s| s.duration_ms),
