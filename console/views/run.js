@@ -54,6 +54,7 @@ export async function render(main, params) {
       h('dt', {}, 'Started'), h('dd', {}, time(run.started_at)),
       h('dt', {}, 'Finished'), h('dd', {}, time(run.finished_at)),
       h('dt', {}, 'Duration'), h('dd', {}, duration(run.duration_ms)),
+      h('dt', {}, 'Priority'), h('dd', { id: 'run-priority' }, String(run.priority)),
       Object.keys(run.tags || {}).length ? [h('dt', {}, 'Tags'), h('dd.mono', { id: 'run-tags' },
         Object.entries(run.tags).map(([k, v]) => `${k}:${v}`).join(', '))] : null,
       run.retry_of ? [h('dt', {}, 'Retry of'), h('dd', {}, link(`/runs/${run.retry_of}`, run.retry_of))] : null,

@@ -149,6 +149,9 @@ function startForm(wf) {
   const sample = sessionStorage.getItem(`flowline.sample.${wf.id}`);
   const editor = h('textarea.mono', { id: 'payload', rows: 5, spellcheck: 'false', 'aria-describedby': 'payload-status' });
   editor.value = sample && sample.trim() ? sample : '{}';
+  const priority = h('select', { id: 'run-priority', 'aria-describedby': 'run-priority-help' },
+    h('option', { value: '' }, `the workflow's (${wf.priority || 3})`),
+    [1, 2, 3, 4, 5].map((p) => h('option', { value: String(p) }, String(p))));
   const tagsInput = h('input.mono', { id: 'run-tags', name: 'tags', placeholder: 'customer:acme, batch:7', 'aria-describedby': 'run-tags-help' });
   const status = h('p.help', { id: 'payload-status', 'aria-live': 'polite' });
   const button = h('button.primary', { type: 'submit', id: 'start-run' }, 'Start run');
@@ -180,7 +183,10 @@ function startForm(wf) {
       const tags = parseTags(tagsInput.value);
       button.disabled = true;
       try {
-        const run = await post(`/workflows/${wf.id}/runs`, Object.keys(tags).length ? { payload, tags } : { payload });
+        const body = { payload };
+        if (Object.keys(tags).length) body.tags = tags;
+        if (priority.value) body.priority = Number(priority.value);
+        const run = await post(`/workflows/${wf.id}/runs`, body);
         toast('Run started');
         navigate(`/runs/${run.id}`);
       } catch (err) {
@@ -196,6 +202,8 @@ function startForm(wf) {
   editor, status,
   h('label', { for: 'run-tags' }, 'Tags (optional)'), tagsInput,
   h('p.help', { id: 'run-tags-help' }, 'key:value pairs separated by commas, at most 10; the run lists filter by them.'),
+  h('label', { for: 'run-priority' }, 'Priority'), priority,
+  h('p.help', { id: 'run-priority-help' }, '1 first … 5 last: the order in which runs waiting for a slot start.'),
   h('div.row', {}, button,
     h('button.secondary', { type: 'button', onclick: () => { try { editor.value = JSON.stringify(JSON.parse(editor.value), null, 2); } catch { check(); } } }, 'Format')));
 }

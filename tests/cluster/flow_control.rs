@@ -475,6 +475,73 @@ async fn a_restart_while_runs_are_queued_loses_none_and_keeps_the_limit() {
     assert_started_in_creation_order(&done, 2);
 }
 
+/// Runs waiting for the one slot of a workflow start by priority (1 first), then by
+/// age; a run without its own takes the workflow's priority. The order holds across
+/// a restart of the operator while they wait.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn queued_runs_start_by_priority_then_age_across_a_restart() {
+    let api = TestApi::start("fc-priority").await;
+    let key = api.admin_key.clone();
+    let wf = api
+        .workflow(
+            &WorkflowBuilder::new("Prioritised")
+                .concurrency(1)
+                .step(step::delay("work", "{{ trigger.payload.ms }}")),
+        )
+        .await;
+    api.patch_workflow(&key, &wf, json!({"priority": 4})).await;
+    let (first, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
+    let start = |body: Value| {
+        let (api, key, wf) = (&api, key.clone(), wf.clone());
+        async move { api.start_run(&key, &wf, Some(body)).await }
+    };
+    // The slot is held long enough for every other run to be seen waiting.
+    let blocker = start(json!({"payload": {"ms": 4000}, "priority": 1})).await;
+    step_running(&api.ns, &blocker, "work").await;
+    let quick = |priority: Option<u8>| match priority {
+        Some(p) => json!({"payload": {"ms": 200}, "priority": p}),
+        None => json!({"payload": {"ms": 200}}),
+    };
+    let low = start(quick(Some(5))).await;
+    let default = start(quick(None)).await;
+    let urgent = start(quick(Some(1))).await;
+    let high = start(quick(Some(2))).await;
+    let urgent_later = start(quick(Some(1))).await;
+    eventually("five runs to be queued", MINUTE, || async {
+        (api.run_ids(&wf, "status=queued").await.len() == 5).then_some(())
+    })
+    .await;
+    let view: Value = api
+        .get(&key, &format!("/v1/runs/{default}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["priority"], 4, "the workflow's priority: {view}");
+
+    let (_second, port2) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port2).await;
+    first.terminate();
+    let expected = [&urgent, &urgent_later, &high, &default, &low];
+    let mut started = Vec::new();
+    for id in expected {
+        let run = finished_run(&api.ns, id, Duration::from_secs(120)).await;
+        let status = run.status.unwrap();
+        assert_eq!(
+            status.phase,
+            RunPhase::Succeeded,
+            "{id}: {:?}",
+            status.error
+        );
+        started.push((status.started_at.unwrap(), id.clone()));
+    }
+    let mut by_start = started.clone();
+    by_start.sort();
+    assert_eq!(by_start, started, "started by priority, then age");
+}
+
 /// A run that waits in the queue, then runs and finishes, keeps its creator's labels:
 /// its phase is a selectable field of its status, so no label write follows it.
 #[tokio::test]

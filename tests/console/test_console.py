@@ -750,10 +750,13 @@ class Console(unittest.TestCase):
         # A run started from the form with tags, then two more of batch a and one of b.
         self.go(f"/workflows/{wf}/runs", "#start-form")
         self.set_value(self.find("#run-tags"), "batch:a, source:console")
+        Select(self.find("#run-priority")).select_by_value("2")
         self.click("#start-run")
         self.wait.until(lambda d: "/runs/" in d.current_url and "/workflows/" not in d.current_url)
         first = self.driver.current_url.rsplit("/", 1)[1]
         self.assertEqual(api("GET", f"/runs/{first}")[1]["tags"], {"batch": "a", "source": "console"})
+        self.assertEqual(api("GET", f"/runs/{first}")[1]["priority"], 2)
+        self.text_in("#run-priority", "2")
         batch_a = [first]
         for batch in ["a", "b"]:
             status, run = api("POST", f"/workflows/{wf}/runs", {"tags": {"batch": batch}})

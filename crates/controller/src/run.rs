@@ -728,6 +728,12 @@ fn claim_patch(run: &Run, wf: &Workflow, claim: Claim) -> serde_json::Value {
                 serde_json::json!({ flowline_core::crd::labels::WAITS_FOR_EVENTS: "true" });
         }
         patch["spec"] = serde_json::json!({"workflow": snapshot});
+        // A Run applied without a priority takes its workflow's, before it can wait.
+        if run.spec.priority.is_none()
+            && let Some(priority) = wf.spec.priority
+        {
+            patch["spec"]["priority"] = serde_json::json!(priority);
+        }
     }
     if claim.adopt
         && let Some(owner) = wf.controller_owner_ref(&())

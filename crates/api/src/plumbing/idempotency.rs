@@ -87,7 +87,11 @@ pub fn next_name(workflow: &str, key: &str, holder_uid: &str) -> String {
 /// SHA-256 (hex) of the request as it is understood: the payload, an absent one being
 /// `{}` (which is how runs see it), written with sorted keys and no spaces. Two bodies
 /// that start the same run have the same digest, whatever their key order or spacing.
-pub fn request_digest(payload: Option<&Value>, tags: &BTreeMap<String, String>) -> String {
+pub fn request_digest(
+    payload: Option<&Value>,
+    tags: &BTreeMap<String, String>,
+    priority: Option<u8>,
+) -> String {
     let mut text = String::new();
     canonical(
         payload.unwrap_or(&Value::Object(Default::default())),
@@ -98,6 +102,9 @@ pub fn request_digest(payload: Option<&Value>, tags: &BTreeMap<String, String>) 
     if !tags.is_empty() {
         text.push_str("\ntags:");
         canonical(&serde_json::json!(tags), &mut text);
+    }
+    if let Some(priority) = priority {
+        text.push_str(&format!("\npriority:{priority}"));
     }
     hex::encode(Sha256::digest(text.as_bytes()))
 }
@@ -196,6 +203,7 @@ pub fn digest_of(run: &Run) -> String {
             request_digest(
                 run.spec.payload.as_ref(),
                 &flowline_core::crd::tags::of(run),
+                None,
             )
         })
 }
@@ -265,33 +273,39 @@ mod tests {
         let a = request_digest(
             Some(&json!({"a": 1, "b": {"y": [1, {"q": 2, "p": 3}], "x": null}})),
             &NO_TAGS,
+            None,
         );
         let b: Value =
             serde_json::from_str(r#"{ "b": {"x": null, "y": [1, {"p": 3, "q": 2}]}, "a": 1 }"#)
                 .unwrap();
-        assert_eq!(a, request_digest(Some(&b), &NO_TAGS));
+        assert_eq!(a, request_digest(Some(&b), &NO_TAGS, None));
         assert_eq!(
-            request_digest(None, &NO_TAGS),
-            request_digest(Some(&json!({})), &NO_TAGS)
+            request_digest(None, &NO_TAGS, None),
+            request_digest(Some(&json!({})), &NO_TAGS, None)
         );
         assert_ne!(
-            request_digest(None, &NO_TAGS),
-            request_digest(Some(&json!({"a": 1})), &NO_TAGS)
+            request_digest(None, &NO_TAGS, None),
+            request_digest(Some(&json!({"a": 1})), &NO_TAGS, None)
         );
         let tagged = BTreeMap::from([("k".to_string(), "v".to_string())]);
         assert_ne!(
-            request_digest(None, &NO_TAGS),
-            request_digest(None, &tagged),
+            request_digest(None, &NO_TAGS, None),
+            request_digest(None, &tagged, None),
             "tags are part of the request"
         );
         assert_ne!(
-            request_digest(Some(&json!({"a": [1, 2]})), &NO_TAGS),
-            request_digest(Some(&json!({"a": [2, 1]})), &NO_TAGS),
+            request_digest(None, &NO_TAGS, None),
+            request_digest(None, &NO_TAGS, Some(1)),
+            "so is a priority"
+        );
+        assert_ne!(
+            request_digest(Some(&json!({"a": [1, 2]})), &NO_TAGS, None),
+            request_digest(Some(&json!({"a": [2, 1]})), &NO_TAGS, None),
             "array order matters"
         );
         assert_ne!(
-            request_digest(Some(&json!({"a": "1"})), &NO_TAGS),
-            request_digest(Some(&json!({"a": 1})), &NO_TAGS)
+            request_digest(Some(&json!({"a": "1"})), &NO_TAGS, None),
+            request_digest(Some(&json!({"a": 1})), &NO_TAGS, None)
         );
     }
 
@@ -308,7 +322,7 @@ mod tests {
     #[test]
     fn a_live_holder_replays_the_same_request_and_refuses_another() {
         let now: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
-        let digest = request_digest(Some(&json!({"a": 1})), &NO_TAGS);
+        let digest = request_digest(Some(&json!({"a": 1})), &NO_TAGS, None);
         let req = Request {
             workflow: "wf",
             key: "k",
@@ -334,7 +348,7 @@ mod tests {
     #[test]
     fn expired_and_foreign_holders_pass_on_to_the_next_name() {
         let now: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
-        let digest = request_digest(None, &NO_TAGS);
+        let digest = request_digest(None, &NO_TAGS, None);
         let req = Request {
             workflow: "wf",
             key: "k",

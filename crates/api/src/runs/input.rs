@@ -23,6 +23,10 @@ pub struct RunCreate {
     /// letter or digit; values: at most 63 letters, digits, `_ . -`, starting and
     /// ending with a letter or digit. Kubernetes labels `tags.flowline.io/<key>`.
     pub tags: Option<BTreeMap<String, String>>,
+    /// 1 (first) to 5; default: the workflow's `priority`, else 3. Among runs waiting
+    /// for a slot, a lower number starts first, then the older run.
+    #[schema(minimum = 1, maximum = 5)]
+    pub priority: Option<u8>,
 }
 
 impl Validate for RunCreate {
@@ -30,6 +34,9 @@ impl Validate for RunCreate {
         let mut p = Problems::default();
         if let Some(tags) = &self.tags {
             tag_problems(tags, &mut p);
+        }
+        if let Some(n) = self.priority {
+            crate::workflows::input::priority_problem(n, "priority", &mut p);
         }
         p.finish()
     }
@@ -50,6 +57,11 @@ pub fn payload(body: &Option<RunCreate>) -> Option<Value> {
     body.as_ref()
         .and_then(|b| b.payload.clone())
         .map(Value::Object)
+}
+
+/// The priority a run starts with, from its optional body (`None`: the workflow's).
+pub fn priority(body: &Option<RunCreate>) -> Option<u8> {
+    body.as_ref().and_then(|b| b.priority)
 }
 
 /// The tags a run starts with, from its optional body.

@@ -33,8 +33,12 @@ pub(super) async fn start(
     key: String,
 ) -> ApiResult<Response> {
     let workflow = wf.name_any();
-    let (payload, tags) = (input::payload(body), input::tags(body));
-    let digest = idempotency::request_digest(payload.as_ref(), &tags);
+    let (payload, tags, priority) = (
+        input::payload(body),
+        input::tags(body),
+        input::priority(body),
+    );
+    let digest = idempotency::request_digest(payload.as_ref(), &tags, priority);
     let req = idempotency::Request {
         workflow: &workflow,
         key: &key,
@@ -56,6 +60,7 @@ pub(super) async fn start(
             None => {
                 let run = new_run(wf, &name, payload.clone(), |run| {
                     run.labels_mut().extend(tags::labels(&tags));
+                    run.spec.priority = priority.or(run.spec.priority);
                     run.spec.idempotency_key = Some(key.clone());
                     run.annotations_mut()
                         .insert(idempotency::DIGEST_ANNOTATION.into(), digest.clone());

@@ -175,9 +175,10 @@ async fn start(
 ) -> ApiResult<Response> {
     let wf = find_workflow(&state, &who.namespace, &workflow_id)?;
     let Some(key) = key else {
-        let tags = input::tags(&body);
+        let (tags, priority) = (input::tags(&body), input::priority(&body));
         let run = new_run(&wf, &new_id("run"), input::payload(&body), |run| {
             run.labels_mut().extend(tags::labels(&tags));
+            run.spec.priority = priority.or(run.spec.priority);
         })?;
         let created = create(&state, &who.namespace, &run)
             .await

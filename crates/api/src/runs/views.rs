@@ -30,6 +30,8 @@ pub struct RunListItem {
     pub duration_ms: Option<u64>,
     /// The tags the run was created with (`tags.flowline.io/<key>` labels).
     pub tags: BTreeMap<String, String>,
+    /// 1 (first) to 5: its place among runs waiting for a slot.
+    pub priority: u8,
 }
 
 impl From<&Run> for RunListItem {
@@ -44,6 +46,10 @@ impl From<&Run> for RunListItem {
             finished_at: status.and_then(|s| s.finished_at).map(ApiTime),
             duration_ms: status.and_then(|s| s.duration_ms),
             tags: tags::of(run),
+            priority: run
+                .spec
+                .priority
+                .unwrap_or(flowline_core::crd::DEFAULT_PRIORITY),
         }
     }
 }

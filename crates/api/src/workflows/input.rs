@@ -132,6 +132,11 @@ pub struct WorkflowPatchBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 100)]
     pub parallelism: Option<Option<u32>>,
+    /// The priority of runs that do not set their own, 1 (first) to 5; `null` returns
+    /// to the default, 3. Waiting runs start by priority, then in creation order.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<u8>, minimum = 1, maximum = 5)]
+    pub priority: Option<Option<u8>>,
     /// The run's result: any JSON value whose strings may hold `{{ … }}` templates,
     /// rendered when a run succeeds and shown as the run's `output`. It may read
     /// `trigger`, `run`, `workflow` and `steps.<id>` of the workflow's steps (as they
@@ -315,10 +320,19 @@ pub struct WorkflowPatch {
     pub concurrency: Option<Option<Concurrency>>,
     /// `Some(None)` returns to the default parallelism.
     pub parallelism: Option<Option<u32>>,
+    /// `Some(None)` returns to the default priority.
+    pub priority: Option<Option<u8>>,
     /// `Some(None)` removes the output.
     pub output: Option<Option<Value>>,
     /// `Some(vec![])` removes the entries.
     pub cancel_on: Option<Vec<CancelOn>>,
+}
+
+/// A priority outside 1–5, as a problem of `field` (runs and workflows alike).
+pub fn priority_problem(n: u8, field: &str, p: &mut Problems) {
+    if !(1..=5).contains(&n) {
+        p.add(field, "must be an integer from 1 (first) to 5");
+    }
 }
 
 impl Validate for WorkflowPatchBody {
@@ -328,7 +342,7 @@ impl Validate for WorkflowPatchBody {
             p.add(
                 "body",
                 "give at least one of: name, description, state, trigger, executor, steps, \
-                 timeout_ms, concurrency, parallelism, output, cancel_on",
+                 timeout_ms, concurrency, parallelism, priority, output, cancel_on",
             );
             return p.finish();
         }
@@ -345,6 +359,9 @@ impl Validate for WorkflowPatchBody {
                 "parallelism",
                 format!("must be an integer from 1 to {MAX_PARALLELISM}, or null for the default"),
             );
+        }
+        if let Some(Some(n)) = self.priority {
+            priority_problem(n, "priority", &mut p);
         }
         if let Some(Some(ms)) = self.timeout_ms
             && !(1..=MAX_RUN_TIMEOUT_MS).contains(&ms)
@@ -389,6 +406,7 @@ impl WorkflowPatchBody {
             && self.timeout_ms.is_none()
             && self.concurrency.is_none()
             && self.parallelism.is_none()
+            && self.priority.is_none()
             && self.output.is_none()
             && self.cancel_on.is_none()
     }
@@ -412,6 +430,7 @@ impl WorkflowPatchBody {
             executor: self.executor,
             timeout_ms: self.timeout_ms,
             parallelism: self.parallelism,
+            priority: self.priority,
             output: self.output,
             cancel_on: self.cancel_on.as_ref().map(|c| {
                 c.iter()

@@ -138,6 +138,7 @@ async fn create(
             timeout_ms: None,
             concurrency: None,
             parallelism: None,
+            priority: None,
             output: body.output,
             cancel_on: Vec::new(),
         },
@@ -220,6 +221,9 @@ async fn update(
     }
     if let Some(n) = patch.parallelism {
         spec.insert("parallelism".into(), json!(n));
+    }
+    if let Some(n) = patch.priority {
+        spec.insert("priority".into(), json!(n));
     }
     if let Some(output) = patch.output {
         // A merge patch merges objects key by key: sent as the changes from the stored

@@ -111,6 +111,8 @@ pub struct WorkflowView {
     /// Most steps of one run executing at once when the steps form a graph; `null` for
     /// the default (10).
     pub parallelism: Option<u32>,
+    /// The priority of runs that do not set their own; `null` for the default (3).
+    pub priority: Option<u8>,
     /// The run's result: any JSON value whose strings may hold `{{ … }}` templates,
     /// rendered when a run succeeds (the run's `output`); `null` for none.
     #[schema(value_type = Option<Value>)]
@@ -189,6 +191,7 @@ impl From<&Workflow> for WorkflowView {
                 policy: c.policy,
             }),
             parallelism: spec.parallelism,
+            priority: spec.priority,
             output: spec.output.clone(),
             cancel_on: spec.cancel_on.clone(),
             created_at: ApiTime(created_at(&wf.metadata)),

@@ -187,6 +187,7 @@ mod tests {
 
     fn order(seconds: i64) -> Order {
         Order {
+            priority: crate::crd::DEFAULT_PRIORITY,
             created: jiff::Timestamp::from_second(seconds).unwrap(),
             name: format!("run-{seconds}"),
         }

@@ -11,11 +11,20 @@ use kube::ResourceExt;
 use crate::crd::{Concurrency, ConcurrencyPolicy, Run, RunPhase};
 use crate::engine::concurrency_key;
 
-/// Where a run stands in creation order: creation time (milliseconds), then name.
+/// Where a waiting run stands: by priority (1 first), then creation time
+/// (milliseconds), then name. Fixed for a run once it is pinned.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Order {
+    pub priority: u8,
     pub created: Timestamp,
     pub name: String,
+}
+
+impl Order {
+    /// Creation order alone, priority aside (`cancel_in_progress` keeps the newest).
+    fn age(&self) -> (Timestamp, &str) {
+        (self.created, &self.name)
+    }
 }
 
 /// Another unfinished run of the group.
@@ -97,7 +106,7 @@ pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Mem
                 })
                 .collect();
             contenders.push((this, false));
-            contenders.sort_by(|a, b| b.0.cmp(a.0));
+            contenders.sort_by(|a, b| b.0.age().cmp(&a.0.age()));
             let (_, older) = contenders.split_at(limit.min(contenders.len()));
             if older.iter().any(|(order, _)| *order == this) {
                 return Admission::CancelSelf(format!(
@@ -187,9 +196,10 @@ pub fn compact_for_cache(run: &mut Run) {
     });
 }
 
-/// Where `run` stands in creation order.
+/// Where `run` stands among waiting runs.
 pub fn order_of(run: &Run) -> Order {
     Order {
+        priority: run.spec.priority.unwrap_or(crate::crd::DEFAULT_PRIORITY),
         created: crate::crd::timestamps::created_at(&run.metadata),
         name: run.name_any(),
     }
@@ -326,6 +336,7 @@ pub(crate) mod tests {
     /// The run `r{n}`, created at `n` ms.
     pub(crate) fn order(n: i64) -> Order {
         Order {
+            priority: crate::crd::DEFAULT_PRIORITY,
             created: Timestamp::from_millisecond(n).unwrap(),
             name: format!("r{n}"),
         }
@@ -584,6 +595,7 @@ pub(crate) mod tests {
         );
         // Same creation time: the name decides.
         let twin = Order {
+            priority: crate::crd::DEFAULT_PRIORITY,
             created: order(3).created,
             name: "a".into(),
         };
@@ -696,5 +708,60 @@ pub(crate) mod tests {
         let c = limit(1, ConcurrencyPolicy::CancelInProgress);
         let mut members = vec![active(1), waiting(3), waiting(5)];
         assert_eq!(hand_over(&c, &mut members), vec![order(3), order(5)]);
+    }
+
+    /// `order(n)` with priority `p`.
+    fn prioritized(n: i64, p: u8) -> Order {
+        Order {
+            priority: p,
+            ..order(n)
+        }
+    }
+
+    #[test]
+    fn waiting_runs_start_by_priority_then_age_except_under_cancel_in_progress() {
+        let queue = limit(1, ConcurrencyPolicy::Queue);
+        let wait = |o: Order| Member {
+            order: o,
+            state: MemberState::Waiting,
+        };
+        // One slot free; an older run of priority 3 and a newer one of priority 1 wait.
+        let (old_normal, new_urgent) = (prioritized(1, 3), prioritized(9, 1));
+        for (this, other, expected) in [
+            (&new_urgent, &old_normal, Admission::Start),
+            (&old_normal, &new_urgent, Admission::Queue),
+            // Same priority: the older first.
+            (&prioritized(1, 2), &prioritized(9, 2), Admission::Start),
+            (&prioritized(9, 2), &prioritized(1, 2), Admission::Queue),
+            // Priority 5 waits behind anything more urgent, however old it is.
+            (&prioritized(0, 5), &prioritized(9, 4), Admission::Queue),
+        ] {
+            assert_eq!(
+                admit(&queue, "", this, &[wait(other.clone())]),
+                expected,
+                "{this:?} against {other:?}"
+            );
+        }
+        // Handing over a freed slot picks the most urgent, then the oldest.
+        let mut members = vec![
+            wait(prioritized(1, 3)),
+            wait(prioritized(2, 5)),
+            wait(prioritized(3, 1)),
+            wait(prioritized(4, 1)),
+        ];
+        let c2 = limit(2, ConcurrencyPolicy::Queue);
+        assert_eq!(
+            hand_over(&c2, &mut members),
+            vec![prioritized(3, 1), prioritized(4, 1)]
+        );
+        let summary = GroupSummary::of(members.iter().cloned());
+        assert!(!summary.must_wait(2, &prioritized(4, 1)));
+        assert!(summary.must_wait(2, &prioritized(1, 3)));
+        // cancel_in_progress keeps the newest, whatever their priority.
+        let newest = limit(1, ConcurrencyPolicy::CancelInProgress);
+        match admit(&newest, "", &prioritized(1, 1), &[wait(prioritized(9, 5))]) {
+            Admission::CancelSelf(why) => assert!(why.contains("superseded"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -21,9 +21,9 @@ pub use event::{
     valid_event_name,
 };
 pub use run::{
-    ApprovalDecision, CallbackReceived, CallbackToken, EventDetail, IterationRecord, MatchedEvent,
-    ParentRef, ReusedStep, Run, RunPhase, RunSpec, RunStatus, RunTrigger, StepPhase, StepRecord,
-    Verdict, WorkflowSnapshot,
+    ApprovalDecision, CallbackReceived, CallbackToken, DEFAULT_PRIORITY, EventDetail,
+    IterationRecord, MatchedEvent, ParentRef, ReusedStep, Run, RunPhase, RunSpec, RunStatus,
+    RunTrigger, StepPhase, StepRecord, Verdict, WorkflowSnapshot,
 };
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,

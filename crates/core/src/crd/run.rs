@@ -37,6 +37,7 @@ use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
     validation = Rule::new("!has(oldSelf.spec.workflow) || (has(self.spec.workflow) && self.spec.workflow == oldSelf.spec.workflow)").message("spec.workflow is immutable once set: a run executes the workflow version it was created with"),
     validation = Rule::new("has(self.spec.idempotencyKey) == has(oldSelf.spec.idempotencyKey) && (!has(self.spec.idempotencyKey) || self.spec.idempotencyKey == oldSelf.spec.idempotencyKey)").message("spec.idempotencyKey is immutable: it names the request that created the run"),
     validation = Rule::new("has(self.spec.parent) == has(oldSelf.spec.parent) && (!has(self.spec.parent) || self.spec.parent == oldSelf.spec.parent)").message("spec.parent is immutable: it names the run that started this one"),
+    validation = Rule::new("!has(oldSelf.spec.priority) || (has(self.spec.priority) && self.spec.priority == oldSelf.spec.priority)").message("spec.priority is immutable once set: a waiting run keeps its place"),
     printcolumn(name = "Parent", type_ = "string", json_path = ".spec.parent.runId", priority = 1),
     printcolumn(name = "Idempotency-Key", type_ = "string", json_path = ".spec.idempotencyKey", priority = 1),
     printcolumn(name = "Retry-Of", type_ = "string", json_path = ".spec.retryOf", priority = 1),
@@ -116,7 +117,16 @@ pub struct RunSpec {
     /// The event that started the run (`trigger: event`), as `trigger.event` in templates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<super::EventRef>,
+    /// 1 (first) to 5: among runs waiting for a slot, those of a lower number start
+    /// first, then the older. Unset: the workflow's `priority` (written when the run is
+    /// created, or pinned), else 3. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 5))]
+    pub priority: Option<u8>,
 }
+
+/// The priority of runs that neither set one nor belong to a workflow that does.
+pub const DEFAULT_PRIORITY: u8 = 3;
 
 /// A body a `callback` step received.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -374,6 +384,7 @@ impl Run {
                 trigger,
                 payload,
                 workflow: Some(WorkflowSnapshot::of(wf)),
+                priority: wf.spec.priority,
                 ..Default::default()
             },
         );

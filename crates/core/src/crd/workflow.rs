@@ -81,6 +81,12 @@ pub struct WorkflowSpec {
     /// How many runs may execute at once, per group, and what happens to the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// The priority of its runs that do not set their own: 1 (first) to 5; unset is 3.
+    /// Runs waiting for a slot of a concurrency group (or of the account's bound) start
+    /// by priority, then in creation order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 5))]
+    pub priority: Option<u8>,
     /// Most steps of one run that execute at once when the steps form a graph (some
     /// step has `needs`); default 10, at most 100. Sequential workflows run one step
     /// at a time whatever it says.
