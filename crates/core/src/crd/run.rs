@@ -32,6 +32,7 @@ use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
     // Created, not started: a queued run has an age before it has a start.
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Workflow", type_ = "string", json_path = ".spec.workflowRef", priority = 1),
+    printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority", priority = 1),
     printcolumn(name = "Duration(ms)", type_ = "integer", json_path = ".status.durationMs", priority = 1),
     validation = Rule::new("self.spec.workflowRef == oldSelf.spec.workflowRef").message("spec.workflowRef is immutable"),
     validation = Rule::new("!has(oldSelf.spec.workflow) || (has(self.spec.workflow) && self.spec.workflow == oldSelf.spec.workflow)").message("spec.workflow is immutable once set: a run executes the workflow version it was created with"),
