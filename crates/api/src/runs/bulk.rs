@@ -188,6 +188,32 @@ where
         .await
 }
 
+/// One bulk call of `namespace`: holds the account's bulk place, acts with `act`
+/// (given the state, the namespace and a run's id) on the chosen runs that are
+/// `eligible`, and answers what it did.
+async fn carry_out<F, Fut>(
+    state: &ApiState,
+    namespace: &str,
+    selection: &Selection,
+    eligible: impl Fn(&Run) -> bool,
+    act: F,
+) -> ApiResult<(StatusCode, Json<BulkAccepted>)>
+where
+    F: Fn(ApiState, String, String) -> Fut,
+    Fut: std::future::Future<Output = ApiResult<()>>,
+{
+    let _place = one_at_a_time(state, namespace)?;
+    let (runs, truncated) = chosen(state, namespace, selection, eligible);
+    let matched = each(runs, |run| {
+        act(state.clone(), namespace.to_string(), run.name_any())
+    })
+    .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(BulkAccepted { matched, truncated }),
+    ))
+}
+
 #[utoipa::path(post, path = "/v1/runs/bulk-cancel", operation_id = "runs.bulkCancel", summary = "Cancel many runs", tag = "runs",
     description = "Scope: `execute`. Requests cancellation of the unfinished (`queued` or `running`) runs \
         chosen by `ids` or `filter`, at most 1,000 per call, newest first. One bulk call per account at a time.",
@@ -200,24 +226,19 @@ async fn bulk_cancel(
     Valid(body): Valid<BulkCancel>,
 ) -> ApiResult<(StatusCode, Json<BulkAccepted>)> {
     let selection = selection(&body.ids, &body.filter).map_err(ApiError::from)?;
-    let _place = one_at_a_time(&state, &who.namespace)?;
-    let (runs, truncated) = chosen(&state, &who.namespace, &selection, |r| {
-        !r.phase().is_finished() && !r.spec.cancel
-    });
-    let matched = each(runs, |run| {
-        let state = state.clone();
-        let namespace = who.namespace.clone();
-        async move {
-            super::request_cancel(&state, &namespace, &run.name_any())
+    let eligible = |r: &Run| !r.phase().is_finished() && !r.spec.cancel;
+    carry_out(
+        &state,
+        &who.namespace,
+        &selection,
+        eligible,
+        |state, namespace, id| async move {
+            super::request_cancel(&state, &namespace, &id)
                 .await
                 .map(drop)
-        }
-    })
-    .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(BulkAccepted { matched, truncated }),
-    ))
+        },
+    )
+    .await
 }
 
 #[utoipa::path(post, path = "/v1/runs/bulk-retry", operation_id = "runs.bulkRetry", summary = "Retry many runs", tag = "runs",
@@ -238,8 +259,7 @@ async fn bulk_retry(
         body.from.unwrap_or(RetryFrom::Failed),
         body.version.unwrap_or_default(),
     );
-    let _place = one_at_a_time(&state, &who.namespace)?;
-    let (runs, truncated) = chosen(&state, &who.namespace, &selection, |r| {
+    let eligible = |r: &Run| {
         matches!(
             r.phase(),
             RunPhase::Succeeded | RunPhase::Failed | RunPhase::Cancelled
@@ -249,19 +269,9 @@ async fn bulk_retry(
             &r.spec.workflow_ref,
         )
         .is_some_and(|wf| wf.spec.state != WorkflowState::Paused)
-    });
-    let matched = each(runs, |run| {
-        let state = state.clone();
-        let namespace = who.namespace.clone();
-        async move {
-            retry_run(&state, &namespace, &run.name_any(), how)
-                .await
-                .map(drop)
-        }
+    };
+    carry_out(&state, &who.namespace, &selection, eligible, |state, namespace, id| async move {
+        retry_run(&state, &namespace, &id, how).await.map(drop)
     })
-    .await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(BulkAccepted { matched, truncated }),
-    ))
+    .await
 }

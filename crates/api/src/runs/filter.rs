@@ -103,19 +103,17 @@ fn time(value: &str) -> Result<Timestamp, String> {
         .map_err(|_| "must be an RFC 3339 time, e.g. 2026-11-27T09:00:00Z".to_string())
 }
 
-/// The query parameters of `GET /v1/runs`, for the OpenAPI document (the handler reads
-/// them with [`RunFilter::from_query`]).
+/// The filters of both run lists, for the OpenAPI document (the handlers read them
+/// with [`RunFilter::from_query`]), with the pager's parameters.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
-pub struct AccountRunsQuery {
+pub struct RunsQuery {
     /// Items per page, 1 to 100 (default 20).
     #[param(minimum = 1, maximum = 100)]
     limit: Option<u32>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
-    /// Only runs of this workflow.
-    workflow_id: Option<String>,
     /// Only runs with this status.
     status: Option<RunPhase>,
     /// Only runs with this tag, as `key:value`; repeat for several (all must match).
@@ -128,26 +126,13 @@ pub struct AccountRunsQuery {
     created_before: Option<String>,
 }
 
-/// The query parameters of `GET /v1/workflows/{id}/runs`.
+/// The account-wide list's own filter.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
-pub struct WorkflowRunsQuery {
-    /// Items per page, 1 to 100 (default 20).
-    #[param(minimum = 1, maximum = 100)]
-    limit: Option<u32>,
-    /// `next_cursor` of the previous page.
-    cursor: Option<String>,
-    /// Only runs with this status.
-    status: Option<RunPhase>,
-    /// Only runs with this tag, as `key:value`; repeat for several (all must match).
-    tag: Option<Vec<String>>,
-    /// Only runs created at or after this time (RFC 3339).
-    #[param(format = DateTime)]
-    created_after: Option<String>,
-    /// Only runs created at or before this time (RFC 3339).
-    #[param(format = DateTime)]
-    created_before: Option<String>,
+pub struct WorkflowIdQuery {
+    /// Only runs of this workflow.
+    workflow_id: Option<String>,
 }
 
 /// The filter of a bulk action, as a JSON object: the list's parameters.

@@ -67,7 +67,7 @@ fn full(state: &ApiState, run: &Run) -> RunView {
 }
 
 #[utoipa::path(get, path = "/v1/workflows/{id}/runs", operation_id = "runs.list", summary = "List runs of a workflow", tag = "runs", description = "Scope: `read`. Newest first.",
-    params(("id" = String, Path, description = "Workflow id"), filter::WorkflowRunsQuery),
+    params(("id" = String, Path, description = "Workflow id"), filter::RunsQuery),
     responses((status = 200, description = "A page of runs", body = Page<RunListItem>),
               (status = 400, description = "Bad limit, cursor or filter"),
               (status = 404, description = "No such workflow")))]
@@ -85,7 +85,7 @@ async fn list(
 
 #[utoipa::path(get, path = "/v1/runs", operation_id = "runs.listAll", summary = "List runs of every workflow", tag = "runs",
     description = "Scope: `read`. Newest first; every filter given must hold.",
-    params(filter::AccountRunsQuery),
+    params(filter::WorkflowIdQuery, filter::RunsQuery),
     responses((status = 200, description = "A page of runs", body = Page<RunListItem>),
               (status = 400, description = "Bad limit, cursor or filter")))]
 async fn list_all(
