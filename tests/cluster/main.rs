@@ -29,6 +29,7 @@ mod otel;
 mod ownership;
 mod replicas;
 mod retry;
+mod schedules;
 mod shards;
 mod spec_errors;
 #[path = "../support/stall_proxy.rs"]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -19,8 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::run_cache::RunCache;
 use flowline_core::crd::{
-    Condition, ConditionStatus, EventKind, PendingEvent, Run, RunPhase, RunTrigger, TriggerType,
-    Webhook, Workflow, WorkflowState, WorkflowStatus, set_condition,
+    Concurrency, ConcurrencyPolicy, Condition, ConditionStatus, EventKind, Overlap, PendingEvent,
+    Run, RunPhase, RunTrigger, TriggerType, Webhook, Workflow, WorkflowState, WorkflowStatus,
+    set_condition,
 };
 use flowline_core::cron::{self, Schedule};
 use flowline_core::delivery::settled::Outstanding;
@@ -52,8 +53,12 @@ pub struct Plan {
     pub new_event: Option<String>,
     /// Settled events the cap evicted.
     pub evicted: Vec<String>,
-    /// Start a scheduled run for this tick.
-    pub start_for_tick: Option<Timestamp>,
+    /// Start a scheduled run for each of these ticks, oldest first.
+    pub start_for_ticks: Vec<Timestamp>,
+    /// Those runs wait for the workflow's unfinished runs (`overlap: queue`).
+    pub queue_ticks: bool,
+    /// Cancel these unfinished runs first (`overlap: cancel_previous`).
+    pub cancel_previous: Vec<String>,
     /// When to look again without a change (the next cron tick).
     pub wake_at: Option<Timestamp>,
 }
@@ -173,7 +178,9 @@ pub fn plan(
     status.run_counts = counts;
 
     // Schedule.
-    let mut start_for_tick = None;
+    let mut start_for_ticks = Vec::new();
+    let mut cancel_previous = Vec::new();
+    let overlap = wf.spec.trigger.overlap.unwrap_or_default();
     let mut wake_at = None;
     let mut ready = (
         ConditionStatus::True,
@@ -184,8 +191,16 @@ pub fn plan(
         let cron = wf.spec.trigger.cron.as_deref().unwrap_or_default();
         match Schedule::parse(cron, wf.spec.trigger.timezone.as_deref()) {
             Ok(sched) => {
-                let due = cron::due(&sched, previous.last_schedule_time, now);
-                start_for_tick = due.run_for;
+                let window = SignedDuration::from_millis(
+                    i64::try_from(wf.spec.trigger.catchup_window_ms.unwrap_or(0)).unwrap_or(0),
+                );
+                let due = cron::due(&sched, previous.last_schedule_time, now, window);
+                let unfinished: Vec<String> = runs
+                    .iter()
+                    .filter(|r| !r.phase().is_finished())
+                    .map(|r| r.name_any())
+                    .collect();
+                (start_for_ticks, cancel_previous) = overlapping(overlap, due.run_for, &unfinished);
                 status.last_schedule_time = Some(due.last);
                 wake_at = sched.next(now);
             }
@@ -235,8 +250,29 @@ pub fn plan(
         delete,
         new_event,
         evicted,
-        start_for_tick,
+        start_for_ticks,
+        queue_ticks: overlap == Overlap::Queue,
+        cancel_previous,
         wake_at,
+    }
+}
+
+/// What the due `ticks` of a schedule start under `overlap`, given the workflow's
+/// `unfinished` runs (by name), and which of those to cancel first. `skip` and
+/// `cancel_previous` start at most one run, for the latest tick: the older ones
+/// would overlap it. Pure.
+fn overlapping(
+    overlap: Overlap,
+    ticks: Vec<Timestamp>,
+    unfinished: &[String],
+) -> (Vec<Timestamp>, Vec<String>) {
+    let latest: Vec<Timestamp> = ticks.last().copied().into_iter().collect();
+    match overlap {
+        Overlap::Allow | Overlap::Queue => (ticks, Vec::new()),
+        Overlap::Skip if unfinished.is_empty() => (latest, Vec::new()),
+        Overlap::Skip => (Vec::new(), Vec::new()),
+        Overlap::CancelPrevious if latest.is_empty() => (latest, Vec::new()),
+        Overlap::CancelPrevious => (latest, unfinished.to_vec()),
     }
 }
 
@@ -271,25 +307,6 @@ pub struct Context {
     pub backoff: super::backoff::ReconcileBackoff,
 }
 
-/// The scheduled run of one tick has a name derived from the workflow's uid and the
-/// tick, so a second replica or a restarted operator cannot start it twice, and two
-/// workflows (however alike their names) never share one. The name's prefix is only
-/// for people reading `kubectl get runs`.
-pub fn scheduled_run_name(workflow: &str, workflow_uid: &str, tick: Timestamp) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::new()
-        .chain_update(workflow_uid.as_bytes())
-        .chain_update(b"/")
-        .chain_update(tick.as_second().to_be_bytes())
-        .finalize();
-    let prefix: String = workflow.chars().take(40).collect();
-    format!(
-        "{}-{}",
-        prefix.trim_end_matches(['-', '.']),
-        hex::encode(&digest[..8])
-    )
-}
-
 /// Creates the run of a schedule tick. A name conflict is swallowed only when the
 /// existing Run is this workflow's (the tick already has its run); any other Run
 /// holding the name is an error, never a silently lost tick.
@@ -297,15 +314,23 @@ async fn start_scheduled(
     api: &Api<Run>,
     wf: &Workflow,
     tick: Timestamp,
+    created: Timestamp,
+    queue: bool,
 ) -> Result<(), ReconcileError> {
     let name = wf.name_any();
     let uid = wf.uid().unwrap_or_default();
-    let run_name = scheduled_run_name(&name, &uid, tick);
-    let mut run = Run::of_workflow(wf, &run_name, RunTrigger::Schedule, None, Timestamp::now());
-    run.annotations_mut().insert(
-        flowline_core::crd::timestamps::SCHEDULED_FOR_ANNOTATION.into(),
-        flowline_core::clock::format_ts(tick),
-    );
+    let mut run = Run::of_schedule(wf, tick, created);
+    if queue && let Some(version) = run.spec.workflow.as_mut() {
+        // `overlap: queue`: one run of the workflow at a time, unless the workflow
+        // bounds its runs itself. Every unfinished run of the workflow holds a slot of
+        // its group, so this run waits `queued` for all of them.
+        version.concurrency.get_or_insert(Concurrency {
+            limit: 1,
+            key: None,
+            policy: ConcurrencyPolicy::Queue,
+        });
+    }
+    let run_name = run.name_any();
     match api.create(&PostParams::default(), &run).await {
         Ok(_) => {
             tracing::info!(workflow = %name, tick = %tick, run = %run_name, "scheduled run started");
@@ -322,6 +347,21 @@ async fn start_scheduled(
                 Err(ReconcileError::RunNameTaken(run_name))
             }
         }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Asks the unfinished run `name` to stop for a newer scheduled run (`overlap:
+/// cancel_previous`); a run gone meanwhile needs nothing.
+async fn cancel_for_schedule(api: &Api<Run>, name: &str) -> Result<(), ReconcileError> {
+    let patch = json!({"spec": {"cancel": true, "cancelReason": "cancelled by the schedule's next run (overlap cancel_previous)"}});
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.patch(name, &params, &Patch::Merge(patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -363,8 +403,13 @@ async fn reconcile(
             Err(e) => return Err(e.into()),
         }
     }
-    if let Some(tick) = plan.start_for_tick {
-        start_scheduled(&run_api, wf, tick).await?;
+    for victim in &plan.cancel_previous {
+        cancel_for_schedule(&run_api, victim).await?;
+    }
+    for (i, tick) in plan.start_for_ticks.iter().enumerate() {
+        // A millisecond apart: their creation order is the ticks' order.
+        let created = now + SignedDuration::from_millis(i as i64);
+        start_scheduled(&run_api, wf, *tick, created, plan.queue_ticks).await?;
     }
     let recorded = plan
         .new_event
@@ -553,6 +598,7 @@ fn owning_workflows(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowline_core::crd::scheduled_run_name;
 
     /// No run has an unfinished parent.
     fn no_parent(_: &str) -> bool {
@@ -982,5 +1028,44 @@ mod tests {
         );
         let long = scheduled_run_name(&"x".repeat(250), "u", tick);
         assert!(long.len() <= 63 && long.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    }
+
+    #[test]
+    fn overlap_decides_what_due_ticks_start_and_what_they_cancel() {
+        let at = |m: i64| Timestamp::from_second(m * 60).unwrap();
+        let (two, none) = (vec![at(1), at(2)], Vec::<Timestamp>::new());
+        let busy = vec!["run-a".to_string()];
+        let idle: Vec<String> = Vec::new();
+        let table: [(
+            Overlap,
+            &Vec<Timestamp>,
+            &Vec<String>,
+            Vec<Timestamp>,
+            Vec<String>,
+        ); 9] = [
+            (Overlap::Allow, &two, &busy, two.clone(), vec![]),
+            (Overlap::Queue, &two, &busy, two.clone(), vec![]),
+            (Overlap::Skip, &two, &busy, vec![], vec![]),
+            (Overlap::Skip, &two, &idle, vec![at(2)], vec![]),
+            (
+                Overlap::CancelPrevious,
+                &two,
+                &busy,
+                vec![at(2)],
+                busy.clone(),
+            ),
+            (Overlap::CancelPrevious, &two, &idle, vec![at(2)], vec![]),
+            // No tick due: nothing starts, nothing is cancelled.
+            (Overlap::CancelPrevious, &none, &busy, vec![], vec![]),
+            (Overlap::Skip, &none, &idle, vec![], vec![]),
+            (Overlap::Allow, &none, &busy, vec![], vec![]),
+        ];
+        for (overlap, ticks, unfinished, start, cancel) in table {
+            assert_eq!(
+                overlapping(overlap, ticks.clone(), unfinished),
+                (start, cancel),
+                "{overlap:?} {ticks:?} {unfinished:?}"
+            );
+        }
     }
 }

@@ -149,6 +149,10 @@ pub struct RunView {
     pub cancel_requested: bool,
     /// The event that started the run (`trigger: event`), else `null`.
     pub event_id: Option<String>,
+    /// The schedule tick a `schedule` run is for (`trigger.scheduled_at` in templates),
+    /// else `null`.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub scheduled_at: Option<ApiTime>,
     /// The workflow version (its `metadata.generation`) this run executes: the steps
     /// and settings it had when the run was created; later edits do not change it.
     pub workflow_generation: Option<i64>,
@@ -197,6 +201,7 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
         payload: run.spec.payload.clone().unwrap_or_else(|| json!({})),
         cancel_requested: run.spec.cancel,
         event_id: run.spec.event.as_ref().map(|e| e.id.clone()),
+        scheduled_at: run.scheduled_for().map(ApiTime),
         workflow_generation: run.workflow_generation(),
         idempotency_key: run.spec.idempotency_key.clone(),
         retry_of: run.spec.retry_of.clone(),

@@ -602,3 +602,82 @@ async fn an_address_over_its_unauthenticated_budget_is_rate_limited() {
     );
     api.assert_untouched();
 }
+
+/// A backfill is refused on its key, its body, its workflow and its span before any
+/// run is created.
+#[tokio::test]
+async fn a_backfill_is_refused_on_its_key_body_workflow_and_span() {
+    let api = World::default()
+        .workflow(workflow(
+            "wf-nightly",
+            json!({"state": "active", "trigger": {"type": "schedule", "cron": "0 2 * * *"}}),
+        ))
+        .workflow(workflow(
+            "wf-paused",
+            json!({"state": "paused", "trigger": {"type": "schedule", "cron": "0 2 * * *"}}),
+        ))
+        .workflow(workflow("wf-draft", json!({})))
+        .workflow(workflow_in(
+            OTHER_NS,
+            "wf-theirs",
+            json!({"trigger": {"type": "schedule", "cron": "0 2 * * *"}}),
+        ))
+        .start();
+    let span = json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-03T00:00:00Z"});
+    let path = "/v1/workflows/wf-nightly/backfill";
+    api.send(call("POST", path).value(span.clone()).build())
+        .await
+        .error(401, "unauthenticated");
+    for key in [READ, WRITE, NO_SCOPE] {
+        api.send(call("POST", path).key(key).value(span.clone()).build())
+            .await
+            .error(403, "insufficient_scope");
+    }
+    let send = |path: &'static str, body: Value| {
+        api.send(call("POST", path).key(EXECUTE).value(body).build())
+    };
+    for (body, field) in [
+        (json!({}), "from"),
+        (json!({"from": "2026-01-01T00:00:00Z"}), "to"),
+        (
+            json!({"from": "soon", "to": "2026-01-03T00:00:00Z"}),
+            "from",
+        ),
+        (
+            json!({"from": "2026-01-03T00:00:00Z", "to": "2026-01-01T00:00:00Z"}),
+            "to",
+        ),
+        (
+            json!({"from": "2026-01-01T00:00:00Z", "to": "2999-01-01T00:00:00Z"}),
+            "to",
+        ),
+        (
+            json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "x": 1}),
+            "x",
+        ),
+        // Daily at 02:00: 1,001 days hold more than 1,000 ticks.
+        (
+            json!({"from": "2021-01-01T00:00:00Z", "to": "2023-12-31T00:00:00Z"}),
+            "to",
+        ),
+    ] {
+        let answer = send(path, body.clone()).await;
+        answer.error(400, "validation_error");
+        assert_eq!(answer.fields(), [field], "{body}");
+    }
+    send("/v1/workflows/wf-draft/backfill", span.clone())
+        .await
+        .error(400, "validation_error");
+    send("/v1/workflows/wf-paused/backfill", span.clone())
+        .await
+        .error(409, "workflow_paused");
+    for path in [
+        "/v1/workflows/wf-nope/backfill",
+        "/v1/workflows/wf-theirs/backfill",
+    ] {
+        send(path, span.clone())
+            .await
+            .error(404, "workflow_not_found");
+    }
+    api.assert_untouched();
+}

@@ -17,7 +17,7 @@ use crate::state::ApiConfig;
 use flowline_core::crd::{
     Action, CancelOn, Concurrency, ConcurrencyPolicy, Executor, MAX_CONCURRENCY_KEY,
     MAX_CONCURRENCY_LIMIT, MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM,
-    MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
+    MAX_RUN_TIMEOUT_MS, MAX_STEPS, Overlap, RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
 };
 use flowline_core::cron::Schedule;
 
@@ -75,6 +75,14 @@ pub struct TriggerInput {
     pub cron: Option<String>,
     /// IANA time zone, e.g. `Europe/Paris`; only for `schedule` (default `UTC`).
     pub timezone: Option<String>,
+    /// What a tick does while an earlier run is unfinished: `allow` (default), `skip`,
+    /// `queue` or `cancel_previous`. Only for `schedule`.
+    pub overlap: Option<Overlap>,
+    /// Every tick missed within this many milliseconds before now runs after downtime
+    /// (the newest 100 at most); 0 (default): only the latest missed tick. At most 7
+    /// days. Only for `schedule`.
+    #[schema(minimum = 0, maximum = 604_800_000)]
+    pub catchup_window_ms: Option<u64>,
     /// The event name that starts runs; required for `event`, refused otherwise.
     #[schema(
         min_length = 1,
@@ -442,6 +450,9 @@ impl WorkflowPatchBody {
     }
 }
 
+/// The longest catch-up window of a schedule: 7 days.
+pub const MAX_CATCHUP_WINDOW_MS: u64 = 604_800_000;
+
 impl TriggerInput {
     fn check(&self, p: &mut Problems) {
         if self.type_ != TriggerType::Event {
@@ -466,6 +477,8 @@ impl TriggerInput {
             for (extra, given) in [
                 ("cron", self.cron.is_some()),
                 ("timezone", self.timezone.is_some()),
+                ("overlap", self.overlap.is_some()),
+                ("catchup_window_ms", self.catchup_window_ms.is_some()),
             ] {
                 if given {
                     p.add(
@@ -490,6 +503,15 @@ impl TriggerInput {
             }
             None => p.add("trigger.cron", "is required when trigger.type is schedule"),
         }
+        if self
+            .catchup_window_ms
+            .is_some_and(|ms| ms > MAX_CATCHUP_WINDOW_MS)
+        {
+            p.add(
+                "trigger.catchup_window_ms",
+                format!("must be at most {MAX_CATCHUP_WINDOW_MS} (7 days)"),
+            );
+        }
         if let Some(tz) = &self.timezone
             && jiff::tz::db().get(tz).is_err()
         {
@@ -507,6 +529,8 @@ impl TriggerInput {
                 type_: self.type_,
                 cron: None,
                 timezone: None,
+                overlap: None,
+                catchup_window_ms: None,
                 event: self.event.clone().filter(|_| event),
                 filter: self.filter.clone().filter(|_| event),
             };
@@ -515,6 +539,8 @@ impl TriggerInput {
             type_: TriggerType::Schedule,
             cron: self.cron.as_deref().map(|c| c.trim().to_string()),
             timezone: self.timezone.clone(),
+            overlap: self.overlap,
+            catchup_window_ms: self.catchup_window_ms,
             event: None,
             filter: None,
         }

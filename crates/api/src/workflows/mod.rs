@@ -1,6 +1,7 @@
 //! `/v1/workflows`: the stored automations, and the rotation of a webhook-triggered
 //! workflow's inbound secret (kept by [`crate::hooks::secret`]).
 
+pub mod backfill;
 pub mod input;
 pub mod views;
 
@@ -40,6 +41,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(list, create))
         .routes(routes!(show, update, remove))
         .routes(routes!(rotate_hook_secret))
+        .merge(backfill::router())
 }
 
 /// The workflow from the cache, or `workflow_not_found` (also for other accounts).

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use crate::plumbing::time::ApiTime;
 use flowline_core::crd::timestamps::{created_at, updated_at};
 use flowline_core::crd::{
-    Action, CancelOn, ConcurrencyPolicy, Executor, TriggerType, Workflow, WorkflowState,
+    Action, CancelOn, ConcurrencyPolicy, Executor, Overlap, TriggerType, Workflow, WorkflowState,
 };
 
 /// Workflow list item.
@@ -47,6 +47,12 @@ pub struct TriggerView {
     pub cron: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// `schedule` only: what a tick does while an earlier run is unfinished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<Overlap>,
+    /// `schedule` only: how far back missed ticks run after downtime (0: the latest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catchup_window_ms: Option<u64>,
     /// `event` only: the event name that starts runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
@@ -133,6 +139,8 @@ impl From<&Workflow> for WorkflowView {
                 type_: spec.trigger.type_,
                 cron: None,
                 timezone: None,
+                overlap: None,
+                catchup_window_ms: None,
                 event: None,
                 filter: None,
             },
@@ -140,6 +148,8 @@ impl From<&Workflow> for WorkflowView {
                 type_: TriggerType::Event,
                 cron: None,
                 timezone: None,
+                overlap: None,
+                catchup_window_ms: None,
                 event: spec.trigger.event.clone(),
                 filter: Some(spec.trigger.filter.clone()),
             },
@@ -152,6 +162,8 @@ impl From<&Workflow> for WorkflowView {
                         .clone()
                         .unwrap_or_else(|| "UTC".into()),
                 ),
+                overlap: Some(spec.trigger.overlap.unwrap_or_default()),
+                catchup_window_ms: Some(spec.trigger.catchup_window_ms.unwrap_or(0)),
                 event: None,
                 filter: None,
             },

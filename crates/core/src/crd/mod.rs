@@ -23,7 +23,7 @@ pub use event::{
 pub use run::{
     ApprovalDecision, CallbackReceived, CallbackToken, DEFAULT_PRIORITY, EventDetail,
     IterationRecord, MatchedEvent, ParentRef, ReusedStep, Run, RunPhase, RunSpec, RunStatus,
-    RunTrigger, StepPhase, StepRecord, Verdict, WorkflowSnapshot,
+    RunTrigger, StepPhase, StepRecord, Verdict, WorkflowSnapshot, scheduled_run_name,
 };
 pub use webhook::{
     DeliveryAttempt, RetryingEvent, SecretReference, Webhook, WebhookSpec, WebhookStatus,
@@ -32,8 +32,8 @@ pub use workflow::{
     Action, Concurrency, ConcurrencyPolicy, DEFAULT_FOR_EACH_CONCURRENCY, DEFAULT_PARALLELISM,
     Executor, History, MAX_CONCURRENCY_KEY, MAX_CONCURRENCY_LIMIT, MAX_FOR_EACH,
     MAX_FOR_EACH_CONCURRENCY, MAX_FOR_EACH_ITEMS, MAX_ITERATION_RECORDS, MAX_PARALLELISM,
-    MAX_RUN_TIMEOUT_MS, MAX_STEPS, RetryPolicy, RunCounts, Step, Trigger, TriggerType, Workflow,
-    WorkflowSpec, WorkflowState, WorkflowStatus,
+    MAX_RUN_TIMEOUT_MS, MAX_STEPS, Overlap, RetryPolicy, RunCounts, Step, Trigger, TriggerType,
+    Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -406,6 +406,30 @@ impl Run {
         run
     }
 
+    /// The run of schedule tick `tick` of `wf`, created at `created`: named after the
+    /// workflow's uid and the tick ([`scheduled_run_name`]), so the schedule, a
+    /// restarted operator and a backfill never start a tick twice; `trigger.scheduled_at`
+    /// is the tick.
+    pub fn of_schedule(wf: &Workflow, tick: Timestamp, created: Timestamp) -> Run {
+        use kube::ResourceExt;
+        let name = scheduled_run_name(&wf.name_any(), &wf.uid().unwrap_or_default(), tick);
+        let mut run = Run::of_workflow(wf, &name, RunTrigger::Schedule, None, created);
+        run.annotations_mut().insert(
+            super::timestamps::SCHEDULED_FOR_ANNOTATION.into(),
+            crate::clock::format_ts(tick),
+        );
+        run
+    }
+
+    /// The tick a scheduled run is for (`trigger.scheduled_at`).
+    pub fn scheduled_for(&self) -> Option<Timestamp> {
+        use kube::ResourceExt;
+        self.annotations()
+            .get(super::timestamps::SCHEDULED_FOR_ANNOTATION)?
+            .parse()
+            .ok()
+    }
+
     /// The workflow generation this run executes: the pinned copy's, or for a run
     /// created before runs were pinned, the one recorded when it started.
     pub fn workflow_generation(&self) -> Option<i64> {
@@ -652,4 +676,23 @@ pub struct IterationRecord {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// The scheduled run of one tick has a name derived from the workflow's uid and the
+/// tick, so a second replica or a restarted operator cannot start it twice, and two
+/// workflows (however alike their names) never share one. The name's prefix is only
+/// for people reading `kubectl get runs`.
+pub fn scheduled_run_name(workflow: &str, workflow_uid: &str, tick: Timestamp) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(workflow_uid.as_bytes())
+        .chain_update(b"/")
+        .chain_update(tick.as_second().to_be_bytes())
+        .finalize();
+    let prefix: String = workflow.chars().take(40).collect();
+    format!(
+        "{}-{}",
+        prefix.trim_end_matches(['-', '.']),
+        hex::encode(&digest[..8])
+    )
 }

@@ -224,6 +224,7 @@ impl WorkflowState {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.type == 'schedule' ? has(self.cron) : !has(self.cron)").message("trigger.cron is required when trigger.type is schedule, and not allowed otherwise"))]
 #[x_kube(validation = Rule::new("self.type == 'schedule' || !has(self.timezone)").message("trigger.timezone is only allowed when trigger.type is schedule"))]
+#[x_kube(validation = Rule::new("self.type == 'schedule' || (!has(self.overlap) && !has(self.catchupWindowMs))").message("trigger.overlap and trigger.catchupWindowMs are only allowed when trigger.type is schedule"))]
 #[x_kube(validation = Rule::new("self.type == 'event' ? has(self.event) : !has(self.event)").message("trigger.event is required when trigger.type is event, and not allowed otherwise"))]
 #[x_kube(validation = Rule::new("self.type == 'event' || !has(self.filter)").message("trigger.filter is only allowed when trigger.type is event"))]
 pub struct Trigger {
@@ -242,6 +243,18 @@ pub struct Trigger {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]
     pub timezone: Option<String>,
+    /// What a tick does while an earlier run of the workflow is unfinished: `allow`
+    /// (default: start anyway), `skip` (start nothing), `queue` (start a run that waits
+    /// `queued` until the earlier ones end) or `cancel_previous` (cancel them, then
+    /// start). Only for `schedule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<Overlap>,
+    /// After the operator was stopped: every tick missed within this many milliseconds
+    /// before now runs, oldest first (the newest 100 at most). 0 or unset: only the
+    /// latest missed tick runs. At most 7 days. Only for `schedule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 604_800_000))]
+    pub catchup_window_ms: Option<u64>,
     /// The event name that starts runs; required for `event`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
@@ -253,12 +266,31 @@ pub struct Trigger {
     pub filter: Option<String>,
 }
 
+/// What a schedule tick does while an earlier run of its workflow is unfinished.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// Start the tick's run anyway.
+    #[default]
+    Allow,
+    /// Start nothing for the tick.
+    Skip,
+    /// Start a run that waits `queued` until the earlier runs have ended.
+    Queue,
+    /// Cancel the earlier runs, then start the tick's run.
+    CancelPrevious,
+}
+
 impl Default for Trigger {
     fn default() -> Self {
         Trigger {
             type_: TriggerType::Manual,
             cron: None,
             timezone: None,
+            overlap: None,
+            catchup_window_ms: None,
             event: None,
             filter: None,
         }

@@ -16,6 +16,9 @@ pub fn trigger(run: &Run) -> Value {
     if let Some(event) = &run.spec.event {
         trigger["event"] = json!({"id": event.id, "name": event.name});
     }
+    if let Some(tick) = run.scheduled_for() {
+        trigger["scheduled_at"] = json!(crate::clock::format_ts(tick));
+    }
     trigger
 }
 

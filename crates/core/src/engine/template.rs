@@ -23,7 +23,7 @@ pub const ITERATION_ROOTS: [&str; 2] = ["item", "index"];
 /// Every variable of the context, under [`ROOTS`] and [`ITERATION_ROOTS`], with a
 /// one-line description: what the workflow reference lists (`crate::reference`).
 /// `<id>`, `<name>` and `<key>` stand for a step id, a Secret name and one of its keys.
-pub const VARIABLES: [(&str, &str); 14] = [
+pub const VARIABLES: [(&str, &str); 15] = [
     (
         "trigger.payload",
         "The run's payload: the JSON object the run was started with (`{}` without one).",
@@ -37,6 +37,11 @@ pub const VARIABLES: [(&str, &str); 14] = [
         "trigger.event",
         "A run started by an event (`POST /v1/events`): `{\"id\", \"name\"}` of that event; \
          absent for other runs.",
+    ),
+    (
+        "trigger.scheduled_at",
+        "A run started by a schedule (or a backfill): the RFC 3339 time of its tick; absent \
+         for other runs.",
     ),
     (
         "trigger.type",

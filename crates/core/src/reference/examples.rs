@@ -111,7 +111,8 @@ pub fn context() -> Value {
                 "webhook-id": "msg_2mVq",
                 "webhook-timestamp": "1772366400"
             },
-            "event": {"id": "evt_3k9x2m7q1d", "name": "order.created"}
+            "event": {"id": "evt_3k9x2m7q1d", "name": "order.created"},
+            "scheduled_at": "2026-03-02T08:00:00Z"
         },
         "run": {"id": "order-fulfilment-x7k2p"},
         "workflow": {"id": "order-fulfilment", "name": "Order fulfilment"},
