@@ -4,7 +4,7 @@
 
 const CAMEL = {
   timeout_ms: 'timeoutMs', max_attempts: 'maxAttempts', backoff_ms: 'backoffMs', backoff_factor: 'backoffFactor',
-  for_each: 'forEach', cancel_on: 'cancelOn',
+  for_each: 'forEach', cancel_on: 'cancelOn', catchup_window_ms: 'catchupWindowMs',
 };
 
 function camel(value, inWith) {
@@ -23,7 +23,7 @@ function camel(value, inWith) {
 export function manifest(wf) {
   const spec = camel({
     name: wf.name, description: wf.description, state: wf.state, trigger: wf.trigger,
-    executor: wf.executor, timeout_ms: wf.timeout_ms, concurrency: wf.concurrency, cancel_on: wf.cancel_on,
+    executor: wf.executor, timeout_ms: wf.timeout_ms, concurrency: wf.concurrency, priority: wf.priority, cancel_on: wf.cancel_on,
     steps: (wf.steps || []).map((s) => ({ ...s, with: s.with && Object.keys(s.with).length ? s.with : null })),
   }, false);
   return { apiVersion: 'flowline.io/v1', kind: 'Workflow', metadata: { name: wf.id }, spec };

@@ -60,7 +60,15 @@ function draw(main, view) {
           input('trigger.cron', 'Cron expression (minute hour day month weekday)', t.cron, (v) => { t.cron = v; drawPreview(); }, { placeholder: '*/5 * * * *', spellcheck: 'false', class: 'mono' }),
           input('trigger.timezone', 'Timezone (IANA)', t.timezone || 'UTC', (v) => { t.timezone = v; drawPreview(); }, { list: 'timezones', spellcheck: 'false' })),
         h('datalist', { id: 'timezones' }, (Intl.supportedValuesOf ? Intl.supportedValuesOf('timeZone') : ['UTC']).map((z) => h('option', { value: z }))),
-        preview);
+        preview,
+        h('div.grid', {},
+          h('div.field', {}, h('label', { for: 'trigger-overlap' }, 'While an earlier run is unfinished'),
+            h('select', { id: 'trigger-overlap', 'data-field': 'trigger.overlap', onchange: (e) => { t.overlap = e.target.value; changed(); } },
+              [['allow', 'start anyway'], ['skip', 'skip the tick'], ['queue', 'queue the run until it ends'], ['cancel_previous', 'cancel it and start']]
+                .map(([v, l]) => h('option', { value: v, selected: (t.overlap || 'allow') === v }, l)))),
+          input('trigger.catchup_window_ms', 'Catch-up window after downtime (ms, 0: the latest missed tick only)', t.catchup_window_ms ?? 0,
+            (v) => { t.catchup_window_ms = /^\d+$/.test(v.trim()) ? Number(v) : v.trim(); }, { inputmode: 'numeric' })),
+        id && session.can('execute') ? backfillForm(id) : null);
       drawPreview();
     } else if (t.type === 'webhook') {
       const url = id ? `${location.origin}/v1/hooks/${id}` : 'saved workflows get a hook URL';
@@ -156,7 +164,8 @@ function draw(main, view) {
   const yamlText = h('pre.yaml', { id: 'yaml', tabindex: '0' });
   const request = () => ({
     name: model.name, description: model.description || null, trigger: model.trigger,
-    executor: model.executor || null, timeout_ms: model.timeout_ms || null, cancel_on: cancelOn(), steps: toApiSteps(model.steps),
+    executor: model.executor || null, timeout_ms: model.timeout_ms || null, priority: model.priority || null,
+    cancel_on: cancelOn(), steps: toApiSteps(model.steps),
   });
   const yaml = () => toYaml(manifest({ ...view.saved, ...request(), id: id || 'wf-new', concurrency: view.saved?.concurrency }));
   const changed = () => { if (!yamlPanel.hidden) yamlText.textContent = yaml(); };
@@ -184,7 +193,11 @@ function draw(main, view) {
         h('select', { id: 'wf-executor', 'data-field': 'executor', onchange: (e) => { model.executor = e.target.value || null; changed(); } },
           [['', 'operator default'], ['inline', 'inline (inside the operator)'], ['job', 'job (a Kubernetes Job per attempt)']]
             .map(([v, l]) => h('option', { value: v, selected: (model.executor || '') === v }, l)))),
-      input('timeout_ms', 'Run timeout (ms, empty: none)', model.timeout_ms, (v) => { model.timeout_ms = /^\d+$/.test(v.trim()) ? Number(v) : (v.trim() || null); }, { inputmode: 'numeric' }))),
+      input('timeout_ms', 'Run timeout (ms, empty: none)', model.timeout_ms, (v) => { model.timeout_ms = /^\d+$/.test(v.trim()) ? Number(v) : (v.trim() || null); }, { inputmode: 'numeric' }),
+      h('div.field', {}, h('label', { for: 'wf-priority' }, 'Priority of its runs (1 first … 5 last)'),
+        h('select', { id: 'wf-priority', 'data-field': 'priority', onchange: (e) => { model.priority = e.target.value ? Number(e.target.value) : null; changed(); } },
+          [['', 'default (3)'], ['1', '1'], ['2', '2'], ['3', '3'], ['4', '4'], ['5', '5']]
+            .map(([v, l]) => h('option', { value: v, selected: String(model.priority || '') === v }, l)))))),
   h('fieldset', { disabled: !canWrite },
     h('legend', {}, 'Cancel on events'),
     h('p.help', {}, 'An event of one of these names posted to POST /v1/events cancels the unfinished runs of this workflow for which its match holds (no match: all of them).'),
@@ -360,4 +373,37 @@ function showErrors(root, box, e) {
     : h('p', {}, errorText(e)),
   unplaced.length ? h('ul', {}, unplaced.map((u) => h('li', {}, u))) : null);
   (first?.matches('input, select, textarea') ? first : first?.querySelector('input, select, textarea') || box)?.focus?.();
+}
+
+/** Runs for a saved schedule's past ticks between two times (POST …/backfill). */
+function backfillForm(id) {
+  const local = (d) => new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
+  const now = new Date();
+  const from = h('input', { id: 'backfill-from', type: 'datetime-local', value: local(new Date(now.getTime() - 86400000)) });
+  const to = h('input', { id: 'backfill-to', type: 'datetime-local', value: local(now) });
+  const said = h('p.help', { id: 'backfill-status', 'aria-live': 'polite' });
+  const button = h('button.secondary', {
+    type: 'button', id: 'backfill',
+    onclick: async () => {
+      button.disabled = true;
+      try {
+        const answer = await post(`/workflows/${encodeURIComponent(id)}/backfill`, {
+          from: new Date(from.value).toISOString(), to: new Date(to.value).toISOString(),
+        });
+        said.textContent = `${answer.runs} run${answer.runs === 1 ? '' : 's'} started (ticks that already had a run are left out).`;
+        said.className = 'help';
+      } catch (err) {
+        said.textContent = errorText(err);
+        said.className = 'help error';
+      } finally {
+        button.disabled = false;
+      }
+    },
+  }, 'Backfill');
+  return h('div.backfill', { role: 'group', 'aria-labelledby': 'backfill-title' },
+    h('h3', { id: 'backfill-title' }, 'Backfill past ticks'),
+    h('div.row', {},
+      h('label', { for: 'backfill-from' }, 'From'), from,
+      h('label', { for: 'backfill-to' }, 'To'), to, button),
+    said);
 }

@@ -376,6 +376,38 @@ class Console(unittest.TestCase):
         self.text_in("#schedule-preview", "Every 15 minutes")
         self.shot("schedule-preview")
 
+    def test_06h_a_schedule_sets_overlap_catch_up_and_priority_and_backfills_past_ticks(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-trigger-type")
+        self.set_value(self.find("#wf-name"), "Hourly report")
+        Select(self.find("#wf-trigger-type")).select_by_value("schedule")
+        self.set_value(self.find("#wf-trigger-cron"), "0 * * * *")
+        Select(self.find("#trigger-overlap")).select_by_value("skip")
+        self.set_value(self.find("#wf-trigger-catchup_window_ms"), "3600000")
+        Select(self.find("#wf-priority")).select_by_value("2")
+        self.add_step("transform", "stamp")
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        saved = self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1])
+        self.assertEqual(saved["trigger"]["overlap"], "skip", saved)
+        self.assertEqual(saved["trigger"]["catchup_window_ms"], 3600000, saved)
+        self.assertEqual(saved["priority"], 2, saved)
+        # Backfill the last three hours from the schedule editor: three runs, then none.
+        self.driver.execute_script(
+            "const d = new Date(Date.now() - 3 * 3600000 + 60000);"
+            "const local = new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);"
+            "const f = document.getElementById('backfill-from'); f.value = local;"
+            "f.dispatchEvent(new Event('input', { bubbles: true }));")
+        self.click("#backfill")
+        self.text_in("#backfill-status", "3 runs started")
+        self.click("#backfill")
+        self.text_in("#backfill-status", "0 runs started")
+        status, page = api("GET", f"/workflows/{wf}/runs?limit=100")
+        self.assertEqual(status, 200, page)
+        self.assertEqual(len(page["data"]), 3)
+        self.shot("schedule-backfill")
+
     def test_06b_a_webhook_trigger_shows_its_url_and_secret_once(self):
         self.ensure_admin()
         self.go("/workflows/new", "#wf-trigger-type")
