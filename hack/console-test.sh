@@ -19,6 +19,8 @@ for tool in chromium chromedriver; do
   }
 done
 "$repo/hack/python-deps.sh"
+# axe-core, for the accessibility check of every page the scenarios screenshot.
+axe="$("$repo/hack/npm-deps.sh")/node_modules/axe-core/axe.min.js"
 
 # shellcheck source=lib/local-server.sh
 source "$repo/hack/lib/local-server.sh"
@@ -46,5 +48,5 @@ operator_pid=$!
 wait_ready "$port" "$operator_pid" "$out/operator.log"
 
 FLOWLINE_CONSOLE_URL="http://127.0.0.1:$port" FLOWLINE_CONSOLE_NAMESPACE="$ns" FLOWLINE_ADMIN_KEY="$admin_key" \
-  FLOWLINE_READ_KEY="$read_key" FLOWLINE_CONSOLE_OUT="$out" \
+  FLOWLINE_READ_KEY="$read_key" FLOWLINE_CONSOLE_OUT="$out" FLOWLINE_AXE="$axe" \
   "$venv/bin/python" "$repo/tests/console/test_console.py" "$@"

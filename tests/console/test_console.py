@@ -5,7 +5,9 @@ Every wait is on a positive signal (WebDriverWait on an element or a state), nev
 sleep. After each scenario the browser log must hold no JavaScript error, CSP
 violation or console.error: only the network lines Chromium prints for the 4xx
 answers the console asks for on purpose (the scope probe, a refused save) are
-allowed. Each page is saved as a screenshot under $FLOWLINE_CONSOLE_OUT/screenshots.
+allowed. Each page is saved as a screenshot under $FLOWLINE_CONSOLE_OUT/screenshots,
+and checked with axe-core ($FLOWLINE_AXE, npm's axe-core, injected into the page): a
+critical or serious violation fails the scenario.
 """
 
 import http.server
@@ -32,6 +34,10 @@ NAMESPACE = os.environ["FLOWLINE_CONSOLE_NAMESPACE"]
 ADMIN_KEY = os.environ["FLOWLINE_ADMIN_KEY"]
 READ_KEY = os.environ["FLOWLINE_READ_KEY"]
 OUT = os.environ.get("FLOWLINE_CONSOLE_OUT", ".flowline/console-test")
+with open(os.environ["FLOWLINE_AXE"], encoding="utf-8") as axe_file:
+    AXE = axe_file.read()
+# The violations that fail a scenario.
+BLOCKING = ("critical", "serious")
 WAIT = 15
 
 
@@ -101,6 +107,19 @@ class Console(unittest.TestCase):
     def shot(self, name):
         Console.shots += 1
         self.driver.save_screenshot(f"{OUT}/screenshots/{Console.shots:02d}-{name}.png")
+        self.audit(name)
+
+    def audit(self, name):
+        """axe-core over the page as it is now: no critical or serious violation."""
+        self.driver.execute_script(AXE)
+        found = self.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "axe.run(document, { resultTypes: ['violations'] })"
+            "  .then((r) => done(r.violations.filter((v) => arguments[0].includes(v.impact))"
+            "    .map((v) => `${v.impact} ${v.id}: ${v.help} at ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`)))"
+            "  .catch((e) => done([`axe failed: ${e}`]));",
+            list(BLOCKING))
+        self.assertEqual(found, [], f"accessibility of {name}")
 
     def find(self, css):
         return self.wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, css)))

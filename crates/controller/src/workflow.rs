@@ -1036,36 +1036,28 @@ mod tests {
         let (two, none) = (vec![at(1), at(2)], Vec::<Timestamp>::new());
         let busy = vec!["run-a".to_string()];
         let idle: Vec<String> = Vec::new();
-        let table: [(
-            Overlap,
-            &Vec<Timestamp>,
-            &Vec<String>,
-            Vec<Timestamp>,
-            Vec<String>,
-        ); 9] = [
-            (Overlap::Allow, &two, &busy, two.clone(), vec![]),
-            (Overlap::Queue, &two, &busy, two.clone(), vec![]),
-            (Overlap::Skip, &two, &busy, vec![], vec![]),
-            (Overlap::Skip, &two, &idle, vec![at(2)], vec![]),
-            (
-                Overlap::CancelPrevious,
-                &two,
-                &busy,
-                vec![at(2)],
-                busy.clone(),
-            ),
-            (Overlap::CancelPrevious, &two, &idle, vec![at(2)], vec![]),
-            // No tick due: nothing starts, nothing is cancelled.
-            (Overlap::CancelPrevious, &none, &busy, vec![], vec![]),
-            (Overlap::Skip, &none, &idle, vec![], vec![]),
-            (Overlap::Allow, &none, &busy, vec![], vec![]),
-        ];
-        for (overlap, ticks, unfinished, start, cancel) in table {
+        let check = |overlap, ticks: &Vec<Timestamp>, unfinished: &Vec<String>, start, cancel| {
             assert_eq!(
                 overlapping(overlap, ticks.clone(), unfinished),
                 (start, cancel),
                 "{overlap:?} {ticks:?} {unfinished:?}"
             );
-        }
+        };
+        check(Overlap::Allow, &two, &busy, two.clone(), vec![]);
+        check(Overlap::Queue, &two, &busy, two.clone(), vec![]);
+        check(Overlap::Skip, &two, &busy, vec![], vec![]);
+        check(Overlap::Skip, &two, &idle, vec![at(2)], vec![]);
+        check(
+            Overlap::CancelPrevious,
+            &two,
+            &busy,
+            vec![at(2)],
+            busy.clone(),
+        );
+        check(Overlap::CancelPrevious, &two, &idle, vec![at(2)], vec![]);
+        // No tick due: nothing starts, nothing is cancelled.
+        check(Overlap::CancelPrevious, &none, &busy, vec![], vec![]);
+        check(Overlap::Skip, &none, &idle, vec![], vec![]);
+        check(Overlap::Allow, &none, &busy, vec![], vec![]);
     }
 }
