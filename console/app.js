@@ -22,8 +22,23 @@ const routes = [
 const main = document.getElementById('main');
 let stop = null;
 let generation = 0;
+// What the current view says before the user leaves it: a question to confirm, or
+// null when nothing would be lost (see `guardLeaving`).
+let leaving = null;
+let here = location.pathname + location.search;
+
+/** `check()` returns the question to ask before leaving this view, or null. */
+export function guardLeaving(check) {
+  leaving = check;
+}
+
+function mayLeave() {
+  const question = leaving && leaving();
+  return !question || confirm(question);
+}
 
 export function navigate(path, { replace = false } = {}) {
+  if (!mayLeave()) return;
   if (replace) history.replaceState(null, '', path);
   else history.pushState(null, '', path);
   render();
@@ -32,6 +47,8 @@ export function navigate(path, { replace = false } = {}) {
 async function render() {
   const mine = ++generation;
   if (stop) { stop(); stop = null; }
+  leaving = null;
+  here = location.pathname + location.search;
   shell();
   if (!session.key()) return signIn();
   if (location.pathname === '/') return navigate('/workflows', { replace: true });
@@ -115,7 +132,15 @@ function signOut(message) {
 
 document.getElementById('sign-out').addEventListener('click', () => signOut('Signed out: the key was removed from this tab'));
 window.addEventListener('flowline:unauthenticated', () => signOut('The key is no longer valid: sign in again'));
-window.addEventListener('popstate', render);
+window.addEventListener('popstate', () => {
+  // Back or forward: asked like a link; kept here (the address put back) when refused.
+  if (!mayLeave()) { history.pushState(null, '', here); return; }
+  leaving = null;
+  render();
+});
+window.addEventListener('beforeunload', (event) => {
+  if (leaving && leaving()) event.preventDefault();
+});
 document.addEventListener('click', (event) => {
   const a = event.target.closest('a[data-link]');
   if (!a || event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;

@@ -4,7 +4,7 @@
 
 import { get, post, patch, del, session } from '../api.js';
 import { h, fill, link, toast, badge, pageTitle, errorText, secretOnce, copy, download } from '../dom.js';
-import { navigate } from '../app.js';
+import { navigate, guardLeaving } from '../app.js';
 import { nextTimes, describe } from '../cron.js';
 import { manifest, toYaml } from '../yaml.js';
 import { renderSteps, newStep, toApiSteps, DEFAULT_WITH } from './steps.js';
@@ -23,6 +23,16 @@ export async function render(main, params) {
   const view = { model, saved, canWrite, accepts: await capabilities() };
   draw(main, view);
   if (view.accepts.actions.includes('workflow')) suggestWorkflows(id);
+  // Ctrl+S (Cmd+S) saves, as in an editor.
+  const saveKey = (e) => {
+    if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === 's') {
+      e.preventDefault();
+      const button = document.getElementById('save');
+      if (button && !button.disabled) button.click();
+    }
+  };
+  document.addEventListener('keydown', saveKey);
+  return () => document.removeEventListener('keydown', saveKey);
 }
 
 /** The account's other workflows, suggested by a `workflow` step's id field. */
@@ -252,6 +262,10 @@ function draw(main, view) {
   drawTrigger();
   drawCancelOn();
   renderSteps(stepList, stepCtx);
+  // Leaving with edits not saved asks first (links, back, reload, closing the tab).
+  const baseline = JSON.stringify(request());
+  guardLeaving(() => (canWrite && JSON.stringify(request()) !== baseline
+    ? 'This workflow has changes that are not saved. Leave and lose them?' : null));
 
   async function save() {
     clearErrors(main);

@@ -28,12 +28,16 @@ export async function render(main, params) {
   const declared = Object.fromEntries((workflow?.steps || []).map((s) => [s.id, s]));
 
   const head = h('div.row');
+  const banner = h('div', { id: 'decision-banner' });
+  const rerun = h('div', { id: 'rerun', hidden: true });
   const summary = h('dl.summary');
   const timeline = h('div.timeline', { id: 'timeline', role: 'img' });
   const steps = h('div.step-records', { id: 'step-records' });
   const live = h('p.sr-only', { 'aria-live': 'polite' });
   fill(main,
     pageTitle(`Run ${id}`, head),
+    banner,
+    rerun,
     h('p', {}, 'Workflow ', link(`/workflows/${run.workflow_id}/runs`, workflow?.name || run.workflow_id)),
     summary,
     h('h2', {}, 'Timeline'),
@@ -46,8 +50,67 @@ export async function render(main, params) {
   const logs = new Map();
   // The comment box of each approval step that waits.
   const comments = new Map();
+  const commentBox = (step) => {
+    if (!comments.has(step.step_id)) {
+      comments.set(step.step_id, h('textarea', { id: `comment-${step.step_id}`, rows: 2, maxlength: 1000 }));
+    }
+    return comments.get(step.step_id);
+  };
+  /** Approve or reject `step` with its comment box's text (reject after a confirmation). */
+  const decide = (step, verb, done) => async () => {
+    if (verb === 'reject' && !confirm(`Reject step ${step.step_id}? The run fails.`)) return;
+    const text = commentBox(step).value.trim() || `${done} in the console`;
+    try { run = await post(`/runs/${encodeURIComponent(run.id)}/steps/${encodeURIComponent(step.step_id)}/${verb}`, { comment: text }); draw(); } catch (err) { toast(errorText(err), 'error'); }
+  };
+  /** The first approval that waits, at the top of the page. */
+  const drawBanner = (r) => {
+    const waiting = session.can('execute') && r.steps.find((s) => s.status === 'waiting' && s.action === 'approval');
+    if (!waiting) return void fill(banner);
+    fill(banner, h('section.notice.decision', { 'aria-labelledby': 'decision-title' },
+      h('h2', { id: 'decision-title' }, `Step ${waiting.name || waiting.step_id} waits for a decision`),
+      h('p.help', {}, 'The comment, if any, is the one in the step\'s panel below.'),
+      h('div.row', {},
+        h('button.primary', { type: 'button', id: 'banner-approve', onclick: decide(waiting, 'approve', 'Approved') }, 'Approve'),
+        h('button.danger', { type: 'button', id: 'banner-reject', onclick: decide(waiting, 'reject', 'Rejected') }, 'Reject'))));
+  };
+  /** A new run of the same workflow with this run's payload, edited first. */
+  const drawRerun = (r) => {
+    const editor = h('textarea.mono', { id: 'rerun-payload', rows: 6, spellcheck: 'false', 'aria-describedby': 'rerun-status' });
+    editor.value = JSON.stringify(r.payload ?? {}, null, 2);
+    const said = h('p.help', { id: 'rerun-status', 'aria-live': 'polite' });
+    const start = async () => {
+      let payload;
+      try {
+        payload = JSON.parse(editor.value);
+        if (!payload || typeof payload !== 'object' || Array.isArray(payload)) throw new Error('the payload must be a JSON object');
+      } catch (e) {
+        said.textContent = `Not valid: ${e.message}`;
+        said.className = 'help error';
+        editor.setAttribute('aria-invalid', 'true');
+        return;
+      }
+      const body = { payload, priority: r.priority };
+      if (Object.keys(r.tags || {}).length) body.tags = r.tags;
+      try {
+        const next = await post(`/workflows/${encodeURIComponent(r.workflow_id)}/runs`, body);
+        toast('Run started');
+        navigate(`/runs/${next.id}`);
+      } catch (err) {
+        said.textContent = errorText(err);
+        said.className = 'help error';
+      }
+    };
+    fill(rerun, h('section.card', { 'aria-labelledby': 'rerun-title' },
+      h('h2', { id: 'rerun-title' }, 'Run again with an edited payload'),
+      h('label', { for: 'rerun-payload' }, 'Payload (JSON object); the new run has this run\'s tags and priority, and the workflow as it is now'),
+      editor, said,
+      h('div.row', {}, h('button.primary', { type: 'button', id: 'rerun-start', onclick: start }, 'Start the run'))));
+    rerun.hidden = false;
+    editor.focus();
+  };
   const draw = () => {
     fill(head, badge(run.status), actions(run));
+    drawBanner(run);
     fill(summary,
       h('dt', {}, 'Status'), h('dd', { id: 'run-status' }, run.status),
       h('dt', {}, 'Trigger'), h('dd', {}, run.trigger),
@@ -101,6 +164,7 @@ export async function render(main, params) {
         type: 'button', id: 'retry-current-version', onclick: retry('failed', 'current'),
         title: 'Runs the workflow as it is now; steps whose definition is unchanged keep their results',
       }, 'Retry on the current version'),
+      h('button.secondary', { type: 'button', id: 'rerun-edit', onclick: () => drawRerun(r) }, 'Run again with an edited payload…'),
     ];
   }
 
@@ -138,19 +202,10 @@ export async function render(main, params) {
     if (step.status === 'waiting' && step.action === 'approval' && session.can('execute')) {
       // Kept across redraws (every poll redraws the step), so a comment being typed
       // survives them.
-      let comment = comments.get(step.step_id);
-      if (!comment) {
-        comment = h('textarea', { id: `comment-${step.step_id}`, rows: 2, maxlength: 1000 });
-        comments.set(step.step_id, comment);
-      }
-      const decide = (verb, done) => async () => {
-        if (verb === 'reject' && !confirm(`Reject step ${step.step_id}? The run fails.`)) return;
-        const text = comment.value.trim() || `${done} in the console`;
-        try { run = await post(`/runs/${encodeURIComponent(r.id)}/steps/${encodeURIComponent(step.step_id)}/${verb}`, { comment: text }); draw(); } catch (err) { toast(errorText(err), 'error'); }
-      };
+      const comment = commentBox(step);
       body.push(h('div.field', {}, h('label', { for: comment.id }, 'Comment (optional, kept with the decision)'), comment),
-        h('div.row', {}, h('button.primary', { type: 'button', id: `approve-${step.step_id}`, onclick: decide('approve', 'Approved') }, 'Approve'),
-          h('button.danger', { type: 'button', id: `reject-${step.step_id}`, onclick: decide('reject', 'Rejected') }, 'Reject')));
+        h('div.row', {}, h('button.primary', { type: 'button', id: `approve-${step.step_id}`, onclick: decide(step, 'approve', 'Approved') }, 'Approve'),
+          h('button.danger', { type: 'button', id: `reject-${step.step_id}`, onclick: decide(step, 'reject', 'Rejected') }, 'Reject')));
     }
     fill(box, ...body);
     box.open = open;

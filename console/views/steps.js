@@ -249,7 +249,18 @@ function card(step, index, ctx, move, redraw) {
       h('span.muted', {}, step.action),
       h('button.link.danger', {
         type: 'button', disabled: ctx.disabled, 'aria-label': `Remove step ${index + 1}`,
-        onclick: () => { ctx.steps.splice(index, 1); ctx.announce('Step removed'); redraw(); },
+        onclick: () => {
+          const dependents = ctx.steps.filter((s) => s !== step && (s.needs || []).includes(step.id));
+          if (dependents.length && !confirm(`Step ${step.id} is needed by ${dependents.map((s) => s.id).join(', ')}. `
+            + 'Remove it, and remove it from their needs?')) return;
+          for (const d of dependents) {
+            d.needs = d.needs.filter((need) => need !== step.id);
+            if (!d.needs.length) d.needs = null;
+          }
+          ctx.steps.splice(index, 1);
+          ctx.announce('Step removed');
+          redraw();
+        },
       }, 'Remove')),
     h('div.grid', {},
       field('Step id', 'id', text(step.id, (v) => { step.id = v; retitle(); }, { placeholder: 'fetch-orders', autocapitalize: 'off', spellcheck: 'false' }),

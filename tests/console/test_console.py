@@ -377,6 +377,39 @@ class Console(unittest.TestCase):
         self.assertEqual(steps[0]["with"]["url"], "http://127.0.0.1:9/x")
         self.assertEqual([w["id"] for w in named()], [wf])
 
+    def test_05c_the_builder_guards_unsaved_edits_saves_on_ctrl_s_and_warns_on_a_needed_step(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-name")
+        self.set_value(self.find("#wf-name"), "Guarded")
+        self.add_step("transform", "first")
+        second = self.add_step("transform", "second")
+        self.driver.execute_script("document.querySelectorAll('#steps details.more').forEach((d) => { d.open = true; })")
+        self.set_value(self.step_field(second, "needs"), "first")
+        # Removing a step another one needs asks first; refused, nothing changes.
+        self.answer_confirm(False)
+        self.click('[aria-label="Remove step 1"]')
+        self.assertEqual(self.step_ids(), ["first", "second"])
+        # Leaving with edits not saved asks first; refused, the page stays.
+        self.click('#nav a[href="/workflows"]')
+        self.assertTrue(self.driver.current_url.endswith("/workflows/new"), self.driver.current_url)
+        self.assertEqual(self.sent("/v1/workflows"), 0)
+        # Ctrl+S saves.
+        self.find("#wf-name").send_keys(Keys.CONTROL, "s")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        steps = self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1]["steps"])
+        self.assertEqual([(s["id"], s.get("needs")) for s in steps], [("first", []), ("second", ["first"])])
+        # Accepted, the removal takes the step out of the other's needs too.
+        self.answer_confirm(True)
+        self.click('[aria-label="Remove step 1"]')
+        self.assertEqual(self.step_ids(), ["second"])
+        self.find("#wf-name").send_keys(Keys.CONTROL, "s")
+        self.wait.until(lambda d: [(s["id"], s.get("needs")) for s in api("GET", f"/workflows/{wf}")[1]["steps"]] == [("second", [])])
+        # Nothing unsaved: leaving asks nothing (a question would be refused here).
+        self.answer_confirm(False)
+        self.click('#nav a[href="/workflows"]')
+        self.wait.until(EC.url_matches(r"/workflows$"))
+
     def test_06_schedule_preview_lists_the_next_fire_times(self):
         self.ensure_admin()
         self.go("/workflows/new", "#wf-trigger-type")
@@ -782,6 +815,34 @@ class Console(unittest.TestCase):
         error = api("GET", f"/runs/{run['id']}")[1]["steps"][0]["error"]
         self.assertTrue(error.startswith("rejected by ") and error.endswith(": not this week"), error)
         self.shot("run-rejected")
+
+    def test_10f_an_approval_is_decided_from_the_banner_and_a_run_reruns_with_an_edited_payload(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Banner", [
+            {"id": "ok", "action": "approval"},
+            {"id": "echo", "action": "transform", "with": {"value": "{{ trigger.payload.n }}"}},
+        ])
+        status, run = api("POST", f"/workflows/{wf}/runs", {"payload": {"n": 1}, "tags": {"src": "banner"}, "priority": 2})
+        self.assertEqual(status, 201, run)
+        self.go(f"/runs/{run['id']}", "#banner-approve")
+        self.text_in("#decision-banner", "waits for a decision")
+        self.shot("run-decision-banner")
+        self.click("#banner-approve")
+        self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "succeeded")
+        self.assertEqual(self.driver.find_elements(By.CSS_SELECTOR, "#decision-banner section"), [])
+        self.assertEqual(api("GET", f"/runs/{run['id']}")[1]["steps"][1]["output"], 1)
+        # Run again with an edited payload: a bad one is refused in place, a good one starts.
+        self.click("#rerun-edit")
+        self.set_value(self.find("#rerun-payload"), "[1]")
+        self.click("#rerun-start")
+        self.text_in("#rerun-status", "must be a JSON object")
+        self.set_value(self.find("#rerun-payload"), '{"n": 2}')
+        self.click("#rerun-start")
+        self.wait.until(lambda d: not d.current_url.endswith(run["id"]))
+        again = self.driver.current_url.rsplit("/", 1)[1]
+        status, view = api("GET", f"/runs/{again}")
+        self.assertEqual((view["payload"], view["tags"], view["priority"]), ({"n": 2}, {"src": "banner"}, 2), view)
+        self.assertEqual(api("POST", f"/runs/{again}/cancel")[0], 202)
 
     def test_11_runs_list_filters_by_status(self):
         self.ensure_admin()
