@@ -12,7 +12,7 @@ const FALLBACK = {
 };
 
 export function capabilities() {
-  loaded = loaded || fetch('/v1/openapi.json', { cache: 'no-store' })
+  loaded = loaded || fetch('/v1/openapi.json', { cache: 'no-cache' })
     .then((res) => (res.ok ? res.json() : Promise.reject(new Error(`HTTP ${res.status}`))))
     .then((doc) => {
       const schemas = doc.components?.schemas || {};

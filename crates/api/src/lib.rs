@@ -22,7 +22,6 @@ mod testing;
 
 use axum::Router;
 use axum::middleware::from_fn_with_state;
-use axum::response::IntoResponse;
 use utoipa_axum::router::OpenApiRouter;
 
 use self::plumbing::error::ApiError;
@@ -47,7 +46,9 @@ pub fn router(state: ApiState) -> Router {
     let (keyed, hooks) = declared();
     let (keyed, keyed_doc) = keyed.split_for_parts();
     let (hooks, hooks_doc) = hooks.split_for_parts();
-    let document = std::sync::Arc::new(openapi::assemble(keyed_doc, hooks_doc));
+    let document = std::sync::Arc::new(openapi::Served::of(&openapi::assemble(
+        keyed_doc, hooks_doc,
+    )));
     keyed
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -66,9 +67,9 @@ pub fn router(state: ApiState) -> Router {
         // Added after the layer: the description is public.
         .route(
             "/v1/openapi.json",
-            axum::routing::get(move || {
+            axum::routing::get(move |headers: axum::http::HeaderMap| {
                 let document = document.clone();
-                async move { axum::Json(&*document).into_response() }
+                async move { document.answer(&headers) }
             }),
         )
         .with_state(state)
