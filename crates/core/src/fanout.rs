@@ -104,17 +104,7 @@ pub fn context(event: &FlowlineEvent) -> Value {
 /// object uid is `event_uid`. A valid object name; the prefix is for people reading
 /// `kubectl get runs`.
 pub fn run_name(workflow: &str, workflow_uid: &str, event_uid: &str) -> String {
-    let digest = Sha256::new()
-        .chain_update(event_uid.as_bytes())
-        .chain_update(b"/")
-        .chain_update(workflow_uid.as_bytes())
-        .finalize();
-    let prefix: String = workflow.chars().take(40).collect();
-    format!(
-        "{}-{}",
-        prefix.trim_end_matches(['-', '.']),
-        hex::encode(&digest[..8])
-    )
+    crate::ids::derived_run_name(workflow, &[event_uid.as_bytes(), workflow_uid.as_bytes()])
 }
 
 /// Whether `wf` starts runs on events named `name`: active, with an event trigger of

@@ -157,6 +157,16 @@ mod tests {
 
     const PINNED_FROM_FAILED: (RetryFrom, RetryVersion) = (RetryFrom::Failed, RetryVersion::Pinned);
 
+    /// The ids of the steps whose results `retry` keeps.
+    fn kept(retry: &Run) -> Vec<&str> {
+        retry
+            .spec
+            .reused_steps
+            .iter()
+            .map(|r| r.step_id.as_str())
+            .collect()
+    }
+
     fn workflow(generation: i64, steps: Value) -> Workflow {
         serde_json::from_value(json!({
             "apiVersion": "flowline.io/v1", "kind": "Workflow",
@@ -202,13 +212,7 @@ mod tests {
         assert_eq!(retry.spec.payload, Some(json!({"n": 1})));
         assert_eq!(retry.spec.trigger, flowline_core::crd::RunTrigger::Schedule);
         assert!(retry.status.is_none());
-        let kept: Vec<_> = retry
-            .spec
-            .reused_steps
-            .iter()
-            .map(|r| r.step_id.as_str())
-            .collect();
-        assert_eq!(kept, ["a"]);
+        assert_eq!(kept(&retry), ["a"]);
         assert_eq!(retry.spec.reused_steps[0].output, Some(json!({"v": 1})));
         assert_eq!(retry.spec.idempotency_key, None, "a retry is a new request");
 
@@ -252,13 +256,7 @@ mod tests {
         );
         let retry = retry_of(&first, &fixed, current, "run-2", now_ms());
         assert_eq!(retry.workflow_generation(), Some(2));
-        let kept: Vec<_> = retry
-            .spec
-            .reused_steps
-            .iter()
-            .map(|r| r.step_id.as_str())
-            .collect();
-        assert_eq!(kept, ["a"]);
+        assert_eq!(kept(&retry), ["a"]);
         assert_eq!(
             tags::of(&retry),
             std::collections::BTreeMap::from([("customer".to_string(), "acme".to_string())])

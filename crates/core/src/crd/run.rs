@@ -683,16 +683,6 @@ fn is_zero(n: &u32) -> bool {
 /// workflows (however alike their names) never share one. The name's prefix is only
 /// for people reading `kubectl get runs`.
 pub fn scheduled_run_name(workflow: &str, workflow_uid: &str, tick: Timestamp) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::new()
-        .chain_update(workflow_uid.as_bytes())
-        .chain_update(b"/")
-        .chain_update(tick.as_second().to_be_bytes())
-        .finalize();
-    let prefix: String = workflow.chars().take(40).collect();
-    format!(
-        "{}-{}",
-        prefix.trim_end_matches(['-', '.']),
-        hex::encode(&digest[..8])
-    )
+    let second = tick.as_second().to_be_bytes();
+    crate::ids::derived_run_name(workflow, &[workflow_uid.as_bytes(), &second])
 }
