@@ -228,6 +228,12 @@ pub struct ControllerArgs {
     /// 0 = no bound.
     #[arg(long, default_value = "500", value_name = "RUNS")]
     pub max_runs_per_account: u32,
+    /// How many step attempts execute at once on this replica, every run's together;
+    /// further attempts wait for a place, in order, before they start. Bounds what
+    /// one run's parallelism and forEachConcurrency could hold (up to 5,000 attempts).
+    /// 0 = no bound.
+    #[arg(long, default_value = "1000", value_name = "ATTEMPTS")]
+    pub max_step_attempts: usize,
     /// Image of step Jobs running built-in actions (the operator's own image).
     #[arg(
         long,

@@ -542,6 +542,52 @@ async fn queued_runs_start_by_priority_then_age_across_a_restart() {
     assert_eq!(by_start, started, "started by priority, then age");
 }
 
+/// `--max-step-attempts 2`: a forEach of six one-second delays that may run six at
+/// once runs two at a time; the iterations' recorded spans never overlap three deep.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn an_operator_runs_at_most_its_bound_of_step_attempts_at_once() {
+    let api = TestApi::start("fc-attempts").await;
+    let key = api.admin_key.clone();
+    let wf = api
+        .workflow(&WorkflowBuilder::new("Wide").steps(json!([
+            {"id": "each", "action": "delay", "for_each": "{{ trigger.payload.items }}",
+             "for_each_concurrency": 6, "with": {"ms": 1000}}])))
+        .await;
+    let (_operator, port) = Process::operator(&api.ns, &["--no-api", "--max-step-attempts", "2"]);
+    ready(port).await;
+    let run = api
+        .start_run(
+            &key,
+            &wf,
+            Some(json!({"payload": {"items": [1, 2, 3, 4, 5, 6]}})),
+        )
+        .await;
+    let view = api.finished_view(&key, &run, MINUTE).await;
+    assert_eq!(view["status"], "succeeded", "{view}");
+    let spans: Vec<(String, String)> = view["steps"][0]["iterations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let at = |k: &str| i[k].as_str().unwrap().to_string();
+            (at("started_at"), at("finished_at"))
+        })
+        .collect();
+    assert_eq!(spans.len(), 6, "{view}");
+    let most = spans
+        .iter()
+        .map(|(start, _)| {
+            spans
+                .iter()
+                .filter(|(s, f)| s <= start && start < f)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert_eq!(most, 2, "iterations at once: {spans:?}");
+}
+
 /// A run that waits in the queue, then runs and finishes, keeps its creator's labels:
 /// its phase is a selectable field of its status, so no label write follows it.
 #[tokio::test]

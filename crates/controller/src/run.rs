@@ -151,6 +151,7 @@ impl Context {
                 default_executor,
                 jobs,
                 public_url,
+                attempts: Default::default(),
             },
             client,
             namespace,
@@ -167,6 +168,11 @@ impl Context {
     /// How many runs one account may execute here at once (unbounded unless set).
     pub fn account_bound(&self) -> &AccountBound {
         &self.account_bound
+    }
+
+    /// How many step attempts execute here at once (unbounded unless set).
+    pub fn attempt_bound(&self) -> &flowline_engine::runner::AttemptBound {
+        &self.engine.attempts
     }
 
     /// Wakes the oldest run of `namespace` waiting for a place under the account

@@ -49,6 +49,34 @@ pub struct Engine {
     /// The public base URL of the API (`--public-url`): what `{{ callbacks.<id>.url }}`
     /// renders under.
     pub public_url: String,
+    /// The bound on step attempts executing at once in this process, every run's
+    /// together (`--max-step-attempts`).
+    pub attempts: AttemptBound,
+}
+
+/// How many step attempts execute at once in this process, all runs and accounts
+/// together: without it, one run's `parallelism` × `forEachConcurrency` (5,000) could
+/// each hold a task and a connection. An attempt waits for a place before it is
+/// recorded as started and gives it back when it ends, not through a retry's backoff.
+/// Unbounded until [`AttemptBound::set_limit`].
+#[derive(Clone, Default)]
+pub struct AttemptBound(Arc<std::sync::RwLock<Option<Arc<tokio::sync::Semaphore>>>>);
+
+impl AttemptBound {
+    /// At most `limit` attempts at once (0: no bound). Set before runs execute.
+    pub fn set_limit(&self, limit: usize) {
+        let bound = (limit > 0).then(|| Arc::new(tokio::sync::Semaphore::new(limit)));
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = bound;
+    }
+
+    /// A place for one attempt, in the order asked (`None`: unbounded).
+    async fn enter(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let bound = self.0.read().unwrap_or_else(|p| p.into_inner()).clone();
+        match bound {
+            Some(semaphore) => semaphore.acquire_owned().await.ok(),
+            None => None,
+        }
+    }
 }
 
 fn millis_between(a: Timestamp, b: Timestamp) -> u64 {
@@ -898,6 +926,10 @@ impl Attempts<'_> {
                     return Err(Outcome::Failed(retry::interrupted_error(times)));
                 }
             };
+            let place = tokio::select! {
+                _ = cancel.cancelled() => return Err(Outcome::Cancelled),
+                place = engine.attempts.enter() => place,
+            };
             record.attempts = attempt;
             record.status = StepPhase::Running;
             record.started_at.get_or_insert_with(now_ms);
@@ -979,6 +1011,7 @@ impl Attempts<'_> {
             record.error = Some(error);
             record.next_attempt_at = Timestamp::now().checked_add(delay).ok();
             update(record);
+            drop(place);
             tokio::select! {
                 _ = cancel.cancelled() => return Err(Outcome::Cancelled),
                 _ = tokio::time::sleep(delay) => {}
