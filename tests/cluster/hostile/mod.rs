@@ -2,6 +2,7 @@
 //! any scope, a workflow author with kubectl, a server a step calls, a webhook receiver)
 //! and checks that it is refused or bounded and that other tenants are still served.
 
+mod bulk;
 mod callbacks;
 mod calls;
 mod egress;
