@@ -20,7 +20,15 @@ doc="$work/openapi.json"
 npm_bin="$("$repo/hack/npm-deps.sh")/node_modules/.bin"
 # shellcheck source-path=SCRIPTDIR source=lib/serve-flowline.sh
 . "$repo/hack/lib/serve-flowline.sh"
-serve_flowline client-test operator
+# Container steps (the sessions read a step's log) need the local cluster's real node
+# and its images (make cluster images); without a real node the sessions say they
+# leave logs out.
+step_image=()
+if [ -f "$repo/.flowline/cluster/step-image" ]; then
+  step_image=(--step-image "$(cat "$repo/.flowline/cluster/step-image")")
+  export FLOWLINE_TOOLBOX_IMAGE=flowline.local/toolbox:1
+fi
+serve_flowline client-test operator "${step_image[@]}"
 
 rm -rf "$work" && mkdir -p "$work"
 curl -fsS "$FLOWLINE_URL/v1/openapi.json" -o "$doc"

@@ -342,6 +342,25 @@ func main() {
 	expect(c.WorkflowsUpdateWithResponse(ctx, gateWf.Id, WorkflowPatch{State: new(Paused)}))(200)
 	expect(c.WorkflowsDeleteWithResponse(ctx, gateWf.Id))(204)
 
+	// Container step logs (runs.logs, text/plain): a step on the cluster's real node
+	// prints two lines, read back whole once the run has succeeded.
+	if toolbox := os.Getenv("FLOWLINE_TOOLBOX_IMAGE"); toolbox != "" {
+		logWf := expect(c.WorkflowsCreateWithResponse(ctx, WorkflowCreate{
+			Name: "Go client scenario: logs", Trigger: &TriggerInput{Type: TriggerTypeManual},
+		}))(201).JSON201
+		expect(c.WorkflowsUpdateWithResponse(ctx, logWf.Id, WorkflowPatch{Steps: &[]StepInput{
+			{Id: "talk", Action: ActionContainer, With: &map[string]any{
+				"image": toolbox, "command": []string{"sh", "-c", "echo hello from the pod; echo done"}}},
+		}}))(200)
+		talked := startAndFinish(ctx, c, logWf.Id, map[string]any{})
+		check(talked.Status == RunPhaseSucceeded, "log run %s %s: steps %+v", talked.Id, talked.Status, talked.Steps)
+		log := expect(c.RunsLogsWithResponse(ctx, talked.Id, "talk", &RunsLogsParams{}))(200)
+		check(string(log.Body) == "hello from the pod\ndone\n", "the step's log: %q", log.Body)
+		expect(c.WorkflowsDeleteWithResponse(ctx, logWf.Id))(204)
+	} else {
+		fmt.Println("no real node (FLOWLINE_TOOLBOX_IMAGE unset): step logs left out")
+	}
+
 	// Error bodies, read through the typed Error: an unknown event, and an event name the
 	// pattern refuses, with the field it names.
 	failed(expect(c.EventsGetWithResponse(ctx, "evt_missing"))(404).JSON404, ErrorObjectCodeEventNotFound)
@@ -359,7 +378,7 @@ func main() {
 		expect(c.WorkflowsDeleteWithResponse(ctx, each))(204)
 	}
 	failed(expect(c.WorkflowsGetWithResponse(ctx, id))(404).JSON404, ErrorObjectCodeWorkflowNotFound)
-	fmt.Println("Go client scenario: 14 operations through the generated client, every answer as documented")
+	fmt.Println("Go client scenario: 15 operations through the generated client, every answer as documented")
 }
 
 // getRun reads run id.

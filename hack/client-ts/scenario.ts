@@ -384,6 +384,31 @@ await until(`runs of ${gateWf.id} still running`, () => listRuns({ workflow_id: 
 ok(await client.PATCH("/v1/workflows/{id}", { params: { path: { id: gateWf.id } }, body: { state: "paused" } }), 200);
 done(await client.DELETE("/v1/workflows/{id}", { params: { path: { id: gateWf.id } } }), 204);
 
+// Container step logs (runs.logs, text/plain): a step on the cluster's real node prints
+// two lines, read back whole once the run has succeeded.
+const toolbox = process.env["FLOWLINE_TOOLBOX_IMAGE"];
+if (toolbox) {
+  const logWf = ok(await client.POST("/v1/workflows", {
+    body: { name: "TypeScript client scenario: logs", trigger: { type: "manual" } },
+  }), 201);
+  ok(await client.PATCH("/v1/workflows/{id}", {
+    params: { path: { id: logWf.id } },
+    body: { steps: [{ id: "talk", action: "container",
+      with: { image: toolbox, command: ["sh", "-c", "echo hello from the pod; echo done"] } }] },
+  }), 200);
+  const talked = await startAndFinish(logWf.id, {});
+  assert.equal(talked.status, "succeeded", JSON.stringify(talked));
+  const log = await client.GET("/v1/runs/{id}/steps/{step_id}/logs", {
+    params: { path: { id: talked.id, step_id: "talk" } },
+    parseAs: "text",
+  });
+  assert.equal(log.response.status, 200);
+  assert.equal(log.data, "hello from the pod\ndone\n");
+  done(await client.DELETE("/v1/workflows/{id}", { params: { path: { id: logWf.id } } }), 204);
+} else {
+  console.log("no real node (FLOWLINE_TOOLBOX_IMAGE unset): step logs left out");
+}
+
 // Error bodies, read through the typed Error: an unknown event, and an event name the
 // pattern refuses, with the field it names.
 failed(await client.GET("/v1/events/{id}", { params: { path: { id: "evt_missing" } } }), 404, "event_not_found");
@@ -399,4 +424,4 @@ for (const each of [id, parentWf.id, eventWf.id, callbackWf.id]) {
   done(await client.DELETE("/v1/workflows/{id}", { params: { path: { id: each } } }), 204);
 }
 failed(await client.GET("/v1/workflows/{id}", { params: { path: { id } } }), 404, "workflow_not_found");
-console.log("TypeScript client scenario: 14 operations through the generated client, every answer as documented");
+console.log("TypeScript client scenario: 15 operations through the generated client, every answer as documented");
