@@ -71,7 +71,7 @@ fn serve(asset: &'static Asset, request: &HeaderMap, cache_control: &'static str
     let gzip = request
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(assets::accepts_gzip);
+        .is_some_and(flowline_api::plumbing::encoding::accepts_gzip);
     let body = if gzip { asset.gzip } else { asset.body };
     let mut response = body.into_response();
     let headers = response.headers_mut();

@@ -282,11 +282,9 @@ impl Served {
             return (StatusCode::NOT_MODIFIED, common).into_response();
         }
         let gzip = request
-            .get_all(header::ACCEPT_ENCODING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|coding| coding.split(';').next().is_some_and(|c| c.trim() == "gzip"))
+            .get(header::ACCEPT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(crate::plumbing::encoding::accepts_gzip)
             && !self.gzip.is_empty();
         let content_type = (header::CONTENT_TYPE, "application/json".to_string());
         if gzip {

@@ -195,11 +195,15 @@ pub fn plan(
                     i64::try_from(wf.spec.trigger.catchup_window_ms.unwrap_or(0)).unwrap_or(0),
                 );
                 let due = cron::due(&sched, previous.last_schedule_time, now, window);
-                let unfinished: Vec<String> = runs
-                    .iter()
-                    .filter(|r| !r.phase().is_finished())
-                    .map(|r| r.name_any())
-                    .collect();
+                // Only a due tick under skip or cancel_previous looks at the runs.
+                let unfinished: Vec<String> = match overlap {
+                    Overlap::Skip | Overlap::CancelPrevious if !due.run_for.is_empty() => runs
+                        .iter()
+                        .filter(|r| !r.phase().is_finished())
+                        .map(|r| r.name_any())
+                        .collect(),
+                    _ => Vec::new(),
+                };
                 (start_for_ticks, cancel_previous) = overlapping(overlap, due.run_for, &unfinished);
                 status.last_schedule_time = Some(due.last);
                 wake_at = sched.next(now);

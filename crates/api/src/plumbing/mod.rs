@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod client_ip;
+pub mod encoding;
 pub mod error;
 pub mod idempotency;
 pub mod json;

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use flowline_core::clock::now_ms;
 use flowline_core::crd::timestamps::created_at;
-use flowline_core::crd::{Run, Workflow, tags};
+use flowline_core::crd::{Run, Workflow};
 use flowline_kube::lenient::Lenient;
 use kube::{Api, ResourceExt};
 
@@ -58,9 +58,7 @@ pub(super) async fn start(
         let holder = match cached {
             Some(run) => Holder::Run(run),
             None => {
-                let run = new_run(wf, &name, payload.clone(), |run| {
-                    run.labels_mut().extend(tags::labels(&tags));
-                    run.spec.priority = priority.or(run.spec.priority);
+                let run = new_run(wf, &name, body, |run| {
                     run.spec.idempotency_key = Some(key.clone());
                     run.annotations_mut()
                         .insert(idempotency::DIGEST_ANNOTATION.into(), digest.clone());

@@ -20,7 +20,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -175,11 +175,7 @@ async fn start(
 ) -> ApiResult<Response> {
     let wf = find_workflow(&state, &who.namespace, &workflow_id)?;
     let Some(key) = key else {
-        let (tags, priority) = (input::tags(&body), input::priority(&body));
-        let run = new_run(&wf, &new_id("run"), input::payload(&body), |run| {
-            run.labels_mut().extend(tags::labels(&tags));
-            run.spec.priority = priority.or(run.spec.priority);
-        })?;
+        let run = new_run(&wf, &new_id("run"), &body, |_| {})?;
         let created = create(&state, &who.namespace, &run)
             .await
             .map_err(write_error)?;
@@ -188,18 +184,21 @@ async fn start(
     keyed_start::start(&state, &who.namespace, &wf, &body, key).await
 }
 
-/// A run of `wf` named `name`, completed by `complete`, if it fits: refused when the
-/// workflow is paused or the run spec would exceed its size limit.
+/// A run of `wf` named `name` as `body` asks (payload, tags, priority), completed by
+/// `complete`, if it fits: refused when the workflow is paused or the run spec would
+/// exceed its size limit.
 pub(crate) fn new_run(
     wf: &Workflow,
     name: &str,
-    payload: Option<Value>,
+    body: &Option<RunCreate>,
     complete: impl FnOnce(&mut Run),
 ) -> ApiResult<Run> {
     if wf.spec.state == WorkflowState::Paused {
         return Err(ApiError::WorkflowPaused);
     }
-    let mut run = Run::of_workflow(wf, name, RunTrigger::Manual, payload, now_ms());
+    let mut run = Run::of_workflow(wf, name, RunTrigger::Manual, input::payload(body), now_ms());
+    run.labels_mut().extend(tags::labels(&input::tags(body)));
+    run.spec.priority = input::priority(body).or(run.spec.priority);
     complete(&mut run);
     check_spec_size(
         &run,
