@@ -192,8 +192,8 @@ async fn main() {
         .into(),
         ..Default::default()
     };
-    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdefghi).
-    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdefghi".into());
+    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdefghij).
+    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdefghij".into());
     if parts.contains(['a', 'b', 'c']) {
         abc(&client, &ns, &runs, kwok, &parts).await;
     }
@@ -232,8 +232,123 @@ async fn main() {
         part_i(&client, &events_ns).await;
         delete_namespace(&client, &events_ns).await;
     }
+    if parts.contains('j') {
+        part_j(&client, &ns).await;
+    }
 
     delete_namespace(&client, &ns).await;
+}
+
+/// (j) rate limits: 1,000 runs of 3 no-op steps under `rate_limit: 100 per second`,
+/// against the limit itself (the start rate from the first window's starts to the
+/// last start); then the controller's CPU while 10,000 runs wait for a rate limit's
+/// window (one start a day) and nothing moves, against the same controller holding the
+/// same 10,000 runs finished (cancelled before they started). Each shape has a
+/// namespace and a controller of its own.
+async fn part_j(client: &Client, ns: &str) {
+    let steps = json!([
+        {"id": "a", "action": "transform", "with": {"value": 1}},
+        {"id": "b", "action": "transform", "with": {"value": 2}},
+        {"id": "c", "action": "transform", "with": {"value": 3}}]);
+    let drain_ns = format!("{ns}-j-drain");
+    namespace(client, &drain_ns).await;
+    let runs: Api<Run> = Api::namespaced(client.clone(), &drain_ns);
+    let stop = controller(client, &drain_ns, Default::default());
+    let wf = workflow(
+        client,
+        &drain_ns,
+        "limited",
+        json!({"name": "Limited", "rateLimit": {"limit": 100, "periodMs": 1000}, "steps": steps}),
+    )
+    .await;
+    let n = 1000;
+    in_parallel(n, |i| {
+        let (runs, run) = (runs.clone(), run_object(&format!("limited-{i}"), &wf));
+        async move {
+            runs.create(&PostParams::default(), &run).await.unwrap();
+        }
+    })
+    .await;
+    until_all_finished(&runs, "limited", n).await;
+    let mut starts: Vec<i64> = runs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|r| r.status.as_ref()?.started_at)
+        .map(|t| t.as_millisecond())
+        .collect();
+    starts.sort();
+    stop.cancel();
+    delete_namespace(client, &drain_ns).await;
+    let most = (0..starts.len())
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|t| **t - starts[i] < 1000)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    // The first window starts 100 at once; the other 900 start as it moves.
+    let rate = (n - 100) as f64 * 1000.0 / (starts[n - 1] - starts[0]) as f64;
+    println!("(j) rate limits");
+    println!(
+        "    {n} runs at limit 100 per second: {rate:.1} starts/s after the first window, \
+         {:.2}x of the limit (goal: at least 0.95x); most starts in one second: {most} \
+         (must be at most 100)",
+        rate / 100.0
+    );
+
+    let mut cpu = Vec::new();
+    for waiting in [false, true] {
+        let ns = format!("{ns}-j-{}", if waiting { "waiting" } else { "idle" });
+        namespace(client, &ns).await;
+        let runs: Api<Run> = Api::namespaced(client.clone(), &ns);
+        let stop = controller(client, &ns, Default::default());
+        let wf = workflow(
+            client,
+            &ns,
+            "daily",
+            json!({"name": "Daily", "rateLimit": {"limit": 1, "periodMs": 86_400_000},
+                   "steps": [{"id": "a", "action": "transform", "with": {"value": 1}}]}),
+        )
+        .await;
+        // The day's one start goes first; the 10,000 then wait (or are cancelled).
+        runs.create(&PostParams::default(), &run_object("daily-first", &wf))
+            .await
+            .unwrap();
+        until_finished(&runs, "daily-first").await;
+        in_parallel(10_000, |i| {
+            let mut run = run_object(&format!("daily-{i}"), &wf);
+            run.spec.cancel = !waiting;
+            let runs = runs.clone();
+            async move {
+                runs.create(&PostParams::default(), &run).await.unwrap();
+            }
+        })
+        .await;
+        until_all(&runs, "daily", 10_001, |phase| {
+            phase.is_finished() || (waiting && phase == flowline_core::crd::RunPhase::Queued)
+        })
+        .await;
+        // Past one whole period of looks at the waiting runs.
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let before = process_cpu_seconds();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        cpu.push((process_cpu_seconds() - before) / 20.0);
+        stop.cancel();
+        delete_namespace(client, &ns).await;
+    }
+    println!(
+        "    10,000 runs waiting for a rate limit's window, the controller's CPU while nothing \
+         moves: {:.1} % of a core, against {:.1} % holding the same runs finished: {:.2}x \
+         (goal: at most 5x)",
+        cpu[1] * 100.0,
+        cpu[0] * 100.0,
+        cpu[1] / cpu[0].max(0.001)
+    );
 }
 
 /// (a) to (c), those of them `parts` names.

@@ -4,7 +4,8 @@
 
 const CAMEL = {
   timeout_ms: 'timeoutMs', max_attempts: 'maxAttempts', backoff_ms: 'backoffMs', backoff_factor: 'backoffFactor',
-  for_each: 'forEach', cancel_on: 'cancelOn', catchup_window_ms: 'catchupWindowMs',
+  for_each: 'forEach', for_each_concurrency: 'forEachConcurrency', cancel_on: 'cancelOn',
+  catchup_window_ms: 'catchupWindowMs', rate_limit: 'rateLimit', period_ms: 'periodMs', max_wait_ms: 'maxWaitMs',
 };
 
 function camel(value, inWith) {
@@ -23,7 +24,8 @@ function camel(value, inWith) {
 export function manifest(wf) {
   const spec = camel({
     name: wf.name, description: wf.description, state: wf.state, trigger: wf.trigger,
-    executor: wf.executor, timeout_ms: wf.timeout_ms, concurrency: wf.concurrency, priority: wf.priority, cancel_on: wf.cancel_on,
+    executor: wf.executor, timeout_ms: wf.timeout_ms, concurrency: wf.concurrency, rate_limit: wf.rate_limit,
+    debounce: wf.debounce, priority: wf.priority, cancel_on: wf.cancel_on,
     steps: (wf.steps || []).map((s) => ({ ...s, with: s.with && Object.keys(s.with).length ? s.with : null })),
   }, false);
   return { apiVersion: 'flowline.io/v1', kind: 'Workflow', metadata: { name: wf.id }, spec };

@@ -228,6 +228,12 @@ pub struct ControllerArgs {
     /// 0 = no bound.
     #[arg(long, default_value = "500", value_name = "RUNS")]
     pub max_runs_per_account: u32,
+    /// How many runs every account together may execute at once on this replica. The
+    /// places are shared fairly: when one frees, it goes to the account with waiting
+    /// runs that holds the fewest, so an account with a long backlog never makes
+    /// another wait more than a turn. 0 = no bound.
+    #[arg(long, default_value = "2000", value_name = "RUNS")]
+    pub max_running_runs: u32,
     /// How many step attempts execute at once on this replica, every run's together;
     /// further attempts wait for a place, in order, before they start. Bounds what
     /// one run's parallelism and forEachConcurrency could hold (up to 5,000 attempts).

@@ -192,6 +192,7 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
         );
         ctx.account_bound()
             .set_limit(controller.max_runs_per_account);
+        ctx.account_bound().set_total(controller.max_running_runs);
         ctx.attempt_bound().set_limit(controller.max_step_attempts);
         let candidacy = Leadership::new(
             leader::LeaseConfig {

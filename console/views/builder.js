@@ -177,7 +177,8 @@ function draw(main, view) {
     executor: model.executor || null, timeout_ms: model.timeout_ms || null, priority: model.priority || null,
     cancel_on: cancelOn(), steps: toApiSteps(model.steps),
   });
-  const yaml = () => toYaml(manifest({ ...view.saved, ...request(), id: id || 'wf-new', concurrency: view.saved?.concurrency }));
+  const yaml = () => toYaml(manifest({ ...view.saved, ...request(), id: id || 'wf-new', concurrency: view.saved?.concurrency,
+    rate_limit: view.saved?.rate_limit, debounce: view.saved?.debounce }));
   const changed = () => { if (!yamlPanel.hidden) yamlText.textContent = yaml(); };
 
   const builderPanel = h('form.builder', {

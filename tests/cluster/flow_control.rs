@@ -846,3 +846,105 @@ async fn keys_make_groups_and_a_bad_key_fails_the_run() {
         finished_run(&api.ns, run, MINUTE).await;
     }
 }
+
+/// `--max-running-runs 2`, two accounts. One has 1,000 runs waiting (each holds a place
+/// for 2 s): the other's three runs, started behind that backlog, each get one of the
+/// next places to free, not the places after the backlog. No more than two runs of
+/// either account ever execute at once.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn the_operator_wide_bound_shares_its_places_fairly_between_accounts() {
+    use futures::StreamExt;
+    use kube::api::PostParams;
+    let big = TestApi::start("fc-fair-big").await;
+    let small = TestApi::start("fc-fair-small").await;
+    let (_operator, port) = Process::operator(
+        &big.ns,
+        &[
+            "--no-api",
+            "--watch-namespace",
+            &small.ns.name,
+            "--max-running-runs",
+            "2",
+        ],
+    );
+    ready(port).await;
+    let busy = big
+        .workflow(&WorkflowBuilder::new("Busy").step(step::delay("work", 2000)))
+        .await;
+    let busy: flowline_core::crd::Workflow = big.ns.api().get(&busy).await.unwrap();
+    let runs = big.ns.api::<Run>();
+    let backlog: Vec<String> = futures::stream::iter(0..1000)
+        .map(|i| {
+            let run = Run::of_workflow(
+                &busy,
+                &format!("busy-{i}"),
+                Default::default(),
+                None,
+                jiff::Timestamp::now(),
+            );
+            let runs = runs.clone();
+            async move {
+                runs.create(&PostParams::default(), &run).await.unwrap();
+                format!("busy-{i}")
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    eventually("the backlog to wait queued", MINUTE, || async {
+        let queued = runs
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .filter(|r| r.phase() == RunPhase::Queued)
+            .count();
+        (queued >= 990).then_some(())
+    })
+    .await;
+    let quick = small
+        .workflow(&WorkflowBuilder::new("Quick").step(step::delay("work", 100)))
+        .await;
+    let key = small.admin_key.clone();
+    let mut mine = Vec::new();
+    for _ in 0..3 {
+        mine.push(small.start_run(&key, &quick, None).await);
+    }
+    let mut done = Vec::new();
+    for id in &mine {
+        // Three turns of places that free about once a second; the backlog would take
+        // about 1,000 s.
+        let run = finished_run(&small.ns, id, Duration::from_secs(30)).await;
+        assert_eq!(run.phase(), RunPhase::Succeeded);
+        done.push(run);
+    }
+    let first_created = flowline_core::crd::timestamps::created_at(&done[0].metadata);
+    let last_started = done
+        .iter()
+        .filter_map(|r| r.status.as_ref()?.started_at)
+        .max()
+        .unwrap();
+    let all: Vec<Run> = runs.list(&Default::default()).await.unwrap().items;
+    let overtook = all
+        .iter()
+        .filter_map(|r| r.status.as_ref()?.started_at)
+        .filter(|s| *s > first_created && *s < last_started)
+        .count();
+    assert!(
+        overtook <= 4,
+        "{overtook} runs of the backlog started while the other account's three waited"
+    );
+    let executed: Vec<Run> = all
+        .into_iter()
+        .filter(|r| r.status.as_ref().is_some_and(|s| s.phase.is_finished()))
+        .chain(done)
+        .collect();
+    assert!(
+        most_at_once(&executed) <= 2,
+        "the operator's bound was exceeded: {}",
+        most_at_once(&executed)
+    );
+    drop(backlog);
+}

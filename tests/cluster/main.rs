@@ -36,5 +36,6 @@ mod spec_errors;
 mod stall_proxy;
 mod subworkflows;
 mod support;
+mod time_control;
 mod workflow_output;
 mod workflows;

@@ -248,6 +248,13 @@ class Console(unittest.TestCase):
             "  state: draft", "  trigger:", "    type: manual", "  timeoutMs: 5", "  steps:", "  - id: s",
             "    action: delay", "    with:", "      ms: 1", '      note: "yes"', '      tpl: "{{ run.id }}"',
             "    retry:", "      maxAttempts: 2", ""]))
+        # Flow control settings and a forEach's concurrency in the CRD's spelling.
+        yaml = self.module("yaml.js", "return m.toYaml(m.manifest({id: 'wf-1', name: 'n', "
+                           "rate_limit: {limit: 5, period_ms: 1000}, debounce: {key: 'k', period_ms: 2000, max_wait_ms: 9000}, "
+                           "steps: [{id: 's', action: 'delay', with: {ms: 1}, for_each: '{{ trigger.payload.xs }}', for_each_concurrency: 2}]}))")
+        for line in ["  rateLimit:", "    limit: 5", "    periodMs: 1000", "  debounce:", "    key: k",
+                     "    periodMs: 2000", "    maxWaitMs: 9000", "    forEachConcurrency: 2"]:
+            self.assertIn(line, yaml.split("\n"), yaml)
 
 
     def test_01_first_page_is_fast_compressed_cached_and_locked_down(self):

@@ -181,6 +181,7 @@ leader-election Lease, the step Jobs, and webhook deliveries. */}}
 - --leader-election-lease={{ include "flowline.fullname" . }}-controller
 - --shards={{ .Values.controller.shards | int }}
 - --max-runs-per-account={{ .Values.controller.maxRunsPerAccount | int }}
+- --max-running-runs={{ .Values.controller.maxRunningRuns | int }}
 - --max-step-attempts={{ .Values.controller.maxStepAttempts | int }}
 {{- /* Step Jobs of built-in actions run `flowline step` from this same image. */}}
 - --step-image={{ include "flowline.image" . }}

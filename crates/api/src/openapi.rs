@@ -395,6 +395,8 @@ mod tests {
             "RetryInput",
             "TriggerInput",
             "ConcurrencyInput",
+            "RateLimitSetting",
+            "DebounceSetting",
             "RunCreate",
             "RetryCreate",
             "WebhookCreate",

@@ -19,6 +19,7 @@ use super::queue::Queue;
 use super::run_cache::RunCache;
 use super::shard::Shards;
 use flowline_core::admission::account_bound::{AccountBound, Take};
+use flowline_core::admission::timing::{Gate, Ledger};
 use flowline_core::admission::{self, Admission};
 use flowline_core::crd::{
     ConcurrencyPolicy, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot,
@@ -62,11 +63,16 @@ pub struct Context {
     ended: Mutex<HashMap<String, Instant>>,
     /// Concurrency control: the group of a run, waking queued runs.
     queue: Queue,
+    /// Rate limits and debounces: the starts and waiting runs of each key.
+    gates: Ledger,
     /// The shards this process executes (all runs without sharding).
     shards: Arc<Shards>,
     /// How many runs an account may execute here at once (shared by the contexts of
     /// every namespace of this process).
     account_bound: Arc<AccountBound>,
+    /// Every context of this process (one per watched namespace): a place of the
+    /// operator-wide bound freed in one namespace may go to a run of another.
+    peers: Arc<Mutex<Vec<std::sync::Weak<Context>>>>,
     /// When each run whose reconcile failed is tried again.
     backoff: ReconcileBackoff,
     /// The `wait_for_event` steps caught up with events their fan-out missed.
@@ -91,6 +97,13 @@ enum Admitted {
     },
     /// Record it as ended, with this phase and error.
     End(RunPhase, String),
+}
+
+/// Whether a run that has not started must wait, judged from the cache alone, and when
+/// a time it waits for comes (a rate limit's window, a debounce).
+struct Waits {
+    waits: bool,
+    opens_at: Option<jiff::Timestamp>,
 }
 
 /// One run this process is executing.
@@ -143,7 +156,7 @@ impl Context {
         public_url: String,
         jobs: flowline_engine::job::JobSettings,
     ) -> Arc<Self> {
-        Arc::new(Context {
+        Self::joined(Context {
             engine: Engine {
                 client: client.clone(),
                 http,
@@ -158,11 +171,23 @@ impl Context {
             executing: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashMap::new()),
             queue: Queue::default(),
+            gates: Ledger::default(),
             shards: Arc::new(Shards::all()),
             account_bound: Arc::default(),
+            peers: Arc::default(),
             backoff: ReconcileBackoff::default(),
             event_waits: Arc::default(),
         })
+    }
+
+    /// `ctx`, made known to its peers.
+    fn joined(ctx: Context) -> Arc<Self> {
+        let ctx = Arc::new(ctx);
+        let mut peers = ctx.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.retain(|peer| peer.strong_count() > 0);
+        peers.push(Arc::downgrade(&ctx));
+        drop(peers);
+        ctx
     }
 
     /// How many runs one account may execute here at once (unbounded unless set).
@@ -175,16 +200,32 @@ impl Context {
         &self.engine.attempts
     }
 
-    /// Wakes the oldest run of `namespace` waiting for a place under the account
-    /// bound, if a place is free: the first that still waits (one deleted or finished
-    /// meanwhile is passed over).
+    /// Wakes the run next in turn for a place of the account bounds after one of
+    /// `namespace` freed (or left its turn), if a place is free: the first that still
+    /// waits (one deleted or finished meanwhile is passed over). Under the
+    /// operator-wide bound it may be a run of another namespace, woken through the
+    /// context watching it.
     fn wake_account(&self, namespace: &str) {
-        while let Some(name) = self.account_bound.next_waiting(namespace, Instant::now()) {
-            if let Some(run) = self.queue.cached(namespace, &name)
-                && !run.phase().is_finished()
-            {
-                self.queue.wake(&run);
-                return;
+        while let Some((namespace, name)) =
+            self.account_bound.next_waiting(namespace, Instant::now())
+        {
+            let peers: Vec<Arc<Context>> = self
+                .peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter_map(std::sync::Weak::upgrade)
+                .collect();
+            let watching = peers.iter().filter(|peer| {
+                peer.namespace.is_none() || peer.namespace.as_deref() == Some(&namespace)
+            });
+            for peer in watching {
+                if let Some(run) = peer.queue.cached(&namespace, &name)
+                    && !run.phase().is_finished()
+                {
+                    peer.queue.wake(&run);
+                    return;
+                }
             }
         }
     }
@@ -198,15 +239,17 @@ impl Context {
     /// [`Context::in_namespace`], executing only the runs of the shards `shards`
     /// holds (shared by the contexts of every namespace of this process).
     pub fn in_shards(&self, namespace: Option<String>, shards: Arc<Shards>) -> Arc<Self> {
-        Arc::new(Context {
+        Self::joined(Context {
             client: self.client.clone(),
             engine: self.engine.clone(),
             namespace,
             executing: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashMap::new()),
             queue: Queue::default(),
+            gates: Ledger::default(),
             shards,
             account_bound: self.account_bound.clone(),
+            peers: self.peers.clone(),
             backoff: ReconcileBackoff::default(),
             event_waits: Arc::default(),
         })
@@ -301,11 +344,16 @@ impl Context {
         // woken. A run that started (resumed, or woken from parking) waits too, keeping
         // its status.
         let order = admission::order_of(run);
+        let now = flowline_core::clock::now_ms();
         let start = |ctx: &Arc<Self>, executing: &mut _, cancel_others| match ctx
             .account_bound
             .take(&namespace, &order, Instant::now())
         {
             Take::Taken => {
+                if !run.has_started() {
+                    // A rate limit counts it from now, before its status shows it.
+                    ctx.gates.started_here(run, now);
+                }
                 let (registration, cancel, approvals) = ctx.register(executing, run, uid);
                 Admitted::Start {
                     registration,
@@ -330,6 +378,16 @@ impl Context {
             }
         };
         let mut executing = self.lock();
+        // Time comes first: a run its rate limit or debounce holds back does not
+        // contend for a slot yet.
+        match self.gates.gate(run, now) {
+            Ok(Gate::Open) => {}
+            Ok(Gate::Until(_)) => return queue(self, Vec::new()),
+            Ok(Gate::Superseded { by }) => {
+                return Admitted::End(RunPhase::Cancelled, format!("superseded by {by}"));
+            }
+            Err(error) => return Admitted::End(RunPhase::Failed, error),
+        }
         match self.admission_with(run, &executing) {
             None | Some(Ok(Admission::Start)) => start(self, &mut executing, Vec::new()),
             Some(Ok(Admission::CancelOthers { names, start: true })) => {
@@ -405,9 +463,30 @@ impl Context {
     /// alone. Under `policy: queue`, the policy that lets queues grow long, from its
     /// group's summary: the periodic look at n queued runs then costs one walk over
     /// the group and n binary searches, not n walks.
-    fn still_queued(&self, run: &Run) -> bool {
-        let executing = self.lock();
+    fn still_queued(&self, run: &Run) -> Waits {
         let namespace = run.namespace().unwrap_or_default();
+        let order = admission::order_of(run);
+        match self.gates.gate(run, flowline_core::clock::now_ms()) {
+            Ok(Gate::Open) => {}
+            Ok(Gate::Until(opens_at)) => {
+                // It waits for a time, not for its account: a place it may have been
+                // woken for goes to the account's next waiting run.
+                self.account_bound.forget(&namespace, &order);
+                self.wake_account(&namespace);
+                return Waits {
+                    waits: true,
+                    opens_at: Some(opens_at),
+                };
+            }
+            // Superseded, or its key cannot be rendered: ended on a fresh read.
+            Ok(Gate::Superseded { .. }) | Err(_) => {
+                return Waits {
+                    waits: false,
+                    opens_at: None,
+                };
+            }
+        }
+        let executing = self.lock();
         let group_full = if let Some(concurrency) = admission::needs_admission(run)
             && concurrency.policy == ConcurrencyPolicy::Queue
             && let Ok(group) = admission::group_of(run)
@@ -421,18 +500,24 @@ impl Context {
                 Some(Ok(Admission::Queue))
             )
         };
-        let order = admission::order_of(run);
         if group_full {
             // It waits for its group, not its account: had it been woken for a place
             // of its account, the place goes to the account's next waiting run.
             self.account_bound.forget(&namespace, &order);
             self.wake_account(&namespace);
-            return true;
+            return Waits {
+                waits: true,
+                opens_at: None,
+            };
         }
         // Its account is at its bound, or older runs of it wait: it waits (recorded,
         // to be woken in its turn).
-        self.account_bound
-            .must_wait(&namespace, &order, Instant::now())
+        Waits {
+            waits: self
+                .account_bound
+                .must_wait(&namespace, &order, Instant::now()),
+            opens_at: None,
+        }
     }
 
     /// Stops the executions [`stops_for`] picks for a deletion.
@@ -522,13 +607,17 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
         };
         let then = decision
             .is_final()
-            .then(|| action(look_again(&decision, run)));
+            .then(|| action(look_again(&decision, &observed)));
         match decision {
             Decision::Upkeep(upkeep) => {
                 keep_up(&ctx, run, &uid, upkeep).await?;
                 observed.kept_up = true;
             }
-            Decision::AskSlot => observed.waits_for_slot = Some(ctx.still_queued(run)),
+            Decision::AskSlot => {
+                let Waits { waits, opens_at } = ctx.still_queued(run);
+                observed.waits_for_slot = Some(waits);
+                observed.slot_opens_at = opens_at;
+            }
             Decision::Read => observed.read = Some(read(&ctx, run).await?),
             Decision::MarkQueued => mark_queued(&ctx, run).await,
             Decision::SyncQueuedLabels => super::run_labels::sync(&ctx.client, run).await?,
@@ -968,6 +1057,17 @@ pub fn run(
                 Some(run) => {
                     let namespace = run.namespace().unwrap_or_default();
                     queue.touch(&namespace, &run.spec.workflow_ref, &run.name_any());
+                    // The runs of its keys the change concerns are looked at again: the
+                    // older runs of its debounce key it supersedes, the runs behind it
+                    // in its rate limit's queue when it leaves it without starting.
+                    let concerned = if matches!(event, Ok(watcher::Event::Delete(_))) {
+                        observer.gates.forget(run)
+                    } else {
+                        observer.gates.observe(run)
+                    };
+                    for name in concerned {
+                        queue.wake_named(&namespace, &name);
+                    }
                     // A child that ended (or is gone) wakes the run waiting for it.
                     if let Some(parent) = &run.spec.parent
                         && (run.phase().is_finished()
@@ -979,7 +1079,11 @@ pub fn run(
                 }
                 None => queue.touch_namespace(&run.namespace().unwrap_or_default()),
             },
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => queue.touch_all(),
+            Ok(watcher::Event::Init) => {
+                observer.gates.relisted();
+                queue.touch_all();
+            }
+            Ok(watcher::Event::InitDone) => queue.touch_all(),
             Err(_) => {}
         }
     });

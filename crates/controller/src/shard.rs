@@ -3,8 +3,9 @@
 //! Every replica watches every run; it reconciles only those of the shards it holds.
 //!
 //! A run's shard follows from the run alone and never changes while it executes:
-//! the runs of a workflow with a concurrency limit all fall in one shard (the
-//! workflow's), so one replica sees a whole group and its queue; any other run falls
+//! the runs of a workflow with a concurrency limit, a rate limit or a debounce all fall
+//! in one shard (the workflow's), so one replica sees a whole group or key and its
+//! queue; any other run falls
 //! in the shard of its uid, which spreads one busy workflow over every replica. A run
 //! not yet pinned to a workflow version is looked at by its uid's shard, whose holder
 //! only pins it (a conditional write); the pinned run is then executed in its own shard.
@@ -35,7 +36,7 @@ pub fn of_run(run: &Run, count: u32) -> u32 {
         .spec
         .workflow
         .as_ref()
-        .is_some_and(|wf| wf.concurrency.is_some());
+        .is_some_and(|wf| wf.holds_runs_back());
     let key = if grouped {
         format!(
             "workflow/{}/{}",

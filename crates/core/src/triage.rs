@@ -38,6 +38,9 @@ pub struct Observed<'a> {
     /// Whether the run must wait for a slot, judged from the cache alone: the answer
     /// to [`Decision::AskSlot`].
     pub waits_for_slot: Option<bool>,
+    /// When it must wait for a time (a rate limit's window, a debounce), the earliest
+    /// time it may start: it is looked at again then, not at the next resync.
+    pub slot_opens_at: Option<Timestamp>,
     /// The run and its workflow as the API server has them: the answer to
     /// [`Decision::Read`].
     pub read: Option<Read>,
@@ -71,6 +74,7 @@ impl<'a> Observed<'a> {
             now,
             kept_up: false,
             waits_for_slot: None,
+            slot_opens_at: None,
             read: None,
             child_ended: ChildEnded(&|_| false),
         }
@@ -269,15 +273,37 @@ fn awaits_slot(run: &Run) -> bool {
     run.status.is_none() || run.phase() == RunPhase::Queued
 }
 
-/// When to look again at a run after `decision`, as `cached` shows it: an unfinished
-/// run at least every [`RESYNC_UNFINISHED`], a finished one only when it changes.
-pub fn look_again(decision: &Decision, cached: &Run) -> LookAgain {
+/// When to look again at a run after `decision`, as `observed` shows it: an unfinished
+/// run at least every [`RESYNC_UNFINISHED`] (a run waiting for a time when it is due,
+/// if sooner), a finished one only when it changes.
+pub fn look_again(decision: &Decision, observed: &Observed) -> LookAgain {
+    let finished = observed.cached.is_none_or(|run| run.phase().is_finished());
     match decision {
         Decision::LeaveAlone => LookAgain::WhenChanged,
         Decision::LookAgainAfter(wait) => LookAgain::After(*wait),
-        _ if cached.phase().is_finished() => LookAgain::WhenChanged,
+        _ if finished => LookAgain::WhenChanged,
+        Decision::MarkQueued | Decision::SyncQueuedLabels => match observed.slot_opens_at {
+            Some(opens_at) => LookAgain::After(gate_wait(opens_at, observed.now)),
+            None => LookAgain::After(RESYNC_UNFINISHED),
+        },
         _ => LookAgain::After(RESYNC_UNFINISHED),
     }
+}
+
+/// How often a run waiting for a time (a rate limit's window, a debounce) is looked at
+/// again at least. Longer than [`RESYNC_UNFINISHED`]: what could let it start sooner
+/// than the time it waits for wakes it (a run ahead of it that leaves the queue
+/// without starting, a newer run of its debounce key), so the look is only a backstop,
+/// and 10,000 such runs cost 170 looks a second, not 1,000.
+pub const GATE_RESYNC: Duration = Duration::from_secs(60);
+
+/// How long until a run waiting for a time that comes at `opens_at` is looked at
+/// again: then (a few milliseconds late rather than early), at the latest after
+/// [`GATE_RESYNC`].
+pub fn gate_wait(opens_at: Timestamp, now: Timestamp) -> Duration {
+    let until =
+        Duration::from_millis((opens_at.as_millisecond() - now.as_millisecond()).max(0) as u64);
+    until.min(GATE_RESYNC) + Duration::from_millis(5)
 }
 
 /// How long until a parked run is looked at again (`wake`: its earliest wake time), at
@@ -781,7 +807,21 @@ mod tests {
             ),
         ];
         for (name, decision, cached, expected) in rows {
-            assert_eq!(look_again(&decision, cached), expected, "{name}");
+            let observed = Observed::first_look(Some(cached), true, false, at(NOW));
+            assert_eq!(look_again(&decision, &observed), expected, "{name}");
+        }
+        // A run waiting for a rate limit's window: when it opens, if before the resync.
+        let queued = run(json!({"phase": "queued"}), false);
+        for (opens_at, expected) in [(NOW + 2, 2_005), (NOW - 1, 5), (NOW + 3600, 60_005)] {
+            let observed = Observed {
+                waits_for_slot: Some(true),
+                slot_opens_at: Some(at(opens_at)),
+                ..Observed::first_look(Some(&queued), true, false, at(NOW))
+            };
+            assert_eq!(
+                look_again(&Decision::SyncQueuedLabels, &observed),
+                LookAgain::After(Duration::from_millis(expected))
+            );
         }
     }
 

@@ -91,10 +91,11 @@ pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
         status.steps =
             flowline_core::engine::reuse::initial_records(&wf.steps, &run.spec.reused_steps);
     }
-    // A run under a concurrency limit starts when it is admitted (it may have waited
-    // since its creation): its run timeout counts from then.
+    // A run that may wait (concurrency, rate limit, debounce) starts when it is
+    // admitted, maybe long after its creation: its run timeout counts from then, and a
+    // rate limit counts it then.
     let admitted =
-        status.phase == RunPhase::Queued || (run.status.is_none() && wf.concurrency.is_some());
+        status.phase == RunPhase::Queued || (run.status.is_none() && wf.holds_runs_back());
     status.phase = RunPhase::Running;
     // Executing again: no longer parked (a parked run's execution writes it again).
     status.parked = false;

@@ -30,6 +30,8 @@ pub struct Verdict {
     /// The runs the order events started, against the subscribers' filters.
     inbound: inbound::Tally,
     max_dup: f64,
+    /// The most runs of the rate-limited workflow that started within one second.
+    paced_most: usize,
 }
 
 /// Settles the runs `names` (each must finish within the settle bound after `quiet`,
@@ -64,6 +66,14 @@ pub async fn conclude(
     super::timeline::write(logs, stage.began, restarts, &received);
     let failed = failures(&runs);
     let inbound = inbound::tally(&posted, &stage.subscribers, &runs);
+    let paced = &stage.workflows[super::workload::PACED];
+    let paced_starts: Vec<i64> = runs
+        .iter()
+        .filter(|r| &r.spec.workflow_ref == paced)
+        .filter_map(|r| r.status.as_ref()?.started_at)
+        .map(|t| t.as_millisecond())
+        .collect();
+    let paced_most = most_within(paced_starts, 1000);
     let recoveries = report::recoveries(restarts, &stage.observer);
     let kills: Vec<Instant> = restarts.iter().map(|r| r.killed_at).collect();
     let resent = events::resent_per_kill(&received, &kills);
@@ -83,8 +93,14 @@ pub async fn conclude(
         logs,
     });
     let text = format!(
-        "{text}\nevents in: {} posted, {} runs started, missing {:?}, extra {:?}",
-        inbound.posted, inbound.runs, inbound.missing, inbound.extra
+        "{text}\nevents in: {} posted, {} runs started, missing {:?}, extra {:?}\n\
+         rate limit: at most {paced_most} runs of the paced workflow started in one second \
+         (limit {})",
+        inbound.posted,
+        inbound.runs,
+        inbound.missing,
+        inbound.extra,
+        super::workload::PACED_PER_SECOND
     );
     println!("{text}");
     Verdict {
@@ -94,7 +110,22 @@ pub async fn conclude(
         events,
         inbound,
         max_dup: stage.settings.max_dup,
+        paced_most,
     }
+}
+
+/// The most of `starts` (milliseconds) less than `window` apart.
+fn most_within(mut starts: Vec<i64>, window: i64) -> usize {
+    starts.sort();
+    (0..starts.len())
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|t| **t - starts[i] < window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 impl Verdict {
@@ -112,6 +143,10 @@ impl Verdict {
             "an event started more than one run of a workflow:\n{text}"
         );
         assert!(self.events.lost.is_empty(), "events lost:\n{text}");
+        assert!(
+            self.paced_most <= super::workload::PACED_PER_SECOND,
+            "a rate limit was exceeded:\n{text}"
+        );
         assert!(
             self.events.unexpected.is_empty(),
             "unexpected events:\n{text}"

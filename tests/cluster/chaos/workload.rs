@@ -1,5 +1,6 @@
-//! What the scenario executes: six workflows that cannot fail on their own (inline
+//! What the scenario executes: seven workflows that cannot fail on their own (inline
 //! steps, a step Job inside an inline workflow, a workflow executed in Jobs, one whose
+//! runs start under a rate limit, one whose
 //! `workflow` step waits for a child run of the inline one, then hands a callback URL
 //! to the step endpoint, which calls it back, a `forEach` of slow calls, and one that
 //! waits for an event), started
@@ -34,6 +35,11 @@ pub fn job_flags() -> Vec<String> {
     .map(String::from)
     .into()
 }
+
+/// The place of the rate-limited workflow among [`workflows`], and its limit: at most
+/// this many of its runs start in any second.
+pub const PACED: usize = 3;
+pub const PACED_PER_SECOND: usize = 4;
 
 /// One call of an `http.request` step.
 #[derive(Debug, Clone)]
@@ -103,7 +109,7 @@ fn call(sink: &StepSink) -> Value {
         "method": "POST", "url": sink.url, "body": {"run": "{{ run.id }}"}}})
 }
 
-/// Creates the six workflows through the API; returns their ids, "Waits" last.
+/// Creates the seven workflows through the API; returns their ids, "Waits" last.
 pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
     let prep = json!({"id": "prep", "action": "transform",
         "with": {"value": {"n": "{{ trigger.payload.n }}"}}});
@@ -124,6 +130,14 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
         keep_every_run(api, &id).await;
         ids.push(id);
     }
+    let paced = api
+        .workflow(&WorkflowBuilder::new("Paced").steps(json!([prep, call(sink)])))
+        .await;
+    let limit = json!({"rate_limit": {"limit": PACED_PER_SECOND, "period_ms": 1000}});
+    api.patch_workflow(&api.admin_key, &paced, limit).await;
+    keep_every_run(api, &paced).await;
+    ids.push(paced);
+    assert_eq!(ids.len() - 1, PACED);
     // Its children are runs of "Inline", started by the engine (not through `/v1`): the
     // verdict counts every run of the namespace, so they must end well too.
     let nested = WorkflowBuilder::new("Nested").steps(json!([

@@ -11,6 +11,7 @@ mod nesting;
 mod ratelimit;
 mod secrets;
 mod status;
+mod time_control;
 
 #[path = "../../support/step_process.rs"]
 pub(super) mod step_process;

@@ -6,7 +6,7 @@
 //! ([`flowline_core::engine::spec_check`]), the one the workflow controller runs on
 //! workflows applied with kubectl.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
@@ -15,9 +15,10 @@ use crate::plumbing::validation::{
 };
 use crate::state::ApiConfig;
 use flowline_core::crd::{
-    Action, CancelOn, Concurrency, ConcurrencyPolicy, Executor, MAX_CONCURRENCY_KEY,
+    Action, CancelOn, Concurrency, ConcurrencyPolicy, Debounce, Executor, MAX_CONCURRENCY_KEY,
     MAX_CONCURRENCY_LIMIT, MAX_FOR_EACH, MAX_FOR_EACH_CONCURRENCY, MAX_PARALLELISM,
-    MAX_RUN_TIMEOUT_MS, MAX_STEPS, Overlap, RetryPolicy, Step, Trigger, TriggerType, WorkflowState,
+    MAX_RUN_TIMEOUT_MS, MAX_STEPS, Overlap, RateLimit, RetryPolicy, Step, Trigger, TriggerType,
+    WorkflowState,
 };
 use flowline_core::cron::Schedule;
 
@@ -135,6 +136,15 @@ pub struct WorkflowPatchBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<ConcurrencyInput>)]
     pub concurrency: Option<Option<ConcurrencyInput>>,
+    /// At most `limit` runs of one key start in any window of `period_ms`; the others
+    /// wait `queued` and start as the window allows. `null` removes it.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<RateLimitSetting>)]
+    pub rate_limit: Option<Option<RateLimitSetting>>,
+    /// Of a burst of runs of one key only the newest starts. `null` removes it.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<DebounceSetting>)]
+    pub debounce: Option<Option<DebounceSetting>>,
     /// Most steps of one run executing at once when the steps form a graph (some step
     /// has `needs`); `null` returns to the default, 10.
     #[serde(default, deserialize_with = "nullable")]
@@ -261,6 +271,80 @@ pub struct RetryInput {
     pub backoff_factor: Option<f64>,
 }
 
+/// `rate_limit` of a workflow, as sent and as shown.
+#[derive(Serialize, Deserialize, ToSchema, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitSetting {
+    /// Template over the trigger naming a run's key, e.g.
+    /// `{{ trigger.payload.customer }}`; absent = one key per workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 500, pattern = r"\S")]
+    pub key: Option<String>,
+    /// Runs of one key that may start in any window of `period_ms`.
+    #[schema(minimum = 1, maximum = 10_000)]
+    pub limit: u32,
+    /// The window, in milliseconds (1 second to 24 hours).
+    #[schema(minimum = 1_000, maximum = 86_400_000)]
+    pub period_ms: u64,
+}
+
+impl RateLimitSetting {
+    pub fn of(limit: &RateLimit) -> Self {
+        RateLimitSetting {
+            key: limit.key.clone(),
+            limit: limit.limit,
+            period_ms: limit.period_ms,
+        }
+    }
+
+    fn to_rate_limit(&self) -> RateLimit {
+        RateLimit {
+            key: self.key.clone(),
+            limit: self.limit,
+            period_ms: self.period_ms,
+        }
+    }
+}
+
+/// `debounce` of a workflow, as sent and as shown: a new run waits `queued` for
+/// `period_ms`; a newer run of the same key cancels it (error `superseded by <run id>`)
+/// and waits in its place; the newest starts after `period_ms` without a newer one, or
+/// once `max_wait_ms` passed since the burst's first run.
+#[derive(Serialize, Deserialize, ToSchema, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DebounceSetting {
+    /// Template over the trigger naming a run's key; absent = one key per workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 500, pattern = r"\S")]
+    pub key: Option<String>,
+    /// How long a run waits for a newer one, in milliseconds (1 second to 7 days).
+    #[schema(minimum = 1_000, maximum = 604_800_000)]
+    pub period_ms: u64,
+    /// The longest a burst holds its newest run back, in milliseconds from its first
+    /// run (at least `period_ms`, at most 7 days); absent: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1_000, maximum = 604_800_000)]
+    pub max_wait_ms: Option<u64>,
+}
+
+impl DebounceSetting {
+    pub fn of(debounce: &Debounce) -> Self {
+        DebounceSetting {
+            key: debounce.key.clone(),
+            period_ms: debounce.period_ms,
+            max_wait_ms: debounce.max_wait_ms,
+        }
+    }
+
+    fn to_debounce(&self) -> Debounce {
+        Debounce {
+            key: self.key.clone(),
+            period_ms: self.period_ms,
+            max_wait_ms: self.max_wait_ms,
+        }
+    }
+}
+
 /// `concurrency` of a workflow.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -326,6 +410,10 @@ pub struct WorkflowPatch {
     pub timeout_ms: Option<Option<u64>>,
     /// `Some(None)` removes the concurrency control.
     pub concurrency: Option<Option<Concurrency>>,
+    /// `Some(None)` removes the rate limit.
+    pub rate_limit: Option<Option<RateLimit>>,
+    /// `Some(None)` removes the debounce.
+    pub debounce: Option<Option<Debounce>>,
     /// `Some(None)` returns to the default parallelism.
     pub parallelism: Option<Option<u32>>,
     /// `Some(None)` returns to the default priority.
@@ -350,7 +438,8 @@ impl Validate for WorkflowPatchBody {
             p.add(
                 "body",
                 "give at least one of: name, description, state, trigger, executor, steps, \
-                 timeout_ms, concurrency, parallelism, priority, output, cancel_on",
+                 timeout_ms, concurrency, rate_limit, debounce, parallelism, priority, output, \
+                 cancel_on",
             );
             return p.finish();
         }
@@ -391,6 +480,23 @@ impl Validate for WorkflowPatchBody {
         if let Some(Some(c)) = &self.concurrency {
             c.check(&mut p);
         }
+        // The engine's own checks, the ones the workflow controller runs.
+        let rate_limit = self
+            .rate_limit
+            .iter()
+            .flatten()
+            .map(RateLimitSetting::to_rate_limit);
+        for problem in rate_limit.flat_map(|r| flowline_core::engine::spec_check::rate_limit(&r)) {
+            p.add(problem.path, problem.message);
+        }
+        let debounce = self
+            .debounce
+            .iter()
+            .flatten()
+            .map(DebounceSetting::to_debounce);
+        for problem in debounce.flat_map(|d| flowline_core::engine::spec_check::debounce(&d)) {
+            p.add(problem.path, problem.message);
+        }
         if let Some(Some(entries)) = &self.cancel_on {
             let entries: Vec<CancelOn> = entries.iter().map(CancelOnInput::to_cancel_on).collect();
             // The engine's own check, the one the workflow controller runs.
@@ -413,6 +519,8 @@ impl WorkflowPatchBody {
             && self.steps.is_none()
             && self.timeout_ms.is_none()
             && self.concurrency.is_none()
+            && self.rate_limit.is_none()
+            && self.debounce.is_none()
             && self.parallelism.is_none()
             && self.priority.is_none()
             && self.output.is_none()
@@ -432,6 +540,14 @@ impl WorkflowPatchBody {
                 .concurrency
                 .as_ref()
                 .map(|c| c.as_ref().map(ConcurrencyInput::to_concurrency)),
+            rate_limit: self
+                .rate_limit
+                .as_ref()
+                .map(|r| r.as_ref().map(RateLimitSetting::to_rate_limit)),
+            debounce: self
+                .debounce
+                .as_ref()
+                .map(|d| d.as_ref().map(DebounceSetting::to_debounce)),
             name: self.name,
             description: self.description,
             state: self.state,

@@ -139,6 +139,8 @@ async fn create(
             history: Default::default(),
             timeout_ms: None,
             concurrency: None,
+            rate_limit: None,
+            debounce: None,
             parallelism: None,
             priority: None,
             output: body.output,
@@ -219,6 +221,21 @@ async fn update(
         spec.insert(
             "concurrency".into(),
             json!(c.map(|c| json!({"limit": c.limit, "key": c.key, "policy": c.policy}))),
+        );
+    }
+    // Sent whole, like the concurrency: a merge patch would otherwise keep a stale key.
+    if let Some(r) = patch.rate_limit {
+        spec.insert(
+            "rateLimit".into(),
+            json!(r.map(|r| json!({"key": r.key, "limit": r.limit, "periodMs": r.period_ms}))),
+        );
+    }
+    if let Some(d) = patch.debounce {
+        spec.insert(
+            "debounce".into(),
+            json!(d.map(
+                |d| json!({"key": d.key, "periodMs": d.period_ms, "maxWaitMs": d.max_wait_ms})
+            )),
         );
     }
     if let Some(n) = patch.parallelism {

@@ -114,6 +114,10 @@ pub struct WorkflowView {
     pub timeout_ms: Option<u64>,
     /// Concurrency control of the workflow's runs; `null` for none.
     pub concurrency: Option<ConcurrencyView>,
+    /// The rate limit of its runs' starts; `null` for none.
+    pub rate_limit: Option<super::input::RateLimitSetting>,
+    /// The debounce of its runs; `null` for none.
+    pub debounce: Option<super::input::DebounceSetting>,
     /// Most steps of one run executing at once when the steps form a graph; `null` for
     /// the default (10).
     pub parallelism: Option<u32>,
@@ -202,6 +206,14 @@ impl From<&Workflow> for WorkflowView {
                 key: c.key.clone(),
                 policy: c.policy,
             }),
+            rate_limit: spec
+                .rate_limit
+                .as_ref()
+                .map(super::input::RateLimitSetting::of),
+            debounce: spec
+                .debounce
+                .as_ref()
+                .map(super::input::DebounceSetting::of),
             parallelism: spec.parallelism,
             priority: spec.priority,
             output: spec.output.clone(),

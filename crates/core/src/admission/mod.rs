@@ -4,6 +4,7 @@
 
 pub mod account_bound;
 pub mod group_summaries;
+pub mod timing;
 
 use jiff::Timestamp;
 use kube::ResourceExt;
@@ -169,12 +170,14 @@ pub fn group_of(run: &Run) -> Result<String, String> {
 /// the workflow controller and the delivery worker share: `controller::run_cache`).
 /// An unfinished run whole: it may be queued, admitted or resumed from the cache. A
 /// finished one only what they read of it: identity, phase and times, its version's
-/// concurrency setting and its rendered group (admission, when it frees a slot), and
-/// its pending events whole (the delivery worker sends their data), so its payload,
-/// steps and records can go. Any value a user put in the annotation the group is kept
-/// in is dropped first.
+/// concurrency setting and its rendered group (admission, when it frees a slot), its
+/// rate limit and debounce keys and whether it started ([`timing`]), and its pending
+/// events whole (the delivery worker sends their data), so its payload, steps and
+/// records can go. Any value a user put in the annotations these are kept in is
+/// dropped first.
 pub fn compact_for_cache(run: &mut Run) {
     run.annotations_mut().remove(CACHED_GROUP);
+    timing::cache_for_compaction(run);
     if !run.phase().is_finished() {
         return;
     }

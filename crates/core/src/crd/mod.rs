@@ -6,6 +6,7 @@
 
 mod common;
 mod event;
+mod flow_control;
 mod run;
 pub mod tags;
 pub mod timestamps;
@@ -19,6 +20,10 @@ pub use event::{
     CancelOn, EVENT_NAME_RULE, EventPhase, EventRef, FlowlineEvent, FlowlineEventSpec,
     FlowlineEventStatus, MAX_CANCEL_ON, event_id, object_name as event_object_name,
     valid_event_name,
+};
+pub use flow_control::{
+    Debounce, MAX_DEBOUNCE_MS, MAX_RATE_LIMIT, MAX_RATE_PERIOD_MS, MIN_DEBOUNCE_MS,
+    MIN_RATE_PERIOD_MS, RateLimit,
 };
 pub use run::{
     ApprovalDecision, CallbackReceived, CallbackToken, DEFAULT_PRIORITY, EventDetail,

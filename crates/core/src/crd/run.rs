@@ -265,6 +265,12 @@ pub struct WorkflowSnapshot {
     /// The workflow's concurrency control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// The workflow's rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<super::RateLimit>,
+    /// The workflow's debounce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<super::Debounce>,
     /// The workflow's `parallelism` (steps of a graph executing at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallelism: Option<u32>,
@@ -284,9 +290,18 @@ impl WorkflowSnapshot {
             steps: wf.spec.steps.clone(),
             timeout_ms: wf.spec.timeout_ms,
             concurrency: wf.spec.concurrency.clone(),
+            rate_limit: wf.spec.rate_limit.clone(),
+            debounce: wf.spec.debounce.clone(),
             parallelism: wf.spec.parallelism,
             output: wf.spec.output.clone(),
         }
+    }
+
+    /// Whether its runs may wait `queued` before they start: a concurrency limit, a
+    /// rate limit or a debounce. Such a run's start time is when it leaves the queue,
+    /// and a workflow's such runs are executed by one replica (its shard).
+    pub fn holds_runs_back(&self) -> bool {
+        self.concurrency.is_some() || self.rate_limit.is_some() || self.debounce.is_some()
     }
 
     /// Whether a step waits for an event (the run is labelled
@@ -476,6 +491,14 @@ impl Run {
 
     /// When execution started; before the controller records it, when the Run was
     /// created.
+    /// Whether it left the start line: it has a status other than `queued` (running,
+    /// parked, or finished, whether or not it executed).
+    pub fn has_started(&self) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.phase != RunPhase::Queued)
+    }
+
     pub fn started_at(&self) -> Timestamp {
         self.status
             .as_ref()

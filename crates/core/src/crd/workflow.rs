@@ -81,6 +81,15 @@ pub struct WorkflowSpec {
     /// How many runs may execute at once, per group, and what happens to the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// At most `limit` runs of one key start in any window of `periodMs`; the others
+    /// wait `queued` and start as the window allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<super::RateLimit>,
+    /// Of a burst of runs of one key, only the newest starts: each waits `periodMs` for
+    /// a newer one, which supersedes it, and the newest starts at the latest
+    /// `maxWaitMs` after the burst's first run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<super::Debounce>,
     /// The priority of its runs that do not set their own: 1 (first) to 5; unset is 3.
     /// Runs waiting for a slot of a concurrency group (or of the account's bound) start
     /// by priority, then in creation order.

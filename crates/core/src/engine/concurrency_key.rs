@@ -29,13 +29,19 @@ const MAX_GROUP_BYTES: usize = 128;
 /// that is not a string is grouped by its JSON text; a text over [`MAX_GROUP_BYTES`] by
 /// its digest.
 pub fn render(key: Option<&str>, run: &Run) -> Result<String, String> {
+    render_as("concurrency key", key, run)
+}
+
+/// [`render`] for any key template over the trigger (a rate limit's, a debounce's):
+/// `what` names it in the error.
+pub fn render_as(what: &str, key: Option<&str>, run: &Run) -> Result<String, String> {
     let Some(key) = key else {
         return Ok(WORKFLOW_GROUP.to_string());
     };
     let group = match template::render_str(key, &context(run)) {
         Ok(Value::String(s)) => s,
         Ok(other) => other.to_string(),
-        Err(e) => return Err(format!("concurrency key could not be rendered: {e}")),
+        Err(e) => return Err(format!("{what} could not be rendered: {e}")),
     };
     if group.len() <= MAX_GROUP_BYTES {
         return Ok(group);

@@ -72,6 +72,98 @@ pub fn workflow(spec: &WorkflowSpec) -> Vec<Problem> {
         problems.extend(output(value, &spec.steps));
     }
     problems.extend(cancel_on(&spec.cancel_on));
+    if let Some(limit) = &spec.rate_limit {
+        problems.extend(rate_limit(limit));
+    }
+    if let Some(debounce) = &spec.debounce {
+        problems.extend(self::debounce(debounce));
+    }
+    problems
+}
+
+/// A problem at `path` unless `n` is within `range`, named in `unit`.
+fn bounded(
+    path: &str,
+    n: u64,
+    range: std::ops::RangeInclusive<u64>,
+    what: &str,
+) -> Option<Problem> {
+    (!range.contains(&n)).then(|| Problem {
+        path: path.into(),
+        message: format!(
+            "must be an integer from {} to {} ({what})",
+            range.start(),
+            range.end()
+        ),
+    })
+}
+
+/// The problems of a key template of flow control at `path`: too long, or reading
+/// more than the trigger (the check of a concurrency key).
+fn flow_key(path: &str, key: Option<&str>) -> Option<Problem> {
+    let key = key?;
+    let message = if key.trim().is_empty() || key.chars().count() > crate::crd::MAX_CONCURRENCY_KEY
+    {
+        format!(
+            "must be a template of 1 to {} characters",
+            crate::crd::MAX_CONCURRENCY_KEY
+        )
+    } else {
+        concurrency_key::check(key).err()?
+    };
+    Some(Problem {
+        path: path.into(),
+        message,
+    })
+}
+
+/// Every problem of a workflow's `rate_limit` (the API's names for its fields).
+pub fn rate_limit(limit: &crate::crd::RateLimit) -> Vec<Problem> {
+    use crate::crd::{MAX_RATE_LIMIT, MAX_RATE_PERIOD_MS, MIN_RATE_PERIOD_MS};
+    [
+        flow_key("rate_limit.key", limit.key.as_deref()),
+        bounded(
+            "rate_limit.limit",
+            limit.limit.into(),
+            1..=MAX_RATE_LIMIT.into(),
+            "runs per window",
+        ),
+        bounded(
+            "rate_limit.period_ms",
+            limit.period_ms,
+            MIN_RATE_PERIOD_MS..=MAX_RATE_PERIOD_MS,
+            "milliseconds: 1 second to 24 hours",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Every problem of a workflow's `debounce` (the API's names for its fields).
+pub fn debounce(debounce: &crate::crd::Debounce) -> Vec<Problem> {
+    use crate::crd::{MAX_DEBOUNCE_MS, MIN_DEBOUNCE_MS};
+    let mut problems: Vec<Problem> = [
+        flow_key("debounce.key", debounce.key.as_deref()),
+        bounded(
+            "debounce.period_ms",
+            debounce.period_ms,
+            MIN_DEBOUNCE_MS..=MAX_DEBOUNCE_MS,
+            "milliseconds: 1 second to 7 days",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if let Some(max_wait) = debounce.max_wait_ms {
+        let floor = debounce.period_ms.clamp(MIN_DEBOUNCE_MS, MAX_DEBOUNCE_MS);
+        problems.extend(bounded(
+            "debounce.max_wait_ms",
+            max_wait,
+            floor..=MAX_DEBOUNCE_MS,
+            "milliseconds: at least period_ms, at most 7 days",
+        ));
+    }
     problems
 }
 
@@ -511,6 +603,71 @@ mod tests {
 
     fn spec(steps: Value) -> WorkflowSpec {
         serde_json::from_value(json!({"name": "t", "steps": steps})).unwrap()
+    }
+
+    #[test]
+    fn rate_limits_and_debounces_are_bounded_and_read_only_the_trigger() {
+        let check = |field: &str, value: Value| -> Vec<String> {
+            let spec: WorkflowSpec =
+                serde_json::from_value(json!({"name": "t", field: value})).unwrap();
+            workflow(&spec).into_iter().map(|p| p.path).collect()
+        };
+        let rows: [(&str, Value, &[&str]); 11] = [
+            ("rateLimit", json!({"limit": 1, "periodMs": 1000}), &[]),
+            (
+                "rateLimit",
+                json!({"key": "{{ trigger.payload.c }}", "limit": 10000, "periodMs": 86_400_000}),
+                &[],
+            ),
+            (
+                "rateLimit",
+                json!({"limit": 0, "periodMs": 1000}),
+                &["rate_limit.limit"],
+            ),
+            (
+                "rateLimit",
+                json!({"limit": 10001, "periodMs": 999}),
+                &["rate_limit.limit", "rate_limit.period_ms"],
+            ),
+            (
+                "rateLimit",
+                json!({"limit": 1, "periodMs": 86_400_001}),
+                &["rate_limit.period_ms"],
+            ),
+            (
+                "rateLimit",
+                json!({"key": "{{ steps.a.output }}", "limit": 1, "periodMs": 1000}),
+                &["rate_limit.key"],
+            ),
+            (
+                "debounce",
+                json!({"periodMs": 1000, "maxWaitMs": 1000}),
+                &[],
+            ),
+            (
+                "debounce",
+                json!({"periodMs": 5000, "maxWaitMs": 4999}),
+                &["debounce.max_wait_ms"],
+            ),
+            (
+                "debounce",
+                json!({"periodMs": 999}),
+                &["debounce.period_ms"],
+            ),
+            (
+                "debounce",
+                json!({"periodMs": 1000, "maxWaitMs": 604_800_001}),
+                &["debounce.max_wait_ms"],
+            ),
+            (
+                "debounce",
+                json!({"key": " ", "periodMs": 1000}),
+                &["debounce.key"],
+            ),
+        ];
+        for (field, value, paths) in rows {
+            assert_eq!(check(field, value.clone()), paths, "{field}: {value}");
+        }
     }
 
     #[test]

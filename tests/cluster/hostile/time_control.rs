@@ -1,0 +1,106 @@
+//! Rate limits and debounce as an attacker would use them: a flood of runs held back by
+//! one account's rate limit and debounce, with keys that render huge texts, never slows
+//! another account's runs on the same operator, and the held-back runs are neither
+//! dropped nor started early.
+
+use std::time::Duration;
+
+use flowline_core::crd::{Run, RunPhase};
+use futures::StreamExt;
+use kube::api::PostParams;
+use serde_json::json;
+
+use crate::builders::{WorkflowBuilder, step};
+use crate::support::{Process, TestApi, eventually, finished_run, ready};
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_flood_of_held_back_runs_does_not_slow_another_account() {
+    let attacker = TestApi::start("hostile-time-a").await;
+    let victim = TestApi::start("hostile-time-b").await;
+    let (_operator, port) = Process::operator(
+        &attacker.ns,
+        &["--no-api", "--watch-namespace", &victim.ns.name],
+    );
+    ready(port).await;
+    let key = attacker.admin_key.clone();
+    // Keys render the whole 8 KiB payload: kept as digests, not as text.
+    let limited = attacker
+        .workflow(&WorkflowBuilder::new("Daily").step(step::transform("ok", json!(1))))
+        .await;
+    attacker
+        .patch_workflow(
+            &key,
+            &limited,
+            json!({"rate_limit": {"key": "{{ trigger.payload.blob }}", "limit": 1, "period_ms": 86_400_000}}),
+        )
+        .await;
+    let debounced = attacker
+        .workflow(&WorkflowBuilder::new("Bursty").step(step::transform("ok", json!(1))))
+        .await;
+    attacker
+        .patch_workflow(
+            &key,
+            &debounced,
+            json!({"debounce": {"key": "{{ trigger.payload.blob }}", "period_ms": 86_400_000}}),
+        )
+        .await;
+    let blob = "x".repeat(8 * 1024);
+    let runs = attacker.ns.api::<Run>();
+    for workflow in [&limited, &debounced] {
+        let wf: flowline_core::crd::Workflow = attacker.ns.api().get(workflow).await.unwrap();
+        futures::stream::iter(0..300)
+            .map(|i| {
+                let run = Run::of_workflow(
+                    &wf,
+                    &format!("{workflow}-{i}"),
+                    Default::default(),
+                    Some(json!({"blob": blob})),
+                    jiff::Timestamp::now(),
+                );
+                let runs = runs.clone();
+                async move { runs.create(&PostParams::default(), &run).await.unwrap() }
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<_>>()
+            .await;
+    }
+    // The victim's runs, started while the flood is decided and waits.
+    let quick = victim
+        .workflow(&WorkflowBuilder::new("Quick").step(step::transform("ok", json!(1))))
+        .await;
+    let vkey = victim.admin_key.clone();
+    let mut mine = Vec::new();
+    for _ in 0..5 {
+        mine.push(victim.start_run(&vkey, &quick, None).await);
+    }
+    for id in &mine {
+        let run = finished_run(&victim.ns, id, Duration::from_secs(30)).await;
+        assert_eq!(run.phase(), RunPhase::Succeeded);
+        let status = run.status.as_ref().unwrap();
+        let waited = status
+            .started_at
+            .unwrap()
+            .duration_since(flowline_core::crd::timestamps::created_at(&run.metadata));
+        assert!(
+            waited < jiff::SignedDuration::from_secs(10),
+            "the victim's run waited {waited} to start"
+        );
+    }
+    // The flood is held back, not dropped: one rate-limited run started, the other 299
+    // wait; the debounce's runs are superseded or wait, none started.
+    eventually("the flood to settle", Duration::from_secs(120), || async {
+        let all = runs.list(&Default::default()).await.ok()?.items;
+        let of = |wf: &str, phase: RunPhase| {
+            all.iter()
+                .filter(|r| r.spec.workflow_ref == wf && r.phase() == phase)
+                .count()
+        };
+        let settled = of(&limited, RunPhase::Succeeded) == 1
+            && of(&limited, RunPhase::Queued) == 299
+            && of(&debounced, RunPhase::Queued) == 1
+            && of(&debounced, RunPhase::Cancelled) == 299;
+        settled.then_some(())
+    })
+    .await;
+}
