@@ -410,6 +410,23 @@ impl TestApi {
     }
 
     /// Patches a workflow through the API as `key`; asserts it was accepted.
+    /// Retention would delete the oldest finished runs of a test that counts many
+    /// before they are checked; the API does not expose it, so it is raised on the
+    /// Workflow itself.
+    pub async fn keep_every_run(&self, id: &str) {
+        let history =
+            serde_json::json!({"spec": {"history": {"succeeded": 10000, "failed": 10000}}});
+        self.ns
+            .api::<flowline_core::crd::Workflow>()
+            .patch(
+                id,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&history),
+            )
+            .await
+            .unwrap();
+    }
+
     pub async fn patch_workflow(&self, key: &str, id: &str, body: serde_json::Value) {
         let res = self
             .send("PATCH", key, &format!("/v1/workflows/{id}"), Some(body))

@@ -54,7 +54,7 @@ impl Stage {
         let workflows = workload::workflows(&api, &sink).await;
         let subscribers = inbound::subscribers(&api).await;
         for id in [&subscribers.every, &subscribers.big] {
-            workload::keep_every_run(&api, id).await;
+            api.keep_every_run(id).await;
         }
         let observer = Observer::start(&api.ns).await;
         Stage {

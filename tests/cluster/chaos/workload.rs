@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use kube::api::{Patch, PatchParams};
 use rand::Rng;
 use serde_json::{Value, json};
 
@@ -127,7 +126,7 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
     let mut ids = Vec::new();
     for wf in shapes {
         let id = api.workflow(&wf).await;
-        keep_every_run(api, &id).await;
+        api.keep_every_run(&id).await;
         ids.push(id);
     }
     let paced = api
@@ -135,7 +134,7 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
         .await;
     let limit = json!({"rate_limit": {"limit": PACED_PER_SECOND, "period_ms": 1000}});
     api.patch_workflow(&api.admin_key, &paced, limit).await;
-    keep_every_run(api, &paced).await;
+    api.keep_every_run(&paced).await;
     ids.push(paced);
     assert_eq!(ids.len() - 1, PACED);
     // Its children are runs of "Inline", started by the engine (not through `/v1`): the
@@ -155,21 +154,10 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
             "body": {"run": "{{ run.id }}", "item": "{{ item }}", "slow": true}}}]));
     for wf in [nested, each, super::inbound::waits()] {
         let id = api.workflow(&wf).await;
-        keep_every_run(api, &id).await;
+        api.keep_every_run(&id).await;
         ids.push(id);
     }
     ids
-}
-
-/// Retention would delete the oldest finished runs of a big scenario before they are
-/// checked; the API does not expose it, so it is raised on the Workflow itself.
-pub async fn keep_every_run(api: &TestApi, id: &str) {
-    let history = json!({"spec": {"history": {"succeeded": 10000, "failed": 10000}}});
-    api.ns
-        .api::<flowline_core::crd::Workflow>()
-        .patch(id, &PatchParams::default(), &Patch::Merge(&history))
-        .await
-        .unwrap();
 }
 
 /// Starts `settings.runs` runs at `settings.rate` per second, taking turns over the
