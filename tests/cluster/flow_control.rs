@@ -848,9 +848,10 @@ async fn keys_make_groups_and_a_bad_key_fails_the_run() {
 }
 
 /// `--max-running-runs 2`, two accounts. One has 1,000 runs waiting (each holds a place
-/// for 2 s): the other's three runs, started behind that backlog, each get one of the
-/// next places to free, not the places after the backlog. No more than two runs of
-/// either account ever execute at once.
+/// for 2 s), and the operator is replaced while they wait: the other's three runs,
+/// started behind that backlog, each get one of the next places to free, not the
+/// places after the backlog. No more than two runs of either account ever execute at
+/// once.
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn the_operator_wide_bound_shares_its_places_fairly_between_accounts() {
@@ -858,16 +859,14 @@ async fn the_operator_wide_bound_shares_its_places_fairly_between_accounts() {
     use kube::api::PostParams;
     let big = TestApi::start("fc-fair-big").await;
     let small = TestApi::start("fc-fair-small").await;
-    let (_operator, port) = Process::operator(
-        &big.ns,
-        &[
-            "--no-api",
-            "--watch-namespace",
-            &small.ns.name,
-            "--max-running-runs",
-            "2",
-        ],
-    );
+    let flags = [
+        "--no-api",
+        "--watch-namespace",
+        &small.ns.name,
+        "--max-running-runs",
+        "2",
+    ];
+    let (first, port) = Process::operator(&big.ns, &flags);
     ready(port).await;
     let busy = big
         .workflow(&WorkflowBuilder::new("Busy").step(step::delay("work", 2000)))
@@ -904,6 +903,9 @@ async fn the_operator_wide_bound_shares_its_places_fairly_between_accounts() {
         (queued >= 990).then_some(())
     })
     .await;
+    let (_second, port2) = Process::operator(&big.ns, &flags);
+    ready(port2).await;
+    first.terminate();
     let quick = small
         .workflow(&WorkflowBuilder::new("Quick").step(step::delay("work", 100)))
         .await;

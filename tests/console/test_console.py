@@ -125,7 +125,15 @@ class Console(unittest.TestCase):
         return self.wait.until(EC.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
     def click(self, css):
-        self.press(self.wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, css))))
+        # A run page redraws as the run changes: an element found just before a redraw
+        # is gone when it is clicked, so it is found again (its replacement is the same
+        # control).
+        for attempt in range(3):
+            try:
+                return self.press(self.wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, css))))
+            except StaleElementReferenceException:
+                if attempt == 2:
+                    raise
 
     def press(self, element):
         # Centred first: the builder's sticky save bar may cover the bottom of the view.
