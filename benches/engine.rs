@@ -192,8 +192,8 @@ async fn main() {
         .into(),
         ..Default::default()
     };
-    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdefghij).
-    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdefghij".into());
+    // FLOWLINE_BENCH_PARTS picks parts, e.g. "d" (default: all of abcdefghijk).
+    let parts = std::env::var("FLOWLINE_BENCH_PARTS").unwrap_or_else(|_| "abcdefghijk".into());
     if parts.contains(['a', 'b', 'c']) {
         abc(&client, &ns, &runs, kwok, &parts).await;
     }
@@ -235,41 +235,92 @@ async fn main() {
     if parts.contains('j') {
         part_j(&client, &ns).await;
     }
+    if parts.contains('k') {
+        part_k(&client, &ns).await;
+    }
 
     delete_namespace(&client, &ns).await;
 }
 
-/// (j) rate limits: 1,000 runs of 3 no-op steps under `rate_limit: 100 per second`,
-/// against the limit itself (the start rate from the first window's starts to the
-/// last start); then the controller's CPU while 10,000 runs wait for a rate limit's
-/// window (one start a day) and nothing moves, against the same controller holding the
-/// same 10,000 runs finished (cancelled before they started). Each shape has a
-/// namespace and a controller of its own.
+/// (j) a rate-limited drain: 1,000 runs of 3 no-op steps created at once into a
+/// workflow with `rate_limit: 100 per second`, against the limit itself (the start
+/// rate from the first window's starts to the last start). The same 1,000 runs without
+/// a limit show what the engine sustains here, and the writes per run what each costs.
 async fn part_j(client: &Client, ns: &str) {
+    let limited = drain(client, ns, "limited", Some(100)).await;
+    let free = drain(client, ns, "free", None).await;
+    let n = limited.starts.len();
+    let starts = &limited.starts;
+    let most = (0..n)
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|t| **t - starts[i] < 1000)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    // The first window starts 100 at once; the other 900 start as it moves.
+    let rate = (n - 100) as f64 * 1000.0 / (starts[n - 1] - starts[0]) as f64;
+    let per_second: Vec<usize> = (0..=((starts[n - 1] - starts[0]) / 1000))
+        .map(|s| {
+            let from = starts[0] + s * 1000;
+            starts
+                .iter()
+                .filter(|t| (from..from + 1000).contains(*t))
+                .count()
+        })
+        .collect();
+    let free_rate = n as f64 * 1000.0 / (free.starts[n - 1] - free.starts[0]).max(1) as f64;
+    println!("(j) a rate-limited drain");
+    println!(
+        "    {n} runs at limit 100 per second: {rate:.1} starts/s after the first window, \
+         {:.2}x of the limit (goal: at least 0.95x); most starts in one second: {most} \
+         (must be at most 100); starts in each second from the first: {per_second:?}",
+        rate / 100.0
+    );
+    println!(
+        "    API-server writes per run: {:.2} limited, {:.2} without a limit; the same runs \
+         without a limit start at {free_rate:.1}/s",
+        limited.writes_per_run, free.writes_per_run
+    );
+}
+
+/// What [`drain`] measured.
+struct Drain {
+    /// The runs' recorded starts, in milliseconds, in order.
+    starts: Vec<i64>,
+    writes_per_run: f64,
+}
+
+/// 1,000 runs of 3 no-op steps created at once into a workflow `name` (with
+/// `rate_limit: {limit, period_ms: 1000}` when `limit`), under a controller of a
+/// namespace of their own, until all finished.
+async fn drain(client: &Client, ns: &str, name: &str, limit: Option<u32>) -> Drain {
     let steps = json!([
         {"id": "a", "action": "transform", "with": {"value": 1}},
         {"id": "b", "action": "transform", "with": {"value": 2}},
         {"id": "c", "action": "transform", "with": {"value": 3}}]);
-    let drain_ns = format!("{ns}-j-drain");
+    let drain_ns = format!("{ns}-j-{name}");
     namespace(client, &drain_ns).await;
     let runs: Api<Run> = Api::namespaced(client.clone(), &drain_ns);
     let stop = controller(client, &drain_ns, Default::default());
-    let wf = workflow(
-        client,
-        &drain_ns,
-        "limited",
-        json!({"name": "Limited", "rateLimit": {"limit": 100, "periodMs": 1000}, "steps": steps}),
-    )
-    .await;
+    let mut spec = json!({"name": name, "steps": steps});
+    if let Some(limit) = limit {
+        spec["rateLimit"] = json!({"limit": limit, "periodMs": 1000});
+    }
+    let wf = workflow(client, &drain_ns, name, spec).await;
     let n = 1000;
+    let before = writes(client).await;
     in_parallel(n, |i| {
-        let (runs, run) = (runs.clone(), run_object(&format!("limited-{i}"), &wf));
+        let (runs, run) = (runs.clone(), run_object(&format!("{name}-{i}"), &wf));
         async move {
             runs.create(&PostParams::default(), &run).await.unwrap();
         }
     })
     .await;
-    until_all_finished(&runs, "limited", n).await;
+    until_all_finished(&runs, name, n).await;
+    let writes_per_run = (writes(client).await - before) / n as f64;
     let mut starts: Vec<i64> = runs
         .list(&Default::default())
         .await
@@ -282,28 +333,20 @@ async fn part_j(client: &Client, ns: &str) {
     starts.sort();
     stop.cancel();
     delete_namespace(client, &drain_ns).await;
-    let most = (0..starts.len())
-        .map(|i| {
-            starts[i..]
-                .iter()
-                .take_while(|t| **t - starts[i] < 1000)
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
-    // The first window starts 100 at once; the other 900 start as it moves.
-    let rate = (n - 100) as f64 * 1000.0 / (starts[n - 1] - starts[0]) as f64;
-    println!("(j) rate limits");
-    println!(
-        "    {n} runs at limit 100 per second: {rate:.1} starts/s after the first window, \
-         {:.2}x of the limit (goal: at least 0.95x); most starts in one second: {most} \
-         (must be at most 100)",
-        rate / 100.0
-    );
+    Drain {
+        starts,
+        writes_per_run,
+    }
+}
 
+/// (k) the controller's CPU while 10,000 runs wait for a rate limit's window (one start
+/// a day) and nothing moves, against the same controller holding the same 10,000 runs
+/// finished (cancelled before they started). Each has a namespace and a controller of
+/// its own.
+async fn part_k(client: &Client, ns: &str) {
     let mut cpu = Vec::new();
     for waiting in [false, true] {
-        let ns = format!("{ns}-j-{}", if waiting { "waiting" } else { "idle" });
+        let ns = format!("{ns}-k-{}", if waiting { "waiting" } else { "idle" });
         namespace(client, &ns).await;
         let runs: Api<Run> = Api::namespaced(client.clone(), &ns);
         let stop = controller(client, &ns, Default::default());
@@ -341,6 +384,7 @@ async fn part_j(client: &Client, ns: &str) {
         stop.cancel();
         delete_namespace(client, &ns).await;
     }
+    println!("(k) runs waiting for a rate limit's window");
     println!(
         "    10,000 runs waiting for a rate limit's window, the controller's CPU while nothing \
          moves: {:.1} % of a core, against {:.1} % holding the same runs finished: {:.2}x \

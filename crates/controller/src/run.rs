@@ -19,7 +19,7 @@ use super::queue::Queue;
 use super::run_cache::RunCache;
 use super::shard::Shards;
 use flowline_core::admission::account_bound::{AccountBound, Take};
-use flowline_core::admission::timing::{Gate, Ledger};
+use flowline_core::admission::timing::{self, Gate, Ledger};
 use flowline_core::admission::{self, Admission};
 use flowline_core::crd::{
     ConcurrencyPolicy, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot,
@@ -97,6 +97,9 @@ enum Admitted {
     },
     /// Record it as ended, with this phase and error.
     End(RunPhase, String),
+    /// Its rate limit's window or its debounce opens at this time, a moment from now
+    /// ([`timing::LEAD`]): admission is asked again then, without another read.
+    Hold(jiff::Timestamp),
 }
 
 /// Whether a run that has not started must wait, judged from the cache alone, and when
@@ -382,6 +385,9 @@ impl Context {
         // contend for a slot yet.
         match self.gates.gate(run, now) {
             Ok(Gate::Open) => {}
+            Ok(Gate::Until(opens_at)) if timing::imminent(opens_at, now) => {
+                return Admitted::Hold(opens_at);
+            }
             Ok(Gate::Until(_)) => return queue(self, Vec::new()),
             Ok(Gate::Superseded { by }) => {
                 return Admitted::End(RunPhase::Cancelled, format!("superseded by {by}"));
@@ -466,8 +472,13 @@ impl Context {
     fn still_queued(&self, run: &Run) -> Waits {
         let namespace = run.namespace().unwrap_or_default();
         let order = admission::order_of(run);
-        match self.gates.gate(run, flowline_core::clock::now_ms()) {
+        let now = flowline_core::clock::now_ms();
+        match self.gates.gate(run, now) {
+            // About to open: read it now, so it starts when the gate opens, not a read's
+            // round trip later (a round trip each period adds up: 100 runs a second
+            // became 65).
             Ok(Gate::Open) => {}
+            Ok(Gate::Until(opens_at)) if timing::imminent(opens_at, now) => {}
             Ok(Gate::Until(opens_at)) => {
                 // It waits for a time, not for its account: a place it may have been
                 // woken for goes to the account's next waiting run.
@@ -738,7 +749,15 @@ async fn execute_admitted(
     uid: &str,
 ) -> Result<(), ReconcileError> {
     let namespace = run.namespace().unwrap_or_default();
-    match ctx.admit(&run, uid) {
+    let mut admitted = ctx.admit(&run, uid);
+    // Held for a gate about to open: asked again when it opens (a second hold, after a
+    // clock step, waits like any queued run).
+    if let Admitted::Hold(opens_at) = admitted {
+        let wait = opens_at.duration_since(flowline_core::clock::now_ms());
+        tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
+        admitted = ctx.admit(&run, uid);
+    }
+    match admitted {
         Admitted::Start {
             registration,
             cancel,
@@ -788,6 +807,11 @@ async fn execute_admitted(
         Admitted::End(phase, error) => {
             tracing::info!(run = %run.name_any(), %error, "run not admitted");
             end_without_executing(ctx, &run, workflow, phase, Some(error)).await;
+        }
+        Admitted::Hold(_) => {
+            if run.status.is_none() {
+                mark_queued(ctx, &run).await;
+            }
         }
     }
     Ok(())

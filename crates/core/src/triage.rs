@@ -291,19 +291,20 @@ pub fn look_again(decision: &Decision, observed: &Observed) -> LookAgain {
 }
 
 /// How often a run waiting for a time (a rate limit's window, a debounce) is looked at
-/// again at least. Longer than [`RESYNC_UNFINISHED`]: what could let it start sooner
-/// than the time it waits for wakes it (a run ahead of it that leaves the queue
-/// without starting, a newer run of its debounce key), so the look is only a backstop,
-/// and 10,000 such runs cost 170 looks a second, not 1,000.
-pub const GATE_RESYNC: Duration = Duration::from_secs(60);
+/// again at least. Far longer than [`RESYNC_UNFINISHED`]: the time it waits for is a
+/// lower bound of its start, and what could let it start sooner wakes it (a run ahead
+/// of it that leaves the queue without starting, a newer run of its debounce key, its
+/// own cancel, a relist of the watch), so the look is only a backstop, and 10,000 such
+/// runs cost 33 looks a second, not 1,000.
+pub const GATE_RESYNC: Duration = Duration::from_secs(300);
 
 /// How long until a run waiting for a time that comes at `opens_at` is looked at
-/// again: then (a few milliseconds late rather than early), at the latest after
-/// [`GATE_RESYNC`].
+/// again: [`crate::admission::timing::LEAD`] before it (it is read and held ready then),
+/// at the latest after [`GATE_RESYNC`].
 pub fn gate_wait(opens_at: Timestamp, now: Timestamp) -> Duration {
-    let until =
-        Duration::from_millis((opens_at.as_millisecond() - now.as_millisecond()).max(0) as u64);
-    until.min(GATE_RESYNC) + Duration::from_millis(5)
+    let lead = crate::admission::timing::LEAD.as_millis() as i64;
+    let until = (opens_at.as_millisecond() - lead - now.as_millisecond()).max(0) as u64;
+    Duration::from_millis(until).min(GATE_RESYNC)
 }
 
 /// How long until a parked run is looked at again (`wake`: its earliest wake time), at
@@ -810,9 +811,10 @@ mod tests {
             let observed = Observed::first_look(Some(cached), true, false, at(NOW));
             assert_eq!(look_again(&decision, &observed), expected, "{name}");
         }
-        // A run waiting for a rate limit's window: when it opens, if before the resync.
+        // A run waiting for a rate limit's window: a moment before it opens (it is then
+        // read and held ready), if before the resync.
         let queued = run(json!({"phase": "queued"}), false);
-        for (opens_at, expected) in [(NOW + 2, 2_005), (NOW - 1, 5), (NOW + 3600, 60_005)] {
+        for (opens_at, expected) in [(NOW + 2, 1_750), (NOW - 1, 0), (NOW + 3600, 300_000)] {
             let observed = Observed {
                 waits_for_slot: Some(true),
                 slot_opens_at: Some(at(opens_at)),

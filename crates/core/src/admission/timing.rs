@@ -35,12 +35,27 @@ pub enum Gate {
     Superseded { by: String },
 }
 
+/// How far behind a run that left a rate limit's queue the runs it may move up are
+/// woken; further ones are looked at by their periodic look.
+const MAX_BEHIND: usize = 100_000;
+
+/// How long before its gate opens a waiting run is looked at, read and held ready: it
+/// then starts when the gate opens, not a read's round trip later.
+pub const LEAD: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Whether a gate opening at `opens_at` opens within [`LEAD`] of `now`.
+pub fn imminent(opens_at: Timestamp, now: Timestamp) -> bool {
+    opens_at.duration_since(now) <= SignedDuration::try_from(LEAD).unwrap_or_default()
+}
+
 /// A rate limit of `limit` starts per `period_ms` for a run with `ahead` runs of its key
 /// waiting before it, given `window` (the key's starts within the last `period_ms`,
 /// oldest first). It starts when the starts in the window and the runs ahead leave a
 /// place; otherwise it waits until enough of those starts have left the window (a
-/// start at `s` stops counting at `s + period`). A run behind a full window's worth of
-/// waiting runs waits at least a period.
+/// start at `s` stops counting at `s + period`). A run behind `ahead >= limit` waiting
+/// runs is the `ahead + 1`-th start from now, and no `limit + 1` starts fit in a
+/// period: it waits at least `ahead / limit` periods (so the runs deep in a long queue
+/// are not looked at every period).
 pub fn rate_gate(
     limit: u32,
     period_ms: u64,
@@ -58,7 +73,13 @@ pub fn rate_gate(
     let leaving = used - limit + 1;
     Gate::Until(match window.get(leaving - 1) {
         Some(start) => *start + period,
-        None => now + period,
+        None => {
+            let periods = i32::try_from(ahead / limit).unwrap_or(i32::MAX);
+            period
+                .checked_mul(periods)
+                .and_then(|wait| now.checked_add(wait).ok())
+                .unwrap_or(Timestamp::MAX)
+        }
     })
 }
 
@@ -393,8 +414,13 @@ impl Ledger {
         wake
     }
 
-    /// The waiting runs of `run`'s rate limit key that the places it leaves may start:
-    /// the first `limit` of them.
+    /// The waiting runs behind `run` in its rate limit's queue that may start sooner
+    /// than they were told now that it left the queue without starting (it is no
+    /// longer filed there). [`rate_gate`] told a run `p` places from the head a time
+    /// from the window's starts when `p < limit`, else `p / limit` periods from its
+    /// look: one place less changes that for the first `limit` runs, and for a run
+    /// whose `p` was a multiple of `limit`. Those are woken (as far as
+    /// [`MAX_BEHIND`] runs behind it).
     fn behind(books: &Books, run: &Run, entries: &[(KeyId, Stage)]) -> Vec<String> {
         let Some(limit) = run
             .spec
@@ -404,13 +430,25 @@ impl Ledger {
         else {
             return Vec::new();
         };
-        entries
+        let limit = limit.limit.max(1) as usize;
+        let gone = super::order_of(run);
+        let mut wake = Vec::new();
+        for book in entries
             .iter()
             .filter(|(id, _)| id.kind == Kind::RateLimit)
             .filter_map(|(id, _)| books.keys.get(id))
-            .flat_map(|book| book.waiting.iter().take(limit.limit as usize))
-            .map(|o| o.name.clone())
-            .collect()
+        {
+            let before = book.waiting.range(..&gone).count();
+            let after = book.waiting.range(&gone..).take(MAX_BEHIND);
+            for (i, order) in after.enumerate() {
+                // Its place before `run` left.
+                let was = before + i + 1;
+                if was <= limit || was.is_multiple_of(limit) {
+                    wake.push(order.name.clone());
+                }
+            }
+        }
+        wake
     }
 
     /// The run `name` of `namespace` is gone: it waits no more. Its start (or its
@@ -494,7 +532,7 @@ impl Ledger {
                         continue;
                     };
                     book.prune(now);
-                    let ahead = book.waiting.range(..&this).take(r.limit as usize).count();
+                    let ahead = book.waiting.range(..&this).take(MAX_BEHIND).count();
                     rate_gate(
                         r.limit,
                         r.period_ms,
@@ -560,7 +598,7 @@ mod tests {
     #[test]
     fn a_rate_limit_opens_when_the_window_and_the_runs_ahead_leave_a_place() {
         // (limit, window starts, runs ahead, now) → gate; period 1,000 ms.
-        let rows: [RateRow; 7] = [
+        let rows: [RateRow; 8] = [
             ("empty window", 1, &[], 0, 5_000, Gate::Open),
             ("a place left", 3, &[4_200, 4_500], 0, 5_000, Gate::Open),
             (
@@ -589,6 +627,14 @@ mod tests {
             ),
             ("runs ahead alone", 2, &[], 2, 5_000, Gate::Until(at(6_000))),
             ("a place behind one ahead", 2, &[], 1, 5_000, Gate::Open),
+            (
+                "deep in the queue: a period per limit ahead",
+                2,
+                &[4_200, 4_500],
+                5,
+                5_000,
+                Gate::Until(at(7_000)),
+            ),
         ];
         for (what, limit, window, ahead, now, gate) in rows {
             let window: Vec<Timestamp> = window.iter().map(|ms| at(*ms)).collect();
@@ -759,6 +805,29 @@ mod tests {
             ledger.gate(&d, at(1_200)),
             Ok(Gate::Until(at(1_510))),
             "starts survive a relist"
+        );
+    }
+
+    #[test]
+    fn a_run_leaving_the_queue_wakes_the_runs_it_moves_up_a_period() {
+        let ledger = Ledger::default();
+        let queue: Vec<Run> = (0..6)
+            .map(|i| run(&format!("w{i}"), i, serde_json::Value::Null, limited()))
+            .collect();
+        for r in &queue {
+            ledger.observe(r);
+        }
+        // Limit 2: w2 is told a time from the window (2 ahead, then 1); w4, 4 ahead, two
+        // periods, then one; w3 and w5 keep theirs (3 / 2 = 2 / 2, 5 / 2 = 4 / 2).
+        let cancelled = run("w1", 1, json!({"phase": "cancelled"}), limited());
+        assert_eq!(
+            ledger.observe(&cancelled),
+            vec!["w2".to_string(), "w4".to_string()]
+        );
+        assert_eq!(
+            ledger.gate(&queue[5], at(0)),
+            Ok(Gate::Until(at(2_000))),
+            "4 ahead, none started: at least two periods"
         );
     }
 
