@@ -247,7 +247,12 @@ async fn main() {
 /// rate from the first window's starts to the last start). The same 1,000 runs without
 /// a limit show what the engine sustains here, and the writes per run what each costs.
 async fn part_j(client: &Client, ns: &str) {
-    let limited = drain(client, ns, "limited", Some(100)).await;
+    // FLOWLINE_BENCH_RATE_LIMIT tries another limit (per second; default 100).
+    let limit: usize = std::env::var("FLOWLINE_BENCH_RATE_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let limited = drain(client, ns, "limited", Some(limit as u32)).await;
     let free = drain(client, ns, "free", None).await;
     let n = limited.starts.len();
     let starts = &limited.starts;
@@ -260,8 +265,8 @@ async fn part_j(client: &Client, ns: &str) {
         })
         .max()
         .unwrap_or(0);
-    // The first window starts 100 at once; the other 900 start as it moves.
-    let rate = (n - 100) as f64 * 1000.0 / (starts[n - 1] - starts[0]) as f64;
+    // The first window starts `limit` at once; the others start as it moves.
+    let rate = (n - limit) as f64 * 1000.0 / (starts[n - 1] - starts[0]) as f64;
     let per_second: Vec<usize> = (0..=((starts[n - 1] - starts[0]) / 1000))
         .map(|s| {
             let from = starts[0] + s * 1000;
@@ -274,10 +279,10 @@ async fn part_j(client: &Client, ns: &str) {
     let free_rate = n as f64 * 1000.0 / (free.starts[n - 1] - free.starts[0]).max(1) as f64;
     println!("(j) a rate-limited drain");
     println!(
-        "    {n} runs at limit 100 per second: {rate:.1} starts/s after the first window, \
+        "    {n} runs at limit {limit} per second: {rate:.1} starts/s after the first window, \
          {:.2}x of the limit (goal: at least 0.95x); most starts in one second: {most} \
-         (must be at most 100); starts in each second from the first: {per_second:?}",
-        rate / 100.0
+         (must be at most {limit}); starts in each second from the first: {per_second:?}",
+        rate / limit as f64
     );
     println!(
         "    API-server writes per run: {:.2} limited, {:.2} without a limit; the same runs \
