@@ -381,11 +381,7 @@ async fn part_k(client: &Client, ns: &str) {
             phase.is_finished() || (waiting && phase == flowline_core::crd::RunPhase::Queued)
         })
         .await;
-        // Past one whole period of looks at the waiting runs.
-        tokio::time::sleep(Duration::from_secs(12)).await;
-        let before = process_cpu_seconds();
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        cpu.push((process_cpu_seconds() - before) / 20.0);
+        cpu.push(cpu_while_idle().await);
         stop.cancel();
         delete_namespace(client, &ns).await;
     }
@@ -770,11 +766,7 @@ async fn part_g(client: &Client, ns: &str) {
         })
         .await;
         arriving.push(process_cpu_seconds() - arrival);
-        // Past the queued label's settle and one whole period of looks.
-        tokio::time::sleep(Duration::from_secs(12)).await;
-        let before = process_cpu_seconds();
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        used.push((process_cpu_seconds() - before) / 20.0);
+        used.push(cpu_while_idle().await);
         stop.cancel();
         delete_namespace(client, &ns).await;
     }
@@ -793,6 +785,15 @@ async fn part_g(client: &Client, ns: &str) {
         arriving[1],
         arriving[1] / arriving[0]
     );
+}
+
+/// The share of a core this process uses over 20 s once 12 s have passed (past the
+/// queued label's settle and a whole period of the 10 s looks at queued runs).
+async fn cpu_while_idle() -> f64 {
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let before = process_cpu_seconds();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    (process_cpu_seconds() - before) / 20.0
 }
 
 /// CPU time this process has used (user and system, all threads), in seconds.
