@@ -855,8 +855,6 @@ async fn keys_make_groups_and_a_bad_key_fails_the_run() {
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn the_operator_wide_bound_shares_its_places_fairly_between_accounts() {
-    use futures::StreamExt;
-    use kube::api::PostParams;
     let big = TestApi::start("fc-fair-big").await;
     let small = TestApi::start("fc-fair-small").await;
     let flags = [
@@ -871,26 +869,8 @@ async fn the_operator_wide_bound_shares_its_places_fairly_between_accounts() {
     let busy = big
         .workflow(&WorkflowBuilder::new("Busy").step(step::delay("work", 2000)))
         .await;
-    let busy: flowline_core::crd::Workflow = big.ns.api().get(&busy).await.unwrap();
     let runs = big.ns.api::<Run>();
-    let backlog: Vec<String> = futures::stream::iter(0..1000)
-        .map(|i| {
-            let run = Run::of_workflow(
-                &busy,
-                &format!("busy-{i}"),
-                Default::default(),
-                None,
-                jiff::Timestamp::now(),
-            );
-            let runs = runs.clone();
-            async move {
-                runs.create(&PostParams::default(), &run).await.unwrap();
-                format!("busy-{i}")
-            }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
+    let backlog = big.ns.create_pinned_runs(&busy, "busy", 1000, None).await;
     eventually("the backlog to wait queued", MINUTE, || async {
         let queued = runs
             .list(&Default::default())

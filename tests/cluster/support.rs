@@ -94,6 +94,40 @@ impl TestNamespace {
         kube::ResourceExt::name_any(&created)
     }
 
+    /// Creates `n` Runs of the workflow `workflow` named `<prefix>-<i>`, pinned to its
+    /// version as the API pins them, 16 at a time (a backlog or a flood no API key's
+    /// budget would take); returns their names.
+    pub async fn create_pinned_runs(
+        &self,
+        workflow: &str,
+        prefix: &str,
+        n: usize,
+        payload: Option<serde_json::Value>,
+    ) -> Vec<String> {
+        use futures::StreamExt;
+        let wf: flowline_core::crd::Workflow = self.api().get(workflow).await.unwrap();
+        let runs = self.api::<flowline_core::crd::Run>();
+        futures::stream::iter(0..n)
+            .map(|i| {
+                let name = format!("{prefix}-{i}");
+                let run = flowline_core::crd::Run::of_workflow(
+                    &wf,
+                    &name,
+                    Default::default(),
+                    payload.clone(),
+                    jiff::Timestamp::now(),
+                );
+                let runs = runs.clone();
+                async move {
+                    runs.create(&PostParams::default(), &run).await.unwrap();
+                    name
+                }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await
+    }
+
     /// Runs kubectl against this namespace.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         kubectl(&[&["-n", &self.name], args].concat(), None)
@@ -752,6 +786,28 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The most of `starts` (milliseconds, any order) inside one window of `window_ms` (a
+/// start at the window's end no longer counts the one at its beginning).
+pub fn most_within(mut starts: Vec<i64>, window_ms: i64) -> usize {
+    starts.sort();
+    (0..starts.len())
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|t| **t - starts[i] < window_ms)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_window_counts_starts_less_than_a_period_apart() {
+    assert_eq!(most_within(vec![], 1000), 0);
+    assert_eq!(most_within(vec![0, 1000, 2000], 1000), 1);
+    assert_eq!(most_within(vec![2000, 0, 999], 1000), 2);
 }
 
 /// Waits until the process serving on `port` is ready.

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::builders::{WorkflowBuilder, step};
-use crate::support::{Process, TestApi, eventually, finished_run, ready};
+use crate::support::{Process, TestApi, eventually, finished_run, most_within, ready};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -21,30 +21,6 @@ fn started_at(run: &Run) -> Timestamp {
 
 fn created_at(run: &Run) -> Timestamp {
     flowline_core::crd::timestamps::created_at(&run.metadata)
-}
-
-/// The most `starts` (any order) inside one window of `period_ms` (a start at the
-/// window's end no longer counts the one at its beginning).
-fn most_in_a_window(starts: &[Timestamp], period_ms: i64) -> usize {
-    let mut ms: Vec<i64> = starts.iter().map(|t| t.as_millisecond()).collect();
-    ms.sort();
-    (0..ms.len())
-        .map(|i| {
-            ms[i..]
-                .iter()
-                .take_while(|t| **t - ms[i] < period_ms)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-#[test]
-fn a_window_counts_starts_less_than_a_period_apart() {
-    let at = |ms: i64| Timestamp::from_millisecond(ms).unwrap();
-    assert_eq!(most_in_a_window(&[], 1000), 0);
-    assert_eq!(most_in_a_window(&[at(0), at(1000), at(2000)], 1000), 1);
-    assert_eq!(most_in_a_window(&[at(2000), at(0), at(999)], 1000), 2);
 }
 
 /// A rate limit of 3 runs per 2 seconds. 12 runs are started at once. The operator is
@@ -107,7 +83,7 @@ async fn rate_limited_starts_never_exceed_the_limit_in_any_window_across_a_kill(
         starts.push(started_at(&run));
     }
     assert!(
-        most_in_a_window(&starts, 2000) <= 3,
+        most_within(starts.iter().map(|t| t.as_millisecond()).collect(), 2000) <= 3,
         "more than 3 starts in 2 s: {starts:?}"
     );
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::crd::{Run, RunPhase, StepPhase, Workflow, WorkflowState};
+use crate::crd::{Run, StepPhase, Workflow, WorkflowState};
 use crate::engine::waiting;
 
 /// How often an unfinished run is reconciled without a watch event: the backstop that
@@ -270,7 +270,7 @@ fn after_read(
 /// Whether `run` waits for a slot of its concurrency group (or has not been looked at
 /// yet): no status, or `queued`.
 fn awaits_slot(run: &Run) -> bool {
-    run.status.is_none() || run.phase() == RunPhase::Queued
+    !run.has_started()
 }
 
 /// When to look again at a run after `decision`, as `observed` shows it: an unfinished

@@ -73,7 +73,7 @@ pub async fn conclude(
         .filter_map(|r| r.status.as_ref()?.started_at)
         .map(|t| t.as_millisecond())
         .collect();
-    let paced_most = most_within(paced_starts, 1000);
+    let paced_most = crate::support::most_within(paced_starts, 1000);
     let recoveries = report::recoveries(restarts, &stage.observer);
     let kills: Vec<Instant> = restarts.iter().map(|r| r.killed_at).collect();
     let resent = events::resent_per_kill(&received, &kills);
@@ -112,20 +112,6 @@ pub async fn conclude(
         max_dup: stage.settings.max_dup,
         paced_most,
     }
-}
-
-/// The most of `starts` (milliseconds) less than `window` apart.
-fn most_within(mut starts: Vec<i64>, window: i64) -> usize {
-    starts.sort();
-    (0..starts.len())
-        .map(|i| {
-            starts[i..]
-                .iter()
-                .take_while(|t| **t - starts[i] < window)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
 }
 
 impl Verdict {

@@ -6,8 +6,6 @@
 use std::time::Duration;
 
 use flowline_core::crd::{Run, RunPhase};
-use futures::StreamExt;
-use kube::api::PostParams;
 use serde_json::json;
 
 use crate::builders::{WorkflowBuilder, step};
@@ -52,21 +50,10 @@ async fn a_flood_of_held_back_runs_does_not_slow_another_account() {
     let blob = "x".repeat(8 * 1024);
     let runs = attacker.ns.api::<Run>();
     for workflow in [&limited, &debounced] {
-        let wf: flowline_core::crd::Workflow = attacker.ns.api().get(workflow).await.unwrap();
-        futures::stream::iter(0..300)
-            .map(|i| {
-                let run = Run::of_workflow(
-                    &wf,
-                    &format!("{workflow}-{i}"),
-                    Default::default(),
-                    Some(json!({"blob": blob})),
-                    jiff::Timestamp::now(),
-                );
-                let runs = runs.clone();
-                async move { runs.create(&PostParams::default(), &run).await.unwrap() }
-            })
-            .buffer_unordered(16)
-            .collect::<Vec<_>>()
+        let payload = Some(json!({"blob": blob}));
+        attacker
+            .ns
+            .create_pinned_runs(workflow, workflow, 300, payload)
             .await;
     }
     // The victim's runs, started while the flood is decided and waits.

@@ -139,10 +139,7 @@ pub fn admit(concurrency: &Concurrency, group: &str, this: &Order, others: &[Mem
 /// admitted before (by this process or an earlier leader) and resumes without one.
 pub fn needs_admission(run: &Run) -> Option<&Concurrency> {
     let concurrency = run.spec.workflow.as_ref()?.concurrency.as_ref()?;
-    match run.status.as_ref().map(|s| s.phase) {
-        None | Some(RunPhase::Queued) => Some(concurrency),
-        Some(_) => None,
-    }
+    (!run.has_started()).then_some(concurrency)
 }
 
 /// Where the run controller's cache keeps a finished run's rendered group, its payload

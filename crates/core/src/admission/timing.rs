@@ -513,7 +513,7 @@ impl Ledger {
                 kind,
                 key: key?,
             };
-            let book = books.keys.entry(id).or_default();
+            let book = books.keys.entry(id.clone()).or_default();
             let said = match kind {
                 Kind::Debounce => {
                     let Some(d) = &version.debounce else { continue };
@@ -542,6 +542,11 @@ impl Ledger {
                     )
                 }
             };
+            // A key none of whose runs is filed yet (its watch event still on its way)
+            // leaves no entry behind.
+            if book.is_empty() {
+                books.keys.remove(&id);
+            }
             gate = match (gate, said) {
                 (Gate::Superseded { by }, _) | (_, Gate::Superseded { by }) => {
                     Gate::Superseded { by }
