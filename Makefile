@@ -132,7 +132,7 @@ install-crds: ## Apply crds/ to the cluster (server-side) and wait until Establi
 	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) apply --server-side --force-conflicts -f crds/ >/dev/null
 	kubectl --kubeconfig $(CLUSTER_KUBECONFIG) wait --for condition=Established --timeout 60s \
 	  crd/workflows.flowline.io crd/runs.flowline.io crd/webhooks.flowline.io \
-	  crd/flowlineevents.flowline.io >/dev/null
+	  crd/flowlineevents.flowline.io crd/apikeys.flowline.io >/dev/null
 
 .PHONY: chart-crds
 chart-crds: ## Copy crds/ into the Helm chart (run after make crds; chart-test fails while they differ)

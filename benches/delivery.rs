@@ -345,6 +345,10 @@ async fn main() {
         },
         delivery_metrics.clone(),
         runs.watch.clone(),
+        std::sync::Arc::new(
+            flowline_core::sealed::SealKey::new(&flowline_core::sealed::SealKey::generate())
+                .unwrap(),
+        ),
         stop.clone(),
     ));
     runs.watch.begin();

@@ -529,12 +529,17 @@ helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" --set 
 render_doc "$tmp/render-sharded.yaml" Deployment "$fullname-controller" >"$tmp/controller-sharded.yaml"
 grep -qx -- ' *- --shards=3' "$tmp/controller-sharded.yaml" || die "controller.shards=3 does not pass --shards=3"
 render_doc "$tmp/render-sharded.yaml" Role "$fullname-leader-election" >"$tmp/role-sharded.yaml"
-for want in "- $fullname-controller" "- $fullname-controller-shard-1" "- $fullname-controller-shard-2" "verbs: [patch, delete]"; do
+grep -qx -- ' *- --member-slots=3' "$tmp/controller-sharded.yaml" ||
+  die "controller.shards=3 with one replica does not pass --member-slots=3 (the replica, a surge pod, one stopping)"
+for want in "- $fullname-controller" "- $fullname-controller-shard-1" "- $fullname-controller-shard-2" \
+  "- $fullname-controller-member-0" "- $fullname-controller-member-2" "verbs: [update]"; do
   grep -qxF -- "  $want" "$tmp/role-sharded.yaml" || die "controller.shards=3: the leader-election Role lacks \"$want\""
 done
 grep -qF -- "shard-3" "$tmp/role-sharded.yaml" && die "controller.shards=3: a fourth shard Lease is granted"
+grep -qF -- "member-3" "$tmp/role-sharded.yaml" && die "controller.shards=3: a fourth member slot is granted"
+grep -qE -- 'patch|delete' "$tmp/role-sharded.yaml" && die "controller.shards=3: Leases may be patched or deleted"
 render_doc "$tmp/render-default.yaml" Role "$fullname-leader-election" >"$tmp/role-default.yaml"
-grep -qE -- 'shard-|patch|delete' "$tmp/role-default.yaml" &&
+grep -qE -- 'shard-|member-|patch|delete' "$tmp/role-default.yaml" &&
   die "the default (one shard) leader-election Role grants shard or member Leases"
 grep -qE -- '--unauthenticated-requests|--trusted-proxy|--default-plan|--enterprise-requests' "$tmp/controller-full.yaml" &&
   die "the controller got the API's rate-limit flags (it serves no /v1)"
@@ -1103,6 +1108,9 @@ step "4. helm install, cluster mode, every option on (admission policy: step 9)"
 # a flowline.io/fake-* annotation sends the Deployments' pods to kwok's node
 # (hack/kwok/fake-pods.yaml), where they run until deleted.
 fake_pods=(--set-string 'podAnnotations.flowline\.io/fake-hang=true')
+# The key-migration hook Job's pod completes there at once (Helm waits for it); the
+# migration itself runs for real in step 6, as the hook's ServiceAccount.
+fake_pods+=(--set-string 'keyMigration.podAnnotations.flowline\.io/fake-exit-code=0')
 # A CA and a server certificate for the HTTPS receiver of step 6 (localhost, 127.0.0.1).
 # Not one self-signed certificate: `openssl req -x509` marks it CA:TRUE, and rustls
 # refuses a CA certificate as a server's own (CaUsedAsEndEntity). The CA goes into a
@@ -1127,7 +1135,7 @@ quiet "Deployments available" kubectl wait -n "$ns_rel" --for condition=Availabl
 for obj in "serviceaccount/$fullname-api" "serviceaccount/$fullname-controller" "service/$fullname" "service/$fullname-controller" \
   "horizontalpodautoscaler/$fullname-api" "ingress/$fullname" "servicemonitor/$fullname" \
   "poddisruptionbudget/$fullname-api" "poddisruptionbudget/$fullname-controller" "networkpolicy/$fullname-api" "networkpolicy/$fullname-controller" \
-  "secret/$fullname-admin-key" "secret/$fullname-admin" "role/$fullname-leader-election" \
+  "secret/$fullname-admin-key" "apikey/$fullname-admin" "role/$fullname-leader-election" \
   "rolebinding/$fullname-leader-election" "configmap/$fullname-extra"; do
   kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
 done
@@ -1191,9 +1199,21 @@ sa_ctl=$fullname-controller
 # needs which verb), and no more. The API, which faces the internet: spec writes,
 # keys and signing Secrets; no Jobs, no Pods, no status, no Events, no Lease.
 for verb in get list watch create patch delete; do
-  for r in workflows.flowline.io webhooks.flowline.io secrets; do
+  for r in workflows.flowline.io webhooks.flowline.io; do
     can_i yes "$ns_rel" "$sa_api" "$verb" "$r" -n "$ns_other"
   done
+done
+# Keys are ApiKeys (hashes only): cached, made and revoked, never changed.
+for verb in list watch create delete; do can_i yes "$ns_rel" "$sa_api" "$verb" apikeys.flowline.io -n "$ns_other"; done
+for verb in patch update; do can_i no "$ns_rel" "$sa_api" "$verb" apikeys.flowline.io -n "$ns_other"; done
+# No Secret of an account, for any verb: inbound hook and webhook signing secrets are
+# sealed into their Workflow or Webhook.
+for verb in get list watch create patch update delete; do can_i no "$ns_rel" "$sa_api" "$verb" secrets -n "$ns_other"; done
+# The seal key, read by name by both processes in the release namespace; no other Secret there.
+for sa in "$sa_api" "$sa_ctl"; do
+  can_i yes "$ns_rel" "$sa" get "secrets/$fullname-seal-key" -n "$ns_rel"
+  can_i no "$ns_rel" "$sa" get "secrets/$fullname-admin-key" -n "$ns_rel"
+  can_i no "$ns_rel" "$sa" list secrets -n "$ns_rel"
 done
 for verb in get list watch create patch; do can_i yes "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
 for verb in delete; do can_i no "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
@@ -1241,9 +1261,8 @@ can_i no "$ns_rel" "$sa_ctl" delete events.events.k8s.io -n "$ns_other"
 for verb in get list watch; do can_i no "$ns_rel" "$sa_ctl" "$verb" namespaces; done
 # Leader election and sharding (the full values run two shards): the shard Leases by
 # name, in the release namespace only, the controller's alone (listing them all: the
-# shard-count check reads every shard Lease of the election); member Leases (one per
-# replica, names not known in advance) patched and deleted in the release namespace
-# only.
+# shard-count check reads every shard Lease of the election); member Lease slots
+# updated by name, in the release namespace only; no Lease patched or deleted.
 can_i yes "$ns_rel" "$sa_ctl" create leases.coordination.k8s.io -n "$ns_rel"
 can_i yes "$ns_rel" "$sa_ctl" list leases.coordination.k8s.io -n "$ns_rel"
 can_i no "$ns_rel" "$sa_ctl" list leases.coordination.k8s.io -n "$ns_other"
@@ -1255,8 +1274,14 @@ for verb in get update; do
   can_i no "$ns_rel" "$sa_ctl" "$verb" leases.coordination.k8s.io/someone-else -n "$ns_rel"
   can_i no "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller-shard-2" -n "$ns_rel"
 done
+# Member Lease slots: two replicas, so slots 0 to 3, updated by name only.
+for lease in "$fullname-controller-member-0" "$fullname-controller-member-3"; do
+  can_i yes "$ns_rel" "$sa_ctl" update "leases.coordination.k8s.io/$lease" -n "$ns_rel"
+  can_i no "$ns_rel" "$sa_ctl" update "leases.coordination.k8s.io/$lease" -n "$ns_other"
+done
+can_i no "$ns_rel" "$sa_ctl" update "leases.coordination.k8s.io/$fullname-controller-member-4" -n "$ns_rel"
 for verb in patch delete; do
-  can_i yes "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller-member-x" -n "$ns_rel"
+  can_i no "$ns_rel" "$sa_ctl" "$verb" "leases.coordination.k8s.io/$fullname-controller-member-0" -n "$ns_rel"
   can_i no "$ns_rel" "$sa_ctl" "$verb" leases.coordination.k8s.io -n "$ns_other"
 done
 # Both: the three CRDs, read only; nothing else cluster-wide.
@@ -1385,7 +1410,41 @@ call() { # method path expected-status [json-body]; the body lands in $tmp/body
   [ "$code" = "$want" ] || die "$method $path answered $code (want $want): $(cat "$tmp/body")"
 }
 
+# A key kept as a Secret by an earlier version, moved by the key-migration hook. Its
+# ServiceAccount and RBAC are hook objects, deleted once the hook Job succeeds (here on
+# kwok's node), so they are applied again from the rendering and the migration runs
+# for real as that ServiceAccount: it may list and delete Secrets and make ApiKeys in
+# the accounts' namespaces, nothing else.
+legacy_key="flk_$(openssl rand -hex 20)"
+quiet "a key Secret as earlier versions made them" kubectl create secret generic key-legacy -n "$ns_other" \
+  --type flowline.io/api-key --from-literal=name=legacy --from-literal=scopes=admin \
+  --from-literal=sha256="$(printf %s "$legacy_key" | sha256sum | cut -d' ' -f1)" \
+  --from-literal=created-at=2025-06-01T00:00:00Z
+helm template "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" --show-only templates/key-migration.yaml |
+  awk 'BEGIN { RS = "\n---\n" } !/\nkind: Job\n/ { printf "---\n%s\n", $0 }' \
+  >"$tmp/key-migration-rbac.yaml" || die "rendering the key-migration hook"
+grep -q '^kind: ClusterRoleBinding' "$tmp/key-migration-rbac.yaml" || die "the key-migration hook has no ClusterRoleBinding"
+quiet "the key-migration hook's ServiceAccount and RBAC" kubectl apply -n "$ns_rel" -f "$tmp/key-migration-rbac.yaml"
+sa_mig=$fullname-key-migration
+for verb in list delete; do can_i yes "$ns_rel" "$sa_mig" "$verb" secrets -n "$ns_other"; done
+for verb in get watch create patch; do can_i no "$ns_rel" "$sa_mig" "$verb" secrets -n "$ns_other"; done
+for verb in get create; do can_i yes "$ns_rel" "$sa_mig" "$verb" apikeys.flowline.io -n "$ns_other"; done
+can_i no "$ns_rel" "$sa_mig" delete apikeys.flowline.io -n "$ns_other"
+sa_kubeconfig "$sa_mig" "$tmp/sa-migration.kubeconfig"
+KUBECONFIG="$tmp/sa-migration.kubeconfig" "$tmp/flowline" api-key migrate >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out" >&2; die "flowline api-key migrate as the hook's ServiceAccount"; }
+grep -q "moved API key $ns_other/key-legacy" "$tmp/out" || { cat "$tmp/out" >&2; die "the legacy key was not moved"; }
+[ "$(kubectl get apikey -n "$ns_other" key-legacy -o jsonpath='{.spec.scopes[0]}/{.metadata.annotations.flowline\.io/created-at}')" = "admin/2025-06-01T00:00:00Z" ] ||
+  die "the moved key lost its scope or its age"
+kubectl get secret -n "$ns_other" key-legacy >/dev/null 2>&1 && die "the legacy key Secret survived its migration"
+KUBECONFIG="$tmp/sa-migration.kubeconfig" "$tmp/flowline" api-key migrate >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out" >&2; die "flowline api-key migrate, run again"; }
+quiet "removing the hook's ServiceAccount and RBAC" kubectl delete -n "$ns_rel" -f "$tmp/key-migration-rbac.yaml"
+log "key migration: a key Secret of an earlier version became ApiKey key-legacy (scope and age kept), as the hook's ServiceAccount; a second run changes nothing"
+
 start_like "$fullname-api" "$tmp/api.log" "$tmp/sa-api.kubeconfig"
+legacy_code=$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $legacy_key" "$base/v1/workflows")
+[ "$legacy_code" = 200 ] || die "the moved legacy key answered $legacy_code (want 200)"
 call GET /v1/workflows 200
 call GET /v1/workflows/order-relay 200
 [ "$(json_get steps.0.action <"$tmp/body")" = http.request ] || die "the API does not show the example's steps: $(cat "$tmp/body")"
@@ -1432,6 +1491,58 @@ start_like "$fullname-controller" "$tmp/operator.log" "$tmp/sa-controller.kubeco
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $key" "$base/v1/workflows")
 [ "$code" = 404 ] || die "the controller (--no-api) answered /v1/workflows with $code"
 base=$api_base
+# Inbound hook secrets, sealed into their Workflow: one the API makes (nothing but an
+# annotation, no Secret), and one a Secret brings (kubectl, GitOps, or an earlier
+# version), which the controller seals into the status. The API reads no Secret for
+# either, and verifies both.
+hook_post() { # workflow secret: POSTs a signed hook; prints the status code
+  python3 - "$base" "$1" "$2" <<'PY'
+import base64, hashlib, hmac, sys, time, urllib.error, urllib.request
+base, wf, secret = sys.argv[1:4]
+msg, ts, body = f"msg_{time.time_ns()}", str(int(time.time())), b'{"order": 7}'
+key = base64.b64decode(secret.removeprefix("whsec_"))
+sig = base64.b64encode(hmac.new(key, f"{msg}.{ts}.".encode() + body, hashlib.sha256).digest()).decode()
+req = urllib.request.Request(f"{base}/v1/hooks/{wf}", data=body, method="POST", headers={
+    "Content-Type": "application/json", "webhook-id": msg, "webhook-timestamp": ts,
+    "webhook-signature": f"v1,{sig}"})
+try:
+    print(urllib.request.urlopen(req).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+PY
+}
+hook_accepted() { [ "$(hook_post "$1" "$2")" = 202 ]; }
+call POST /v1/workflows 201 '{"name": "hooked", "trigger": {"type": "webhook"}}'
+made=$(json_get id <"$tmp/body")
+made_secret=$(json_get hook_secret <"$tmp/body")
+call PATCH "/v1/workflows/$made" 200 '{"state": "active", "steps": [{"id": "t", "action": "transform", "with": {"value": 1}}]}'
+[[ "$(kubectl get workflow -n "$ns_rel" "$made" -o jsonpath='{.metadata.annotations.flowline\.io/hook-secret}')" == v1.* ]] ||
+  die "the API's hook secret is not sealed into the workflow's annotation"
+kubectl get secret -n "$ns_rel" "$made-hook" >/dev/null 2>&1 && die "the API made a hook Secret"
+eventually "a hook signed with the secret the API made accepted" 10 hook_accepted "$made" "$made_secret"
+[ "$(hook_post "$made" "whsec_$(printf 'x%.0s' {1..32} | base64)")" = 401 ] || die "a hook signed with another secret was not refused"
+brought="whsec_$(head -c 24 /dev/urandom | base64)"
+kubectl apply -n "$ns_rel" -f - >/dev/null <<YAML || die "applying a webhook workflow and its hook Secret"
+apiVersion: flowline.io/v1
+kind: Workflow
+metadata: {name: brought-hook}
+spec:
+  name: Brought hook
+  state: active
+  trigger: {type: webhook}
+  steps: [{id: t, action: transform, with: {value: 1}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: brought-hook-hook}
+type: flowline.io/hook-secret
+stringData: {secret: "$brought"}
+YAML
+eventually "the controller seals the Secret's hook secret into the status" 30 \
+  test -n "$(kubectl get workflow -n "$ns_rel" brought-hook -o jsonpath='{.status.hookSecret.sealed}')"
+eventually "a hook signed with the secret a Secret brought accepted" 10 hook_accepted brought-hook "$brought"
+log "inbound hook secrets: the API's sealed into the workflow's annotation (no Secret made), a Secret's sealed by the"
+log "  controller into the status; the API verifies both without reading a Secret, and refuses another secret"
 # The webhook exists before the run, so the run's run.succeeded event goes to it.
 call POST /v1/webhooks 201 "{\"url\": \"https://localhost:$receiver_port/hook\", \"events\": [\"run.succeeded\"]}"
 hook=$(json_get id <"$tmp/body")
@@ -1560,7 +1671,7 @@ log "  X-Service-Signature verified with the webhook's secret; listed in /delive
 
 # ---------------------------------------------------------------------------------------
 step "7. helm upgrade"
-key_hash() { kubectl get secret -n "$ns_rel" "$fullname-admin" -o jsonpath='{.data.sha256}' | base64 -d; }
+key_hash() { kubectl get apikey -n "$ns_rel" "$fullname-admin" -o jsonpath='{.spec.sha256}'; }
 hash_before=$(key_hash)
 quiet "helm upgrade $rel" helm upgrade "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" "${fake_pods[@]}" \
   --set admissionPolicy.enabled=false --set config.defaultPlan=enterprise --set delivery.concurrency=8 \
@@ -1577,10 +1688,10 @@ quiet "Deployments available after the upgrade" kubectl rollout status -n "$ns_r
 log "upgraded (revision 2): --default-plan=enterprise (API) and --delivery-concurrency=8 (controller) rolled out; the bootstrap key is unchanged"
 quiet "helm upgrade (revoke the bootstrap key)" helm upgrade "$rel" "$chart" -n "$ns_rel" --reuse-values \
   --set bootstrapAdminKey.enabled=false --wait --timeout 120s
-for obj in "$fullname-admin-key" "$fullname-admin"; do
-  kubectl get secret -n "$ns_rel" "$obj" >/dev/null 2>&1 && die "secret/$obj survived bootstrapAdminKey.enabled=false"
+for obj in "secret/$fullname-admin-key" "apikey/$fullname-admin"; do
+  kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 && die "$obj survived bootstrapAdminKey.enabled=false"
 done
-log "upgraded (revision 3): bootstrapAdminKey.enabled=false deleted both key Secrets (key revoked)"
+log "upgraded (revision 3): bootstrapAdminKey.enabled=false deleted the key's value Secret and its ApiKey (key revoked)"
 
 # ---------------------------------------------------------------------------------------
 step "8. helm uninstall"
@@ -1590,10 +1701,13 @@ for obj in "${cluster_objects[@]}"; do
 done
 left=$(kubectl get -n "$ns_rel" deployments,services,serviceaccounts,secrets,roles,rolebindings,networkpolicies,poddisruptionbudgets,horizontalpodautoscalers,ingresses,servicemonitors \
   -l "app.kubernetes.io/instance=$rel" -o name)
-[ -z "$left" ] || die "left behind by helm uninstall: $left"
+# Kept on purpose (helm.sh/resource-policy: keep): the seal key of the hook secrets
+# sealed into Workflows, which outlive the release.
+[ "$left" = "secret/$fullname-seal-key" ] || die "left behind by helm uninstall: $left (only the seal key should be)"
+quiet "deleting the kept seal key" kubectl delete -n "$ns_rel" "secret/$fullname-seal-key"
 kubectl get configmap -n "$ns_rel" "$fullname-extra" >/dev/null 2>&1 && die "the extraObjects ConfigMap survived helm uninstall"
 quiet "the CRDs stay after uninstall" kubectl get crd workflows.flowline.io runs.flowline.io webhooks.flowline.io
-log "uninstalled: no object of the release is left; the CRDs (and workflows) stay"
+log "uninstalled: no object of the release is left but its seal key; the CRDs (and workflows) stay"
 
 # ---------------------------------------------------------------------------------------
 step "9. namespaced mode and the admission policy"
@@ -1606,7 +1720,8 @@ sa_ctl=$fullname_ns-controller
 # Each process's Role in each listed namespace grants what its cluster-mode ClusterRole
 # grants (step 2 compares the renderings; here a sample, as the API server sees it).
 for ns in "$ns_a" "$ns_b"; do
-  for verb in get list watch create patch delete; do can_i yes "$ns_rel" "$sa_api" "$verb" secrets -n "$ns"; done
+  for verb in get list watch create patch delete; do can_i no "$ns_rel" "$sa_api" "$verb" secrets -n "$ns"; done
+  for verb in list watch create delete; do can_i yes "$ns_rel" "$sa_api" "$verb" apikeys.flowline.io -n "$ns"; done
   can_i yes "$ns_rel" "$sa_api" create workflows.flowline.io -n "$ns"
   for r in runs webhooks; do
     can_i no "$ns_rel" "$sa_api" patch "$r.flowline.io" --subresource status -n "$ns"
@@ -1638,7 +1753,7 @@ done
 can_i yes "$ns_rel" "$sa_ctl" create leases.coordination.k8s.io -n "$ns_rel"
 can_i yes "$ns_rel" "$sa_ctl" update "leases.coordination.k8s.io/$fullname_ns-controller" -n "$ns_rel"
 can_i no "$ns_rel" "$sa_api" update "leases.coordination.k8s.io/$fullname_ns-controller" -n "$ns_rel"
-kubectl get secret -n "$ns_a" "$fullname_ns-admin" >/dev/null 2>&1 || die "the bootstrap key is not in $ns_a"
+kubectl get apikey -n "$ns_a" "$fullname_ns-admin" >/dev/null 2>&1 || die "the bootstrap key is not in $ns_a"
 log "can-i: Secrets and workflows only in $ns_a and $ns_b; not in $ns_rel, $ns_other, default, kube-system, nor cluster-wide;"
 log "  Namespace objects $ns_a and $ns_b only, and only for the API; Jobs and status only for the controller; the Lease in $ns_rel"
 

@@ -2,13 +2,13 @@
 //! cluster, for bootstrapping before any key exists.
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
 use crate::cli::{ApiKeyCommand, OutputFormat};
 use flowline_api::keys::views::ApiKeyView;
 use flowline_api::keys::{create_key, list_keys};
 use flowline_api::plumbing::auth::{KeyRecord, Scope, hash_key};
+use flowline_core::crd::ApiKey;
 use flowline_kube::Connection;
 
 pub async fn run(command: ApiKeyCommand, connection: &Connection) -> anyhow::Result<()> {
@@ -62,13 +62,28 @@ pub async fn run(command: ApiKeyCommand, connection: &Connection) -> anyhow::Res
             print!("{}", render(keys, output)?);
         }
         ApiKeyCommand::Delete { namespace, id } => {
-            let api: Api<Secret> = Api::namespaced(client, &in_namespace(namespace));
-            match KeyRecord::from_secret(&api.get(&id).await.context("no such key")?) {
-                Some(_) => {
-                    api.delete(&id, &Default::default()).await?;
-                    eprintln!("deleted API key {id}");
+            let api: Api<ApiKey> = Api::namespaced(client, &in_namespace(namespace));
+            api.delete(&id, &Default::default())
+                .await
+                .with_context(|| format!("no API key {id}"))?;
+            eprintln!("deleted API key {id}");
+        }
+        ApiKeyCommand::Migrate { namespaces } => {
+            let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
+                vec![None]
+            } else {
+                namespaces.iter().map(|ns| Some(ns.as_str())).collect()
+            };
+            for namespace in scopes {
+                let done = flowline_api::keys::migrate::move_keys(&client, namespace).await?;
+                for id in &done.moved {
+                    eprintln!("moved API key {id} from its Secret to an ApiKey");
                 }
-                None => anyhow::bail!("{id} is not an API key"),
+                for id in &done.skipped {
+                    eprintln!(
+                        "left the Secret {id} alone: not a well-formed key, or its ApiKey holds another hash"
+                    );
+                }
             }
         }
     }

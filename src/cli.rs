@@ -123,6 +123,14 @@ pub enum ApiKeyCommand {
         namespace: Option<String>,
         id: String,
     },
+    /// Move the keys earlier versions kept as Secrets (type `flowline.io/api-key`) to
+    /// ApiKey objects, keeping their ids, and delete the Secrets. Safe to run again.
+    /// The Helm chart runs it after every install and upgrade.
+    Migrate {
+        /// Only these namespaces (repeatable; default: every namespace).
+        #[arg(long = "namespace", short = 'n')]
+        namespaces: Vec<String>,
+    },
 }
 
 /// Flags of `flowline api`: what the API process reads. `flowline operator` takes
@@ -137,6 +145,19 @@ pub struct ApiArgs {
     /// How long to wait for the CRDs to become Established before giving up.
     #[arg(long, default_value = "30", value_name = "SECONDS")]
     pub crd_wait_seconds: u64,
+    /// The Secret holding the installation's seal key, with which inbound hook secrets
+    /// are sealed into their Workflow (so the API reads no Secret of an account). Made
+    /// with a random key when missing; the chart makes it and grants `get` on it alone.
+    #[arg(long, default_value = "flowline-seal-key", value_name = "NAME")]
+    pub seal_key_secret: String,
+    /// Namespace of the seal key's Secret (in a pod: its own namespace).
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "default",
+        value_name = "NAMESPACE"
+    )]
+    pub seal_key_namespace: String,
     /// Rate-limit plan of accounts whose namespace has no `flowline.io/plan` annotation.
     #[arg(
         long,
@@ -222,6 +243,12 @@ pub struct ControllerArgs {
     /// executes everything. Every replica of an installation needs the same value.
     #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=i64::from(flowline_controller::shard::MAX_SHARDS)))]
     pub shards: u32,
+    /// With `--shards` above 1: how many member Leases (`<lease>-member-<i>`) the
+    /// replicas count each other with, one held by each live replica. At least the
+    /// most replicas that run at once (a rollout's extra pod included); a replica that
+    /// finds none free still executes its share, but the others do not count it.
+    #[arg(long, default_value = "16", value_name = "SLOTS", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub member_slots: u32,
     /// How many runs one account (namespace) may execute at once on this replica;
     /// its further runs wait `queued`, oldest first, and start as places free. Keeps
     /// one account from holding the tasks and connections every account's runs share.

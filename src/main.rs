@@ -104,7 +104,7 @@ async fn dispatch(
             Ended::Operator(flowline::operator::run(Role::Operator(args), &connection).await?)
         }
         Command::Api(args) => {
-            Ended::Operator(flowline::operator::run(Role::Api(args), &connection).await?)
+            Ended::Operator(flowline::operator::run(Role::Api(Box::new(args)), &connection).await?)
         }
         Command::ApiKey { command } => {
             flowline::api_key_command::run(command, &connection).await?;

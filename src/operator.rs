@@ -30,7 +30,7 @@ pub enum Role {
     /// `flowline operator`: the controllers, and the API unless `--no-api`.
     Operator(Box<OperatorArgs>),
     /// `flowline api`: the API alone.
-    Api(ApiArgs),
+    Api(Box<ApiArgs>),
 }
 
 impl Role {
@@ -100,6 +100,10 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
     let kube_config = connection.config().await?;
     let client = kube::Client::try_from(kube_config.clone())?;
     let scope = api.scope();
+    let seal = Arc::new(
+        flowline_kube::seal_key::load(&client, &api.seal_key_namespace, &api.seal_key_secret)
+            .await?,
+    );
 
     let mut app = health::router(readiness.clone(), metrics.clone());
     // The API's watch caches are its own: a controller-only process (--no-api) does
@@ -114,7 +118,7 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
             }
             caches_gate.open();
         });
-        let state = ApiState::new(client.clone(), caches, api.api_config())
+        let state = ApiState::new(client.clone(), caches, api.api_config(), seal.clone())
             .with_metrics(http_metrics.clone());
         app = app.merge(flowline_api::router(state));
         if !api.no_console {
@@ -204,6 +208,7 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
                 shards: controller.shards,
             },
             controller.shards,
+            controller.member_slots,
             gauge,
             kube_config.clone(),
         );
@@ -247,6 +252,7 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
                         namespace,
                         runs.clone(),
                         telemetry.clone(),
+                        seal.clone(),
                         controllers.clone(),
                     ));
                     tokio::spawn(flowline_controller::event::run(
@@ -262,6 +268,7 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
                         settings.clone(),
                         delivery_metrics.clone(),
                         runs.watch.clone(),
+                        seal.clone(),
                         controllers.clone(),
                     ));
                 }

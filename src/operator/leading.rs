@@ -11,7 +11,7 @@
 //! (its holder also runs schedules and deliveries), shard i's is
 //! `<lease>-shard-<i>`. Every shard's Lease is held exactly like the leader's (its
 //! own watchdog; losing any of them ends the process). To spread the shards, each
-//! replica keeps a member Lease fresh (`controller::leader::members`) and takes free
+//! replica keeps a member Lease slot fresh (`controller::leader::members`) and takes free
 //! shards only up to its fair share, ceil(N / replicas alive); a shard whose holder
 //! stopped renewing is taken over by whoever sees it expire first, share or not, so
 //! a killed replica's runs move on within a lease duration and a retry period.
@@ -56,6 +56,8 @@ pub struct Leadership {
     /// Shard 0's lease: the leader-election lease.
     cfg: LeaseConfig,
     shards: u32,
+    /// Member Lease slots (`--member-slots`).
+    member_slots: u32,
     gauge: LeaderGauge,
     /// For the client that releases the leases after the runtime is gone (shared:
     /// a configuration is large).
@@ -68,12 +70,14 @@ impl Leadership {
     pub fn new(
         cfg: LeaseConfig,
         shards: u32,
+        member_slots: u32,
         gauge: LeaderGauge,
         kube_config: kube::Config,
     ) -> Self {
         Leadership {
             cfg,
             shards: shards.max(1),
+            member_slots,
             gauge,
             kube_config: Arc::new(kube_config),
             held: Arc::default(),
@@ -96,6 +100,7 @@ impl Leadership {
             &self.cfg.namespace,
             &self.cfg.name,
             &self.cfg.identity,
+            self.member_slots,
             self.cfg.timing.lease,
         )
     }

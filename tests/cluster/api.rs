@@ -588,28 +588,26 @@ async fn keys_and_scopes_guard_every_endpoint() {
     )
     .await;
 
-    // Revocation by deleting the Secret directly takes effect within 2 s.
-    let secret_name = api
+    // Revocation by deleting the ApiKey with kubectl takes effect within 2 s.
+    let key_name = api
         .ns
-        .api::<k8s_openapi::api::core::v1::Secret>()
-        .list(&kube::api::ListParams::default().fields("type=flowline.io/api-key"))
+        .api::<flowline_core::crd::ApiKey>()
+        .list(&Default::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .find(|s| {
-            flowline_api::plumbing::auth::KeyRecord::from_secret(s)
-                .is_some_and(|r| r.matches(&flowline_api::plumbing::auth::hash_key(&read)))
-        })
+        .find(|k| k.spec.sha256 == flowline_api::plumbing::auth::hash_key(&read))
         .unwrap()
         .metadata
         .name
         .unwrap();
-    api.ns
-        .api::<k8s_openapi::api::core::v1::Secret>()
-        .delete(&secret_name, &Default::default())
-        .await
-        .unwrap();
+    let out = api.ns.kubectl(&["delete", "apikey", &key_name]);
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::support::text(&out.stderr)
+    );
     let started = std::time::Instant::now();
     eventually(
         "the revoked key to be refused",
@@ -851,16 +849,26 @@ async fn webhooks_are_created_with_a_secret_listed_and_deleted() {
         (Some(true), Some(wf.as_str()))
     );
 
-    let secret = api
+    // The secret is sealed into the Webhook: no Secret is made, and the object shows
+    // only ciphertext.
+    let stored = api
         .ns
-        .api::<k8s_openapi::api::core::v1::Secret>()
-        .get(&format!("{id}-signing"))
+        .api::<flowline_core::crd::Webhook>()
+        .get(id)
         .await
         .unwrap();
-    assert_eq!(
-        secret.metadata.owner_references.unwrap()[0].name,
-        id,
-        "the Secret is owned by the Webhook"
+    let sealed =
+        &stored.metadata.annotations.unwrap()[flowline_core::delivery::signing_secrets::ANNOTATION];
+    assert!(sealed.starts_with("v1."), "{sealed}");
+    assert!(!sealed.contains(hook["secret"].as_str().unwrap()));
+    assert!(
+        api.ns
+            .api::<k8s_openapi::api::core::v1::Secret>()
+            .get_opt(&format!("{id}-signing"))
+            .await
+            .unwrap()
+            .is_none(),
+        "no signing Secret"
     );
 
     let list: Value = api.get(key, "/v1/webhooks").await.json().await.unwrap();

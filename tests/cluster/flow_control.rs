@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use flowline_core::crd::{Run, RunPhase, StepPhase};
+use flowline_telemetry::engine_metrics::QueuedForLabel;
 use serde_json::{Value, json};
 
 use crate::builders::{WorkflowBuilder, step};
@@ -314,10 +315,18 @@ async fn queued_runs_start_in_creation_order_within_the_limit() {
     })
     .await;
     assert_eq!(api.run_ids(&wf, "status=running").await.len(), 2);
-    let out = api.ns.kubectl(&["get", "runs", &queued[0]]);
-    assert!(crate::support::text(&out.stdout).contains("queued"));
+    let out = api.ns.kubectl(&["get", "runs", &queued[0], "-o", "wide"]);
+    let wide = crate::support::text(&out.stdout);
+    assert!(wide.contains("queued"), "{wide}");
+    assert!(
+        wide.contains("concurrency"),
+        "the Queued-For column: {wide}"
+    );
+    let by_concurrency = QueuedForLabel {
+        queued_for: "concurrency",
+    };
     eventually("flowline_runs_queued to count them", MINUTE, || async {
-        (telemetry.runs_queued.get() == 4).then_some(())
+        (telemetry.runs_queued.get_or_create(&by_concurrency).get() == 4).then_some(())
     })
     .await;
     let view: Value = api
@@ -327,6 +336,7 @@ async fn queued_runs_start_in_creation_order_within_the_limit() {
         .await
         .unwrap();
     assert_eq!(view["status"], "queued");
+    assert_eq!(view["queued_for"], "concurrency");
     assert_eq!(view["steps"][0]["status"], "pending");
 
     let mut done = Vec::new();
@@ -338,7 +348,7 @@ async fn queued_runs_start_in_creation_order_within_the_limit() {
     assert_eq!(most_at_once(&done), 2, "the limit holds and is used");
     assert_started_in_creation_order(&done, 2);
     eventually("the gauge to drop to 0", MINUTE, || async {
-        (telemetry.runs_queued.get() == 0).then_some(())
+        (telemetry.runs_queued.get_or_create(&by_concurrency).get() == 0).then_some(())
     })
     .await;
 }

@@ -44,6 +44,7 @@ async fn crds_are_installed_and_established() {
         "runs.flowline.io",
         "webhooks.flowline.io",
         "flowlineevents.flowline.io",
+        "apikeys.flowline.io",
     ] {
         let crd = api
             .get(name)

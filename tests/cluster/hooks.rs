@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::builders::WorkflowBuilder;
 use crate::support::{
-    ApiOptions, TestApi, TestNamespace, assert_error, eventually, guarded_client,
+    ApiOptions, Process, TestApi, TestNamespace, assert_error, eventually, guarded_client, ready,
     spawn_run_controller,
 };
 
@@ -358,12 +358,15 @@ async fn unknown_manual_paused_and_draft_workflows_answer_the_same_404() {
 #[ignore = "needs cluster"]
 async fn a_kubectl_applied_webhook_workflow_verifies_with_its_hook_secret() {
     let api = TestApi::start("hooks-kubectl").await;
+    // The controller seals the Secret's secret into the workflow's status: the API
+    // reads no Secret.
+    let (_operator, port) = Process::operator(&api.ns, &["--no-api"]);
+    ready(port).await;
     let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     apply_hook_workflow(&api.ns, "orders-in", secret);
-    // The API's caches see both objects shortly after they are applied.
     let run = eventually(
         "the hook of the applied workflow to answer",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || async {
             let res = send_signed(&api, "orders-in", secret, "msg_k", r#"{"a": 1}"#).await;
             (res.status() == 202).then_some(res)
@@ -425,13 +428,16 @@ async fn a_workflow_id_held_by_two_accounts_addresses_neither() {
         std::slice::from_ref(&other.name),
     )
     .await;
+    let (_operator, port) =
+        Process::operator(&api.ns, &["--no-api", "--watch-namespace", &other.name]);
+    ready(port).await;
     let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     let answer = |id: &'static str| {
         let api = &api;
         move || async move { send_signed(api, "twin-in", secret, id, "{}").await.status() }
     };
     apply_hook_workflow(&api.ns, "twin-in", secret);
-    eventually("the hook to answer", Duration::from_secs(10), || async {
+    eventually("the hook to answer", Duration::from_secs(30), || async {
         (answer("msg_1")().await == 202).then_some(())
     })
     .await;

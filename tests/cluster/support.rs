@@ -285,7 +285,16 @@ impl TestApi {
             ..ApiConfig::default()
         };
         tune(&mut config);
-        let app = flowline_api::router(ApiState::new(ns.client.clone(), caches.clone(), config));
+        // The key the operator processes of the tests load too (their defaults).
+        let seal = flowline_kube::seal_key::load(&ns.client, "default", "flowline-seal-key")
+            .await
+            .unwrap();
+        let app = flowline_api::router(ApiState::new(
+            ns.client.clone(),
+            caches.clone(),
+            config,
+            std::sync::Arc::new(seal),
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let stop = shutdown.clone();
@@ -313,11 +322,11 @@ impl TestApi {
         // Waited for in the cache, not over HTTP: a request sent before the key is
         // indexed answers 401 and spends the per-address budget of unauthenticated
         // requests, which a test may have tuned down to a few (hooks' flood test).
-        let secret = kube::ResourceExt::name_any(&created.secret);
+        let key_id = kube::ResourceExt::name_any(&created.key);
         eventually(
             "the API's cache to hold the admin key",
             Duration::from_secs(10),
-            || async { flowline_api::cache::get(&caches.api_keys, &ns.name, &secret).map(|_| ()) },
+            || async { flowline_api::cache::get(&caches.api_keys, &ns.name, &key_id).map(|_| ()) },
         )
         .await;
         let api = TestApi {

@@ -57,16 +57,27 @@ async fn rate_limited_starts_never_exceed_the_limit_in_any_window_across_a_kill(
     for _ in 0..12 {
         ids.push(api.start_run(&key, &wf, None).await);
     }
-    eventually(
+    let queued = eventually(
         "the first window's runs to succeed while the others wait queued",
         MINUTE,
         || async {
             let succeeded = api.run_ids(&wf, "status=succeeded").await.len();
-            let queued = api.run_ids(&wf, "status=queued").await.len();
-            (succeeded >= 3 && queued >= 3).then_some(())
+            let queued = api.run_ids(&wf, "status=queued").await;
+            (succeeded >= 3 && queued.len() >= 3).then_some(queued)
         },
     )
     .await;
+    // A waiting run says what it waits for.
+    let waiting: Value = api
+        .get(&key, &format!("/v1/runs/{}", queued[0]))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        waiting["status"] != "queued" || waiting["queued_for"] == "rate_limit",
+        "{waiting}"
+    );
     first.kill();
     let (_second, port2) = Process::operator(&api.ns, &["--no-api"]);
     ready(port2).await;

@@ -33,6 +33,11 @@ pub(crate) fn controller(ns: &TestNamespace) -> Controller {
         Some(ns.name.clone()),
         runs.clone(),
         telemetry,
+        // These tests seal no hook secret the API reads: any key will do.
+        std::sync::Arc::new(
+            flowline_core::sealed::SealKey::new(&flowline_core::sealed::SealKey::generate())
+                .unwrap(),
+        ),
         stop.clone(),
     ));
     runs.watch.begin();

@@ -144,6 +144,7 @@ webhooks' URLs with --allow-http and the controller delivers with it;
 its write-time checks of workflows' steps. */}}
 {{- define "flowline.args" -}}
 - --listen=0.0.0.0:8080
+- --seal-key-secret={{ include "flowline.sealKeySecret" . }}
 - --log-format={{ .Values.config.logFormat }}
 - --default-executor={{ .Values.config.defaultExecutor }}
 {{- if .Values.config.allowHttp }}
@@ -180,6 +181,9 @@ leader-election Lease, the step Jobs, and webhook deliveries. */}}
 - --no-api
 - --leader-election-lease={{ include "flowline.fullname" . }}-controller
 - --shards={{ .Values.controller.shards | int }}
+{{- if gt (int .Values.controller.shards) 1 }}
+- --member-slots={{ include "flowline.memberSlots" . }}
+{{- end }}
 - --max-runs-per-account={{ .Values.controller.maxRunsPerAccount | int }}
 - --max-running-runs={{ .Values.controller.maxRunningRuns | int }}
 - --max-step-attempts={{ .Values.controller.maxStepAttempts | int }}
@@ -388,4 +392,16 @@ the Ingress host, else the API Service inside the cluster.
 {{- else -}}
 http://{{ include "flowline.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.service.port }}
 {{- end -}}
+{{- end }}
+
+{{/* Member Lease slots of a sharded controller: one per replica, one for the extra
+pod of a rolling update (maxSurge 1) and one for a replica still stopping. The
+leader-election Role names exactly these. */}}
+{{- define "flowline.memberSlots" -}}
+{{ add (int .Values.controller.replicas) 2 }}
+{{- end }}
+
+{{/* The Secret holding the seal key: sealKey.existingSecret, else the chart's own. */}}
+{{- define "flowline.sealKeySecret" -}}
+{{- .Values.sealKey.existingSecret | default (printf "%s-seal-key" (include "flowline.fullname" .)) }}
 {{- end }}

@@ -9,16 +9,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::plumbing::auth::SECRET_TYPE;
 use crate::plumbing::idempotency;
-use flowline_core::crd::{EventDetail, FlowlineEvent, Run, Webhook, Workflow};
+use flowline_core::crd::{ApiKey, EventDetail, FlowlineEvent, Run, Webhook, Workflow};
 use flowline_kube::lenient::{self, DecodedStore, Lenient};
 use flowline_kube::name_index::{self, SharedNameIndex};
 use flowline_kube::{WatchScope, scoped_api};
@@ -207,9 +206,7 @@ pub struct Caches {
     pub webhooks: ScopedStore<Webhook>,
     /// Inbound events (`/v1/events`), as summaries ([`summarize_event`]).
     pub events: ScopedStore<FlowlineEvent>,
-    pub api_keys: ScopedStore<Secret>,
-    /// Inbound secrets of webhook-triggered workflows (type `flowline.io/hook-secret`).
-    pub hook_secrets: ScopedStore<Secret>,
+    pub api_keys: ScopedStore<ApiKey>,
     pub namespaces: ScopedStore<PartialObjectMeta<Namespace>>,
     synced: Arc<AtomicBool>,
 }
@@ -240,9 +237,6 @@ impl Caches {
     /// Starts the reflectors over `scope`; `is_synced` turns true once every one has
     /// listed.
     pub fn start(client: Client, scope: &WatchScope, shutdown: CancellationToken) -> Caches {
-        let keys_config = watcher::Config::default().fields(&format!("type={SECRET_TYPE}"));
-        let hook_config = watcher::Config::default()
-            .fields(&format!("type={}", crate::hooks::secret::SECRET_TYPE));
         let each = scope.each();
         fn per_namespace<K>(
             client: &Client,
@@ -299,13 +293,7 @@ impl Caches {
                 &shutdown,
             ),
             api_keys: spawn_scoped(
-                per_namespace(&client, &each, &keys_config),
-                whole,
-                namespace_index,
-                &shutdown,
-            ),
-            hook_secrets: spawn_scoped(
-                per_namespace(&client, &each, &hook_config),
+                per_namespace(&client, &each, &plain),
                 whole,
                 namespace_index,
                 &shutdown,
@@ -323,7 +311,6 @@ impl Caches {
                 waiting.webhooks.wait_until_ready().await?;
                 waiting.events.wait_until_ready().await?;
                 waiting.api_keys.wait_until_ready().await?;
-                waiting.hook_secrets.wait_until_ready().await?;
                 waiting.namespaces.wait_until_ready().await
             };
             if all.await.is_ok() {
@@ -347,8 +334,7 @@ impl Caches {
 
 #[cfg(test)]
 impl Caches {
-    /// Caches that have listed `objects` and nothing else (`secrets`: API keys and hook
-    /// secrets, told apart by type), synced: the API's state for in-process tests
+    /// Caches that have listed `objects` and nothing else, synced: the API's state for in-process tests
     /// (`crate::testing`), with no watch behind it. Each store keeps its objects as
     /// the watch would (runs as summaries), and its index is fed the same events.
     pub(crate) fn listed(
@@ -356,7 +342,7 @@ impl Caches {
         runs: Vec<Run>,
         webhooks: Vec<Webhook>,
         events: Vec<FlowlineEvent>,
-        secrets: Vec<Secret>,
+        api_keys: Vec<ApiKey>,
         namespaces: Vec<PartialObjectMeta<Namespace>>,
     ) -> Caches {
         fn listed<K: flowline_kube::lenient::Watched>(
@@ -377,9 +363,6 @@ impl Caches {
             }
             vec![(DecodedStore::from(reader), index)].into()
         }
-        let (api_keys, hook_secrets): (Vec<Secret>, Vec<Secret>) = secrets
-            .into_iter()
-            .partition(|s| s.type_.as_deref() == Some(SECRET_TYPE));
         Caches {
             workflows: listed(
                 workflows,
@@ -394,7 +377,6 @@ impl Caches {
             webhooks: listed(webhooks, whole, namespace_index()),
             events: listed(events, summarize_event, namespace_index()),
             api_keys: listed(api_keys, whole, namespace_index()),
-            hook_secrets: listed(hook_secrets, whole, namespace_index()),
             namespaces: listed(namespaces, whole, namespace_index()),
             synced: Arc::new(AtomicBool::new(true)),
         }

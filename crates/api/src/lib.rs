@@ -96,7 +96,8 @@ mod tests {
             shutdown.clone(),
         );
         let api_config = state::ApiConfig::default();
-        let app = router(ApiState::new(client, caches, api_config));
+        let seal = std::sync::Arc::new(crate::testing::seal_key());
+        let app = router(ApiState::new(client, caches, api_config, seal));
         let req = Request::get("/v1/workflows")
             .header("authorization", "Bearer flk_x")
             .body(Body::empty())

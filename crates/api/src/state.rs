@@ -14,6 +14,7 @@ use crate::plumbing::ratelimit::{
 };
 use crate::rendered::Rendered;
 use flowline_core::crd::Workflow;
+use flowline_core::sealed::SealKey;
 use flowline_telemetry::http_metrics::HttpMetrics;
 
 /// Field manager of every write the API makes.
@@ -85,6 +86,8 @@ pub struct Shared {
     pub follows: Arc<crate::plumbing::places::Places>,
     /// Bulk actions in progress, per account (`runs::bulk`): one at a time.
     pub bulk: Arc<crate::plumbing::places::Places>,
+    /// The installation's key for inbound hook secrets sealed into Workflows.
+    pub seal: Arc<SealKey>,
 }
 
 /// What [`crate::plumbing::json::Valid`] checks bodies against (`allow_http_webhooks`).
@@ -95,7 +98,7 @@ impl FromRef<ApiState> for Arc<ApiConfig> {
 }
 
 impl ApiState {
-    pub fn new(client: Client, caches: Caches, config: ApiConfig) -> Self {
+    pub fn new(client: Client, caches: Caches, config: ApiConfig, seal: Arc<SealKey>) -> Self {
         ApiState(Arc::new(Shared {
             client,
             caches,
@@ -112,6 +115,7 @@ impl ApiState {
                 crate::runs::logs::MAX_FOLLOWS_PER_ACCOUNT,
             ),
             bulk: crate::plumbing::places::Places::new(1),
+            seal,
         }))
     }
 

@@ -10,18 +10,17 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Request, header};
-use base64::Engine as _;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use crate::cache::Caches;
-use crate::plumbing::auth::{SECRET_TYPE, hash_key};
+use crate::plumbing::auth::hash_key;
 use crate::plumbing::ratelimit::{PLAN_ANNOTATION, Plan, PlanDefaults, RPM_ANNOTATION};
 use crate::state::{ApiConfig, ApiState};
-use flowline_core::crd::{FlowlineEvent, Run, Webhook, Workflow};
+use flowline_core::crd::{ApiKey, FlowlineEvent, Run, Webhook, Workflow};
 use flowline_kube::mock_api::{self, Log, Seen};
 
 /// The account the keys below belong to.
@@ -34,7 +33,7 @@ pub const READ: &str = "flk_test_read";
 pub const WRITE: &str = "flk_test_write";
 pub const EXECUTE: &str = "flk_test_execute";
 pub const ADMIN: &str = "flk_test_admin";
-/// A key whose Secret names no scope it knows.
+/// A key that holds no scope (its kind's schema refuses one, but a cache may hold it).
 pub const NO_SCOPE: &str = "flk_test_none";
 /// An admin key of [`OTHER_NS`].
 pub const OTHER_ADMIN: &str = "flk_test_other";
@@ -45,7 +44,7 @@ const KEYS: [(&str, &str, &str, &str); 6] = [
     (NS, "key-write", WRITE, "write"),
     (NS, "key-execute", EXECUTE, "execute"),
     (NS, "key-admin", ADMIN, "admin"),
-    (NS, "key-none", NO_SCOPE, "root"),
+    (NS, "key-none", NO_SCOPE, ""),
     (OTHER_NS, "key-other", OTHER_ADMIN, "admin"),
 ];
 
@@ -59,7 +58,9 @@ pub struct World {
     runs: Vec<Run>,
     webhooks: Vec<Webhook>,
     events: Vec<FlowlineEvent>,
-    secrets: Vec<Secret>,
+    keys: Vec<ApiKey>,
+    /// Inbound hook secrets to seal into workflows: (namespace, workflow, secret).
+    hook_secrets: Vec<(String, String, String)>,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     config: ApiConfig,
     answer: Arc<Answerer>,
@@ -75,10 +76,11 @@ impl Default for World {
             runs: Vec::new(),
             webhooks: Vec::new(),
             events: Vec::new(),
-            secrets: KEYS
+            keys: KEYS
                 .iter()
-                .map(|(ns, id, token, scopes)| key_secret(ns, id, token, scopes))
+                .map(|(ns, id, token, scopes)| api_key(ns, id, token, scopes))
                 .collect(),
+            hook_secrets: Vec::new(),
             namespaces: [NS, OTHER_NS]
                 .into_iter()
                 .map(|ns| (ns.to_string(), BTreeMap::new()))
@@ -117,8 +119,11 @@ impl World {
         self
     }
 
-    pub fn secret(mut self, secret: Secret) -> Self {
-        self.secrets.push(secret);
+    /// [`NS`]'s workflow `workflow` holds `secret` as its inbound hook secret, sealed
+    /// into its annotation as the API seals it (with [`seal_key`]).
+    pub fn hook_secret(mut self, workflow: &str, secret: &str) -> Self {
+        self.hook_secrets
+            .push((NS.into(), workflow.into(), secret.into()));
         self
     }
 
@@ -160,16 +165,31 @@ impl World {
                 .expect("a namespace")
             })
             .collect();
+        let seal = Arc::new(seal_key());
+        let mut workflows = self.workflows;
+        for (namespace, name, secret) in &self.hook_secrets {
+            let wf = workflows
+                .iter_mut()
+                .find(|wf| {
+                    wf.metadata.namespace.as_deref() == Some(namespace.as_str())
+                        && wf.metadata.name.as_deref() == Some(name.as_str())
+                })
+                .expect("a hook secret of a workflow of the world");
+            kube::ResourceExt::annotations_mut(wf).insert(
+                flowline_core::sealed::ANNOTATION.into(),
+                seal.seal(flowline_core::sealed::ANNOTATION, namespace, name, secret),
+            );
+        }
         let caches = Caches::listed(
-            self.workflows,
+            workflows,
             self.runs,
             self.webhooks,
             self.events,
-            self.secrets,
+            self.keys,
             namespaces,
         );
         Api {
-            app: crate::router(ApiState::new(client, caches, self.config)),
+            app: crate::router(ApiState::new(client, caches, self.config, seal)),
             log,
         }
     }
@@ -417,32 +437,21 @@ pub fn webhook(id: &str, status: Value) -> Webhook {
     )
 }
 
-/// An API key Secret, as the API server stores it (`data`, base64).
-pub fn key_secret(namespace: &str, id: &str, token: &str, scopes: &str) -> Secret {
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+/// An API key, as the API server stores it; `scopes` comma-separated.
+pub fn api_key(namespace: &str, id: &str, token: &str, scopes: &str) -> ApiKey {
+    let scopes: Vec<&str> = scopes.split(',').filter(|s| !s.is_empty()).collect();
     object(
-        "v1",
-        "Secret",
+        "flowline.io/v1",
+        "ApiKey",
         namespace,
         id,
-        json!({"type": SECRET_TYPE, "data": {
-            "name": b64(id), "scopes": b64(scopes), "sha256": b64(&hash_key(token)),
-            "created-at": b64("2026-01-01T00:00:00Z"),
-        }}),
+        json!({"spec": {"name": id, "scopes": scopes, "sha256": hash_key(token)}}),
     )
 }
 
-/// The inbound secret of [`NS`]'s workflow `workflow`.
-pub fn hook_secret(workflow: &str, value: &str) -> Secret {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(value);
-    object(
-        "v1",
-        "Secret",
-        NS,
-        &crate::hooks::secret::secret_name(workflow),
-        json!({"type": crate::hooks::secret::SECRET_TYPE,
-               "data": {flowline_delivery::secrets::SECRET_KEY: b64}}),
-    )
+/// The seal key of every in-process API.
+pub fn seal_key() -> flowline_core::sealed::SealKey {
+    flowline_core::sealed::SealKey::new(&[7; flowline_core::sealed::KEY_LEN]).expect("32 bytes")
 }
 
 /// The path of [`NS`]'s object `name` of `plural` on the API server.

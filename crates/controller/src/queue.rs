@@ -4,20 +4,23 @@
 //! freed slot to the queued runs of its group, and the `flowline_runs_queued` gauge.
 //! The state itself is in the Runs' statuses, so it holds across restarts.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use flowline_core::admission::group_summaries::{Membership, Summaries};
 use flowline_core::admission::{self, Local, Member};
-use flowline_core::crd::{Run, RunPhase};
+use flowline_core::crd::{QueuedFor, Run, RunPhase};
 use flowline_kube::lenient::Lenient;
 use flowline_kube::name_index::SharedNameIndex;
+use flowline_telemetry::engine_metrics::QueuedForLabel;
 
 /// How often the queued-runs gauge is recomputed from the cache.
 const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
@@ -243,29 +246,50 @@ impl Queue {
     /// watched namespace has a controller of its own and adds its share).
     pub async fn count_queued(
         &self,
-        gauge: Gauge,
+        gauge: Family<QueuedForLabel, Gauge>,
         counts: impl Fn(&Run) -> bool,
         shutdown: CancellationToken,
     ) {
-        let mut counted = 0i64;
+        // This controller's share of each count (the contexts of one process add up).
+        let mut counted: HashMap<&'static str, i64> = HashMap::new();
         loop {
-            let now = self.runs.get().map_or(0, |(store, _)| {
-                store
-                    .state()
-                    .iter()
-                    .filter(|o| {
-                        o.decoded()
-                            .is_some_and(|r| r.phase() == RunPhase::Queued && counts(r))
-                    })
-                    .count() as i64
-            });
-            gauge.inc_by(now - counted);
+            let mut now: HashMap<&'static str, i64> = HashMap::new();
+            if let Some((store, _)) = self.runs.get() {
+                for run in store.state().iter().filter_map(|o| o.decoded()) {
+                    if run.phase() == RunPhase::Queued && counts(run) {
+                        *now.entry(queued_for(run)).or_default() += 1;
+                    }
+                }
+            }
+            for reason in QueuedFor::ALL.map(QueuedFor::as_str) {
+                let (before, after) = (
+                    counted.get(reason).copied().unwrap_or(0),
+                    now.get(reason).copied().unwrap_or(0),
+                );
+                gauge
+                    .get_or_create(&QueuedForLabel { queued_for: reason })
+                    .inc_by(after - before);
+            }
             counted = now;
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(GAUGE_INTERVAL) => {}
             }
         }
-        gauge.dec_by(counted);
+        for (reason, count) in counted {
+            gauge
+                .get_or_create(&QueuedForLabel { queued_for: reason })
+                .dec_by(count);
+        }
     }
+}
+
+/// What a queued run waits for, as its status says (a status recorded before the field
+/// existed waited for a concurrency slot).
+fn queued_for(run: &Run) -> &'static str {
+    run.status
+        .as_ref()
+        .and_then(|s| s.queued_for)
+        .unwrap_or(QueuedFor::Concurrency)
+        .as_str()
 }

@@ -22,7 +22,8 @@ use flowline_core::admission::account_bound::{AccountBound, Take};
 use flowline_core::admission::timing::{self, Gate, Ledger};
 use flowline_core::admission::{self, Admission};
 use flowline_core::crd::{
-    ConcurrencyPolicy, Executor, Run, RunPhase, RunStatus, StepPhase, Workflow, WorkflowSnapshot,
+    ConcurrencyPolicy, Executor, QueuedFor, Run, RunPhase, RunStatus, StepPhase, Workflow,
+    WorkflowSnapshot,
 };
 use flowline_core::engine::subworkflow;
 use flowline_core::triage::{
@@ -88,18 +89,19 @@ enum Admitted {
         approvals: Approvals,
         cancel_others: Vec<String>,
     },
-    /// Wait for a slot; first cancel these runs of its group; record it `queued` if
-    /// `mark` (a run that waits for its account's bound keeps a status it has: a run
-    /// that started never goes back to `queued`).
+    /// Wait for a slot; first cancel these runs of its group; record it `queued` for
+    /// what `mark` says when it is set (a run that waits for its account's bound keeps a
+    /// status it has: a run that started never goes back to `queued`).
     Queue {
         cancel_others: Vec<String>,
-        mark: bool,
+        mark: Option<QueuedFor>,
     },
     /// Record it as ended, with this phase and error.
     End(RunPhase, String),
     /// Its rate limit's window or its debounce opens at this time, a moment from now
-    /// ([`timing::LEAD`]): admission is asked again then, without another read.
-    Hold(jiff::Timestamp),
+    /// ([`timing::LEAD`]): admission is asked again then, without another read. It
+    /// waits for the rate limit or the debounce that says so.
+    Hold(jiff::Timestamp, QueuedFor),
 }
 
 /// Whether a run that has not started must wait, judged from the cache alone, and when
@@ -107,6 +109,8 @@ enum Admitted {
 struct Waits {
     waits: bool,
     opens_at: Option<jiff::Timestamp>,
+    /// What it waits for, when it waits.
+    waits_for: Option<QueuedFor>,
 }
 
 /// One run this process is executing.
@@ -367,29 +371,32 @@ impl Context {
             }
             Take::Wait => Admitted::Queue {
                 cancel_others: Vec::new(),
-                mark: run.status.is_none(),
+                mark: run.status.is_none().then_some(QueuedFor::Account),
             },
         };
         // Refused by its workflow: a place of its account it may have been woken for
         // goes to the account's next waiting run.
-        let queue = |ctx: &Arc<Self>, cancel_others| {
+        let queue = |ctx: &Arc<Self>, cancel_others, waits_for| {
             ctx.account_bound.forget(&namespace, &order);
             ctx.wake_account(&namespace);
             Admitted::Queue {
                 cancel_others,
-                mark: run.phase() != RunPhase::Queued,
+                mark: (run.phase() != RunPhase::Queued).then_some(waits_for),
             }
         };
         let mut executing = self.lock();
         // Time comes first: a run its rate limit or debounce holds back does not
         // contend for a slot yet.
-        match self.gates.gate(run, now) {
-            Ok(Gate::Open) => {}
-            Ok(Gate::Until(opens_at)) if timing::imminent(opens_at, now) => {
-                return Admitted::Hold(opens_at);
+        match self.gates.gate_for(run, now) {
+            Ok((Gate::Open, _)) => {}
+            Ok((Gate::Until(opens_at), waits_for)) => {
+                let waits_for = waits_for.unwrap_or(QueuedFor::RateLimit);
+                if timing::imminent(opens_at, now) {
+                    return Admitted::Hold(opens_at, waits_for);
+                }
+                return queue(self, Vec::new(), waits_for);
             }
-            Ok(Gate::Until(_)) => return queue(self, Vec::new()),
-            Ok(Gate::Superseded { by }) => {
+            Ok((Gate::Superseded { by }, _)) => {
                 return Admitted::End(RunPhase::Cancelled, format!("superseded by {by}"));
             }
             Err(error) => return Admitted::End(RunPhase::Failed, error),
@@ -402,8 +409,8 @@ impl Context {
             Some(Ok(Admission::CancelOthers {
                 names,
                 start: false,
-            })) => queue(self, names),
-            Some(Ok(Admission::Queue)) => queue(self, Vec::new()),
+            })) => queue(self, names, QueuedFor::Concurrency),
+            Some(Ok(Admission::Queue)) => queue(self, Vec::new(), QueuedFor::Concurrency),
             Some(Ok(Admission::CancelSelf(error))) => Admitted::End(RunPhase::Cancelled, error),
             Some(Err(error)) => Admitted::End(RunPhase::Failed, error),
         }
@@ -473,13 +480,13 @@ impl Context {
         let namespace = run.namespace().unwrap_or_default();
         let order = admission::order_of(run);
         let now = flowline_core::clock::now_ms();
-        match self.gates.gate(run, now) {
+        match self.gates.gate_for(run, now) {
             // About to open: read it now, so it starts when the gate opens, not a read's
             // round trip later (a round trip each period adds up: 100 runs a second
             // became 65).
-            Ok(Gate::Open) => {}
-            Ok(Gate::Until(opens_at)) if timing::imminent(opens_at, now) => {}
-            Ok(Gate::Until(opens_at)) => {
+            Ok((Gate::Open, _)) => {}
+            Ok((Gate::Until(opens_at), _)) if timing::imminent(opens_at, now) => {}
+            Ok((Gate::Until(opens_at), waits_for)) => {
                 // It waits for a time, not for its account: a place it may have been
                 // woken for goes to the account's next waiting run.
                 self.account_bound.forget(&namespace, &order);
@@ -487,13 +494,15 @@ impl Context {
                 return Waits {
                     waits: true,
                     opens_at: Some(opens_at),
+                    waits_for,
                 };
             }
             // Superseded, or its key cannot be rendered: ended on a fresh read.
-            Ok(Gate::Superseded { .. }) | Err(_) => {
+            Ok((Gate::Superseded { .. }, _)) | Err(_) => {
                 return Waits {
                     waits: false,
                     opens_at: None,
+                    waits_for: None,
                 };
             }
         }
@@ -519,15 +528,18 @@ impl Context {
             return Waits {
                 waits: true,
                 opens_at: None,
+                waits_for: Some(QueuedFor::Concurrency),
             };
         }
         // Its account is at its bound, or older runs of it wait: it waits (recorded,
         // to be woken in its turn).
+        let waits = self
+            .account_bound
+            .must_wait(&namespace, &order, Instant::now());
         Waits {
-            waits: self
-                .account_bound
-                .must_wait(&namespace, &order, Instant::now()),
+            waits,
             opens_at: None,
+            waits_for: waits.then_some(QueuedFor::Account),
         }
     }
 
@@ -609,6 +621,8 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
             flowline_core::clock::now_ms(),
         )
     };
+    // What the run waits for, as the last look at it (`AskSlot`) said.
+    let mut queued_for = None;
     loop {
         let decision = triage(&observed);
         tracing::trace!(run = %object.name_any(), ?decision, "run triaged");
@@ -625,12 +639,15 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                 observed.kept_up = true;
             }
             Decision::AskSlot => {
-                let Waits { waits, opens_at } = ctx.still_queued(run);
-                observed.waits_for_slot = Some(waits);
-                observed.slot_opens_at = opens_at;
+                let still = ctx.still_queued(run);
+                observed.waits_for_slot = Some(still.waits);
+                observed.slot_opens_at = still.opens_at;
+                queued_for = still.waits_for;
             }
             Decision::Read => observed.read = Some(read(&ctx, run).await?),
-            Decision::MarkQueued => mark_queued(&ctx, run).await,
+            Decision::MarkQueued => {
+                mark_queued(&ctx, run, queued_for.unwrap_or(QueuedFor::Concurrency)).await
+            }
             Decision::SyncQueuedLabels => super::run_labels::sync(&ctx.client, run).await?,
             Decision::Act(need) => {
                 // The run as last read: fresh when it was read.
@@ -752,7 +769,7 @@ async fn execute_admitted(
     let mut admitted = ctx.admit(&run, uid);
     // Held for a gate about to open: asked again when it opens (a second hold, after a
     // clock step, waits like any queued run).
-    if let Admitted::Hold(opens_at) = admitted {
+    if let Admitted::Hold(opens_at, _) = admitted {
         let wait = opens_at.duration_since(flowline_core::clock::now_ms());
         tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
         admitted = ctx.admit(&run, uid);
@@ -800,17 +817,17 @@ async fn execute_admitted(
             for name in cancel_others {
                 request_cancel(&ctx.client, &namespace, &name).await?;
             }
-            if mark {
-                mark_queued(ctx, &run).await;
+            if let Some(waits_for) = mark {
+                mark_queued(ctx, &run, waits_for).await;
             }
         }
         Admitted::End(phase, error) => {
             tracing::info!(run = %run.name_any(), %error, "run not admitted");
             end_without_executing(ctx, &run, workflow, phase, Some(error)).await;
         }
-        Admitted::Hold(_) => {
+        Admitted::Hold(_, waits_for) => {
             if run.status.is_none() {
-                mark_queued(ctx, &run).await;
+                mark_queued(ctx, &run, waits_for).await;
             }
         }
     }
@@ -918,13 +935,14 @@ async fn request_cancel(
 /// Records that `run` waits for a slot of its concurrency group: status `queued`, its
 /// steps pending, no start time yet (its run timeout counts from when it leaves the
 /// queue).
-async fn mark_queued(ctx: &Context, run: &Run) {
+async fn mark_queued(ctx: &Context, run: &Run, waits_for: QueuedFor) {
     let Some(version) = run.spec.workflow.as_ref() else {
         return;
     };
     let mut status = runner::initial_status(run, version);
     status.phase = RunPhase::Queued;
     status.started_at = None;
+    status.queued_for = Some(waits_for);
     let api: Api<Run> = Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default());
     write_once(api, run, status).await;
 }

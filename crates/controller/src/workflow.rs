@@ -28,6 +28,7 @@ use flowline_core::delivery::settled::Outstanding;
 use flowline_core::delivery::undelivered;
 use flowline_core::delivery::{outbox, unseen};
 use flowline_core::engine::spec_check;
+use flowline_core::sealed::SealKey;
 use flowline_engine::status_writer::FIELD_MANAGER;
 use flowline_kube::lenient::{self, DecodedStore, Lenient};
 use flowline_kube::name_index::SharedNameIndex;
@@ -309,6 +310,8 @@ pub struct Context {
     pub telemetry: EngineTelemetry,
     /// Each workflow's series of failed reconciles, ended by a success.
     pub backoff: super::backoff::ReconcileBackoff,
+    /// Inbound hook secrets brought by Secrets, sealed into the status.
+    pub hook_secrets: super::hook_secret::HookSecrets,
 }
 
 /// Creates the run of a schedule tick. A name conflict is swallowed only when the
@@ -399,6 +402,9 @@ async fn reconcile(
     let mut plan = plan(wf, &runs, &hooks, now, &parent_unfinished, &mut || {
         flowline_core::engine::events::new_event_id()
     });
+    if let Some(sealed) = ctx.hook_secrets.sealed(&ctx.client, wf).await {
+        plan.status.hook_secret = sealed;
+    }
     let run_api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
     for victim in &plan.delete {
         match run_api.delete(victim, &DeleteParams::background()).await {
@@ -494,6 +500,7 @@ pub fn run(
     namespace: Option<String>,
     runs: RunCache,
     telemetry: EngineTelemetry,
+    seal: Arc<SealKey>,
     shutdown: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     // The runs of every workflow, for counts and retention. A run's change wakes its
@@ -514,7 +521,7 @@ pub fn run(
             listed.then(|| owning_workflows(event))
         })
         .flat_map(futures::stream::iter);
-    control_loop(client, namespace, runs, woken, telemetry, shutdown)
+    control_loop(client, namespace, runs, woken, telemetry, seal, shutdown)
 }
 
 async fn control_loop(
@@ -523,6 +530,7 @@ async fn control_loop(
     runs: RunCache,
     woken: impl futures::Stream<Item = ObjectRef<Lenient<Workflow>>> + Send + 'static,
     telemetry: EngineTelemetry,
+    seal: Arc<SealKey>,
     shutdown: CancellationToken,
 ) {
     let workflows: Api<Lenient<Workflow>> =
@@ -539,6 +547,7 @@ async fn control_loop(
         webhooks: webhooks.clone(),
         telemetry,
         backoff: Default::default(),
+        hook_secrets: super::hook_secret::HookSecrets::new(seal),
     });
     // Bounded like the run controller's: unbounded, a start-up spawns one task per
     // workflow at once.

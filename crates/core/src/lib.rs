@@ -15,4 +15,5 @@ pub mod ids;
 pub mod leader;
 pub mod limits;
 pub mod reference;
+pub mod sealed;
 pub mod triage;

@@ -1,5 +1,7 @@
-//! Signing secrets: the Secret a Webhook owns, rotation with a grace period, and the
-//! worker's short-lived cache of the keys to sign with.
+//! Signing secrets: those sealed into the Webhook by the API
+//! ([`flowline_core::delivery::signing_secrets`]), or the Secret a Webhook applied with
+//! kubectl names; rotation with a grace period; and the worker's short-lived cache of
+//! the keys a Secret holds.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -12,6 +14,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use flowline_core::crd::Webhook;
 use flowline_core::delivery::signing::generate_secret;
+use flowline_core::delivery::signing_secrets::{ANNOTATION, SigningSecrets};
+use flowline_core::sealed::SealKey;
 
 /// Key of the current signing secret.
 pub const SECRET_KEY: &str = "secret";
@@ -42,6 +46,11 @@ pub enum SecretError {
          type {SECRET_TYPE}"
     )]
     NotSigningSecret(String),
+    #[error(
+        "the signing secrets sealed into webhook {0} do not open with this installation's \
+         seal key: rotate its secret"
+    )]
+    Unsealable(String),
 }
 
 /// A Webhook signs with, and rotation writes, only a Secret made for that: its type says
@@ -135,15 +144,18 @@ type Entries = HashMap<Key, (Arc<Vec<String>>, Instant)>;
 /// The worker's cache of signing keys, one GET per webhook per [`CACHE_TTL`].
 pub struct SecretCache {
     client: Client,
+    /// Opens the signing secrets sealed into Webhooks.
+    seal: Arc<SealKey>,
     // Read on every attempt from many tasks at once: a read lock does not make them wait
     // for each other.
     entries: RwLock<Entries>,
 }
 
 impl SecretCache {
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Client, seal: Arc<SealKey>) -> Self {
         SecretCache {
             client,
+            seal,
             entries: RwLock::new(HashMap::new()),
         }
     }
@@ -160,9 +172,28 @@ impl SecretCache {
         self.entries.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The keys to sign with. A webhook applied with kubectl and no `secretRef` gets
-    /// its Secret generated here, on first use.
+    /// The keys to sign with, current first: those sealed into the Webhook (and its
+    /// Secret's while a rotation's grace lasts), else its Secret's. A webhook applied
+    /// with kubectl and no `secretRef` gets its Secret generated here, on first use.
     pub async fn keys(&self, hook: &Webhook) -> Result<Arc<Vec<String>>, SecretError> {
+        let Some(sealed) = hook.annotations().get(ANNOTATION) else {
+            return self.secret_keys(hook).await;
+        };
+        let (namespace, name) = (hook.namespace().unwrap_or_default(), hook.name_any());
+        let secrets = SigningSecrets::open(&self.seal, &namespace, &name, sealed)
+            .ok_or_else(|| SecretError::Unsealable(name.clone()))?;
+        let now = Timestamp::now();
+        let mut keys = secrets.keys(now);
+        if secrets.secret_ref_signs(now)
+            && let Ok(old) = self.secret_keys(hook).await
+        {
+            keys.extend(old.iter().cloned());
+        }
+        Ok(Arc::new(keys))
+    }
+
+    /// The keys the webhook's Secret holds.
+    async fn secret_keys(&self, hook: &Webhook) -> Result<Arc<Vec<String>>, SecretError> {
         let key = Self::key(hook);
         if let Some((keys, at)) = self
             .entries

@@ -212,6 +212,7 @@ pub fn run(
     settings: Settings,
     metrics: DeliveryMetrics,
     runs: SharedWatch<Run>,
+    seal: Arc<flowline_core::sealed::SealKey>,
     shutdown: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let grace_until = Timestamp::now() + SETTLE;
@@ -246,7 +247,7 @@ pub fn run(
     };
     work(
         Worker {
-            secrets: Arc::new(SecretCache::new(client.clone())),
+            secrets: Arc::new(SecretCache::new(client.clone(), seal)),
             client,
             sender,
             settings,

@@ -97,6 +97,7 @@ pub fn initial_status(run: &Run, wf: &WorkflowSnapshot) -> RunStatus {
     let admitted =
         status.phase == RunPhase::Queued || (run.status.is_none() && wf.holds_runs_back());
     status.phase = RunPhase::Running;
+    status.queued_for = None;
     // Executing again: no longer parked (a parked run's execution writes it again).
     status.parked = false;
     status

@@ -5,6 +5,7 @@ pub mod lenient;
 #[cfg(any(test, feature = "mock"))]
 pub mod mock_api;
 pub mod name_index;
+pub mod seal_key;
 pub mod shared_watch;
 
 use std::time::Duration;

@@ -22,6 +22,12 @@ pub struct ActionLabel {
     pub action: &'static str,
 }
 
+/// What queued runs wait for (`concurrency`, `rate_limit`, `debounce`, `account`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueuedForLabel {
+    pub queued_for: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     pub controller: &'static str,
@@ -64,9 +70,9 @@ pub struct EngineTelemetry {
     pub reconcile_duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     /// Runs this process is executing now.
     pub runs_in_progress: Gauge,
-    /// Runs waiting for a concurrency slot, as the leader's cache shows them (0 on
-    /// followers, which run no controller).
-    pub runs_queued: Gauge,
+    /// Runs waiting `queued`, by what they wait for, as the leader's cache shows them
+    /// (0 on followers, which run no controller).
+    pub runs_queued: Family<QueuedForLabel, Gauge>,
     /// Posted events whose fan-out was recorded.
     pub events_fanned_out: Counter,
     /// Runs posted events started (`action="started"`), cancelled (`action="cancelled"`)
@@ -85,7 +91,7 @@ impl EngineTelemetry {
             reconcile_errors: Family::default(),
             reconcile_duration: Family::new_with_constructor(step_histogram),
             runs_in_progress: Gauge::default(),
-            runs_queued: Gauge::default(),
+            runs_queued: Family::default(),
             events_fanned_out: Counter::default(),
             event_runs: Family::default(),
             recorder: client.map(recorder),
@@ -118,7 +124,7 @@ impl EngineTelemetry {
             );
             r.register(
                 "runs_queued",
-                "Runs waiting for a slot of their workflow's concurrency limit",
+                "Runs waiting to start, by what they wait for",
                 telemetry.runs_queued.clone(),
             );
             r.register(

@@ -11,7 +11,7 @@ use flowline_api::plumbing::auth::Scope;
 use flowline_core::crd::{EventKind, Run, RunPhase, StepPhase};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -108,16 +108,6 @@ impl Tenant {
             .unwrap();
     }
 
-    /// What a namespace user with `kubectl label` could do: opt a Secret in.
-    async fn opt_in(&self, name: &str) {
-        let patch = json!({"metadata": {"labels": {OPT_IN.0: OPT_IN.1}}});
-        self.ns()
-            .api::<Secret>()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
-    }
-
     /// Runs a one-step workflow reading `secrets.<name>.<key>` and asserts it was refused.
     async fn assert_refused(&self, workflow: &str, secret: &str, key: &str) {
         let steps = json!([{"id": "steal", "action": "transform",
@@ -169,14 +159,15 @@ async fn secrets_that_did_not_opt_in_are_refused_like_missing_ones() {
 #[ignore = "needs cluster"]
 async fn flowline_own_secrets_are_refused_even_when_labelled() {
     let t = tenant("hs-own", Default::default()).await;
-    // An API key of the namespace (an admin one), opted in by someone with kubectl.
-    let key =
-        flowline_api::keys::create_key(t.ns().client.clone(), &t.ns().name, "ops", &[Scope::Admin])
-            .await
-            .unwrap();
-    let key_secret = key.secret.metadata.name.clone().unwrap();
-    t.opt_in(&key_secret).await;
-    t.assert_refused("steal-key", &key_secret, "sha256").await;
+    // An API key Secret as earlier versions kept them, opted in by someone with kubectl.
+    t.secret(
+        "key-legacy",
+        "flowline.io/api-key",
+        &[OPT_IN],
+        &[("sha256", TOKEN)],
+    )
+    .await;
+    t.assert_refused("steal-key", "key-legacy", "sha256").await;
 
     // A webhook's signing secret, created by the API, opted in.
     let res = t
@@ -190,9 +181,27 @@ async fn flowline_own_secrets_are_refused_even_when_labelled() {
         .await;
     assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
     let hook = res.json::<Value>().await.unwrap();
+    // Its signing secret is sealed into the Webhook, not a Secret a template could name.
     let signing = format!("{}-signing", hook["id"].as_str().unwrap());
-    t.opt_in(&signing).await;
-    t.assert_refused("steal-signing", &signing, "secret").await;
+    assert!(
+        t.ns()
+            .api::<Secret>()
+            .get_opt(&signing)
+            .await
+            .unwrap()
+            .is_none(),
+        "the API made a signing Secret"
+    );
+    // One applied with kubectl, as a Webhook's `secretRef` would name it, opted in.
+    t.secret(
+        "applied-signing",
+        "flowline.io/webhook-secret",
+        &[OPT_IN],
+        &[("secret", TOKEN)],
+    )
+    .await;
+    t.assert_refused("steal-signing", "applied-signing", "secret")
+        .await;
 
     // The chart's bootstrap admin key value: an Opaque Secret with the chart's labels.
     t.secret(
@@ -403,8 +412,9 @@ async fn a_secret_cannot_be_smuggled_into_a_pod_spec() {
 }
 
 /// A namespace user applies a Webhook whose `secretRef` names another application's
-/// Secret; a write key then asks the API to rotate "its" signing secret. The rotation is
-/// refused and the Secret is left exactly as it was.
+/// Secret; a write key then asks the API to rotate "its" signing secret. The rotation
+/// seals a new secret into the Webhook and touches no Secret: the other application's
+/// is left exactly as it was.
 #[tokio::test]
 #[ignore = "needs a cluster (make test)"]
 async fn a_webhook_cannot_adopt_another_secret_for_rotation() {
@@ -434,13 +444,19 @@ spec:
         },
     )
     .await;
-    let body = crate::support::assert_error(res, 400, "validation_error").await;
+    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    let hook = tenant
+        .ns()
+        .api::<flowline_core::crd::Webhook>()
+        .get("adopt")
+        .await
+        .unwrap();
     assert!(
-        body["error"]["message"]
-            .as_str()
+        hook.metadata
+            .annotations
             .unwrap_or_default()
-            .contains("billing-db is not a webhook signing secret"),
-        "{body}"
+            .contains_key(flowline_core::delivery::signing_secrets::ANNOTATION),
+        "the new secret is sealed into the Webhook"
     );
     let stored = tenant.ns().api::<Secret>().get("billing-db").await.unwrap();
     let data = stored.data.unwrap_or_default();

@@ -28,10 +28,10 @@ fn world() -> World {
         // The same name in two accounts: addresses neither.
         .workflow(workflow("wf-twice", hook("active")))
         .workflow(workflow_in(OTHER_NS, "wf-twice", hook("active")))
-        .secret(hook_secret("wf-hook", SECRET))
-        .secret(hook_secret("wf-big", SECRET))
-        .secret(hook_secret("wf-paused", SECRET))
-        .secret(hook_secret("wf-twice", SECRET))
+        .hook_secret("wf-hook", SECRET)
+        .hook_secret("wf-big", SECRET)
+        .hook_secret("wf-paused", SECRET)
+        .hook_secret("wf-twice", SECRET)
 }
 
 fn now() -> i64 {

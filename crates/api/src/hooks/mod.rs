@@ -135,7 +135,7 @@ async fn receive(
     let namespace = wf.namespace().unwrap_or_default();
     let headers = req.headers().clone();
     let body = read_body_any_type(req).await?;
-    let Some(secret) = secret::current(&state, &namespace, &workflow_id) else {
+    let Some(secret) = secret::current(&state.seal, &wf) else {
         // Answered like a wrong signature: the sender cannot fix this, the owner can.
         in_request(
             || tracing::warn!(%namespace, workflow = %workflow_id, "webhook refused: the workflow has no inbound secret (rotate it to make one)"),

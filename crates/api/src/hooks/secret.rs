@@ -1,50 +1,38 @@
-//! The inbound secret of a webhook-triggered workflow: the Secret `<workflow>-hook` of
-//! type `flowline.io/hook-secret`, owned by the Workflow, made when the trigger becomes
-//! `webhook` and replaced by `POST /v1/workflows/{id}/hook-secret/rotate` (a handler of
-//! [`crate::workflows`]).
+//! The inbound secret of a webhook-triggered workflow, sealed into the Workflow itself
+//! ([`flowline_core::sealed`]): made when the trigger becomes `webhook` and replaced by
+//! `POST /v1/workflows/{id}/hook-secret/rotate` (a handler of [`crate::workflows`]),
+//! it is the annotation `flowline.io/hook-secret`. A workflow applied with kubectl can
+//! bring its own in a Secret `<workflow>-hook` of type `flowline.io/hook-secret`, which
+//! the workflow controller seals into the Workflow's status; the annotation, when set,
+//! wins. Either way the API reads secrets from its cache of Workflows, never from
+//! Secrets.
 //!
 //! The value is shown once, in the response that made it. A rotation replaces it at
 //! once, without an overlap: the secret is shared with one sender that the user
 //! controls and reconfigures in the same step, unlike outbound secrets, which
 //! receivers we do not control must pick up.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::Patch;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cache;
-use crate::plumbing::error::{ApiError, ApiResult, write_error};
+use crate::plumbing::error::{ApiResult, write_error};
 use crate::state::ApiState;
 use flowline_core::crd::{TriggerType, Workflow};
 use flowline_core::delivery::signing::generate_secret;
-use flowline_delivery::secrets::{SECRET_KEY, text};
+use flowline_core::sealed::{ANNOTATION, SealKey};
 
-/// `type` of inbound hook Secrets: a type of its own, so the API never mistakes another
-/// Secret for one (or overwrites it), and workflow templates cannot read it (every
-/// `flowline.io/…` type is refused to them).
-pub const SECRET_TYPE: &str = "flowline.io/hook-secret";
-/// Label naming the workflow a hook Secret belongs to.
-pub const LABEL: &str = "flowline.io/hook";
-
-/// Name of the Secret holding a workflow's inbound secret.
-pub fn secret_name(workflow: &str) -> String {
-    format!("{workflow}-hook")
-}
-
-/// The secret to verify a workflow's hooks with, from the watch cache. `None` when the
-/// Secret is missing or has no `secret` key.
-pub fn current(state: &ApiState, namespace: &str, workflow: &str) -> Option<String> {
-    let secret = cache::get(
-        &state.caches.hook_secrets,
-        namespace,
-        &secret_name(workflow),
-    )?;
-    (secret.type_.as_deref() == Some(SECRET_TYPE))
-        .then(|| text(&secret, SECRET_KEY))
-        .flatten()
+/// The secret to verify `wf`'s hooks with: the one the API sealed into its annotation,
+/// else the one the controller sealed into its status from the workflow's Secret.
+/// `None` when it has neither, or neither opens with this installation's key.
+pub fn current(seal: &SealKey, wf: &Workflow) -> Option<String> {
+    let (namespace, name) = (wf.namespace().unwrap_or_default(), wf.name_any());
+    let sealed = match wf.annotations().get(ANNOTATION) {
+        Some(sealed) => sealed.as_str(),
+        None => wf.status.as_ref()?.hook_secret.as_ref()?.sealed.as_str(),
+    };
+    seal.open(ANNOTATION, &namespace, &name, sealed)
 }
 
 /// Whether a write that leaves `wf` in place needs a fresh secret: its trigger became
@@ -54,60 +42,24 @@ pub fn needs_secret(before: Option<TriggerType>, wf: &Workflow, has_secret: bool
         && (before != Some(TriggerType::Webhook) || !has_secret)
 }
 
-/// Makes a new inbound secret for `wf` and stores it (creating the Secret, or
-/// replacing the value of an existing hook Secret), then waits until the API's cache
-/// holds it, so the next hook request is verified with it.
+/// Makes a new inbound secret for `wf` and seals it into its annotation, then waits
+/// until the API's cache holds it, so the next hook request is verified with it.
 pub async fn install(state: &ApiState, wf: &Workflow) -> ApiResult<String> {
     let namespace = wf.namespace().unwrap_or_default();
-    let name = secret_name(&wf.name_any());
+    let name = wf.name_any();
     let value = generate_secret();
-    let api: Api<Secret> = Api::namespaced(state.client.clone(), &namespace);
-    let written = match api
-        .create(&ApiState::post_params(), &owned_secret(wf, &value))
+    let sealed = state.seal.seal(ANNOTATION, &namespace, &name, &value);
+    let api: Api<Workflow> = Api::namespaced(state.client.clone(), &namespace);
+    let written = api
+        .patch(
+            &name,
+            &ApiState::patch_params(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION: sealed}}})),
+        )
         .await
-    {
-        Ok(created) => created,
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            // Never overwrite a Secret that is not a hook secret (its type is
-            // immutable, so the check cannot go stale).
-            let existing = api.get(&name).await.map_err(write_error)?;
-            if existing.type_.as_deref() != Some(SECRET_TYPE) {
-                return Err(ApiError::field(
-                    "trigger.type",
-                    format!(
-                        "the Secret {name} exists and is not of type {SECRET_TYPE}; \
-                         delete or rename it to use a webhook trigger"
-                    ),
-                ));
-            }
-            api.patch(
-                &name,
-                &ApiState::patch_params(),
-                &Patch::Merge(json!({"stringData": {SECRET_KEY: value}})),
-            )
-            .await
-            .map_err(write_error)?
-        }
-        Err(e) => return Err(write_error(e)),
-    };
-    cache::await_write(&state.caches.hook_secrets, &written).await;
+        .map_err(write_error)?;
+    cache::await_write(&state.caches.workflows, &written).await;
     Ok(value)
-}
-
-/// A new hook Secret for `wf`, owned by it (deleting the workflow deletes it).
-fn owned_secret(wf: &Workflow, value: &str) -> Secret {
-    Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(secret_name(&wf.name_any())),
-            namespace: wf.namespace(),
-            owner_references: wf.controller_owner_ref(&()).map(|o| vec![o]),
-            labels: Some(BTreeMap::from([(LABEL.to_string(), wf.name_any())])),
-            ..Default::default()
-        },
-        type_: Some(SECRET_TYPE.into()),
-        string_data: Some(BTreeMap::from([(SECRET_KEY.to_string(), value.into())])),
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]
@@ -138,16 +90,34 @@ mod tests {
     }
 
     #[test]
-    fn the_secret_is_owned_typed_and_labelled() {
-        let secret = owned_secret(&wf("webhook"), "whsec_x");
-        assert_eq!(secret.metadata.name.as_deref(), Some("wf-1-hook"));
-        assert_eq!(secret.type_.as_deref(), Some(SECRET_TYPE));
-        let owner = &secret.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!(
-            (owner.kind.as_str(), owner.uid.as_str()),
-            ("Workflow", "u-1")
+    fn the_annotation_wins_over_the_status_and_opens_only_for_its_workflow() {
+        let key = SealKey::new(&[3; 32]).unwrap();
+        let mut hook = wf("webhook");
+        assert_eq!(current(&key, &hook), None, "none yet");
+        hook.status = Some(flowline_core::crd::WorkflowStatus {
+            hook_secret: Some(flowline_core::crd::SealedHookSecret {
+                sealed: key.seal(ANNOTATION, "team", "wf-1", "whsec_from_secret"),
+                source_version: "7".into(),
+            }),
+            ..Default::default()
+        });
+        assert_eq!(current(&key, &hook).as_deref(), Some("whsec_from_secret"));
+        hook.annotations_mut().insert(
+            ANNOTATION.into(),
+            key.seal(ANNOTATION, "team", "wf-1", "whsec_made"),
         );
-        assert_eq!(secret.metadata.labels.as_ref().unwrap()[LABEL], "wf-1");
-        assert_eq!(text(&secret, SECRET_KEY).as_deref(), Some("whsec_x"));
+        assert_eq!(current(&key, &hook).as_deref(), Some("whsec_made"));
+        // Sealed for another workflow, or by another installation: no secret.
+        hook.annotations_mut().insert(
+            ANNOTATION.into(),
+            key.seal(ANNOTATION, "team", "wf-2", "whsec_made"),
+        );
+        assert_eq!(current(&key, &hook), None);
+        let other = SealKey::new(&[4; 32]).unwrap();
+        hook.annotations_mut().insert(
+            ANNOTATION.into(),
+            other.seal(ANNOTATION, "team", "wf-1", "whsec_made"),
+        );
+        assert_eq!(current(&key, &hook), None);
     }
 }

@@ -1,18 +1,16 @@
 //! `/v1/api-keys` (admin scope), and key creation shared with the CLI.
 
 pub mod input;
+pub mod migrate;
 pub mod views;
 
 #[cfg(test)]
 mod error_paths;
 
-use std::collections::BTreeMap;
-
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use utoipa_axum::router::OpenApiRouter;
@@ -21,16 +19,14 @@ use utoipa_axum::routes;
 use self::input::ApiKeyCreate;
 use self::views::{ApiKeyCreated, ApiKeyView};
 use crate::cache;
-use crate::plumbing::auth::{
-    Authorized, KeyRecord, SECRET_TYPE, Scope, generate_key, hash_key, needs,
-};
+use crate::plumbing::auth::{Authorized, KeyRecord, Scope, generate_key, hash_key, needs};
 use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as};
 use crate::plumbing::json::Valid;
 use crate::plumbing::pagination::{self, Page, SortKey};
 use crate::plumbing::path::Path;
 use crate::state::{ApiState, FIELD_MANAGER};
 use crate::workflows::location;
-use flowline_core::clock::{format_ts, now_ms};
+use flowline_core::crd::{ApiKey, ApiKeySpec};
 use flowline_core::ids::new_id;
 
 /// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
@@ -41,9 +37,9 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(remove))
 }
 
-/// A key just created: its Secret, its record, and its value (shown once).
+/// A key just created: its object, its record, and its value (shown once).
 pub struct CreatedKey {
-    pub secret: Secret,
+    pub key: ApiKey,
     pub record: KeyRecord,
     pub value: String,
 }
@@ -56,37 +52,25 @@ pub async fn create_key(
     scopes: &[Scope],
 ) -> Result<CreatedKey, kube::Error> {
     let value = generate_key();
-    let created_at = format_ts(now_ms());
-    let scopes: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(new_id("key")),
-            labels: Some(BTreeMap::from([(
-                "flowline.io/api-key".to_string(),
-                "true".to_string(),
-            )])),
-            ..Default::default()
+    let key = ApiKey::new(
+        &new_id("key"),
+        ApiKeySpec {
+            name: name.to_string(),
+            scopes: scopes.to_vec(),
+            sha256: hash_key(&value),
         },
-        type_: Some(SECRET_TYPE.into()),
-        string_data: Some(BTreeMap::from([
-            ("name".to_string(), name.to_string()),
-            ("scopes".to_string(), scopes.join(",")),
-            ("sha256".to_string(), hash_key(&value)),
-            ("created-at".to_string(), created_at),
-        ])),
-        ..Default::default()
-    };
-    let api: Api<Secret> = Api::namespaced(client, namespace);
+    );
+    let api: Api<ApiKey> = Api::namespaced(client, namespace);
     let params = PostParams {
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.into()),
     };
-    let created = api.create(&params, &secret).await?;
-    let record = KeyRecord::from_secret(&created).ok_or_else(|| {
-        kube::Error::Service("the API server returned a malformed key Secret".into())
+    let created = api.create(&params, &key).await?;
+    let record = KeyRecord::from_key(&created).ok_or_else(|| {
+        kube::Error::Service("the API server returned a key without a namespace".into())
     })?;
     Ok(CreatedKey {
-        secret: created,
+        key: created,
         record,
         value,
     })
@@ -94,20 +78,14 @@ pub async fn create_key(
 
 /// Keys of a namespace straight from the API server (for the CLI).
 pub async fn list_keys(client: Client, namespace: &str) -> Result<Vec<KeyRecord>, kube::Error> {
-    let api: Api<Secret> = Api::namespaced(client, namespace);
-    let list = api
-        .list(&kube::api::ListParams::default().fields(&format!("type={SECRET_TYPE}")))
-        .await?;
-    Ok(list
-        .items
-        .iter()
-        .filter_map(KeyRecord::from_secret)
-        .collect())
+    let api: Api<ApiKey> = Api::namespaced(client, namespace);
+    let list = api.list(&kube::api::ListParams::default()).await?;
+    Ok(list.items.iter().filter_map(KeyRecord::from_key).collect())
 }
 
 fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<KeyRecord> {
     cache::get(&state.caches.api_keys, namespace, id)
-        .and_then(|s| KeyRecord::from_secret(&s))
+        .and_then(|k| KeyRecord::from_key(&k))
         .ok_or(ApiError::NotFound(Missing::ApiKey))
 }
 
@@ -126,7 +104,7 @@ async fn list(
         .api_keys
         .in_namespace(&who.namespace)
         .into_iter()
-        .filter_map(|s| KeyRecord::from_secret(&s))
+        .filter_map(|k| KeyRecord::from_key(&k))
         .map(|k| {
             let at = k.created_at.unwrap_or(jiff::Timestamp::UNIX_EPOCH);
             (SortKey::new(at, &k.id), ApiKeyView::from(&k))
@@ -151,7 +129,7 @@ async fn create(
         &body.scopes(),
     )
     .await?;
-    cache::await_write(&state.caches.api_keys, &key.secret).await;
+    cache::await_write(&state.caches.api_keys, &key.key).await;
     let location = location(format!("/v1/api-keys/{}", key.record.id));
     Ok((
         StatusCode::CREATED,
@@ -172,7 +150,7 @@ async fn remove(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     find(&state, &who.namespace, &id)?;
-    let api: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
+    let api: Api<ApiKey> = Api::namespaced(state.client.clone(), &who.namespace);
     api.delete(&id, &DeleteParams::background())
         .await
         .map_err(|e| not_found_as(e, Missing::ApiKey))?;

@@ -1,5 +1,5 @@
-//! API keys and scopes. A key belongs to one namespace (the account)
-//! and is stored only as its SHA-256, in a Secret of type `flowline.io/api-key`.
+//! API keys and scopes. A key belongs to one namespace (the account) and is stored
+//! only as its SHA-256, in an `ApiKey` object of that namespace.
 
 use std::collections::BTreeSet;
 use std::marker::PhantomData;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
-use k8s_openapi::api::core::v1::Secret;
+use flowline_core::crd::ApiKey;
 use kube::ResourceExt;
 use rand::Rng;
 use sha2::{Digest, Sha256};
@@ -16,57 +16,14 @@ use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 
-/// `type` of the Secrets that hold API keys.
-pub const SECRET_TYPE: &str = "flowline.io/api-key";
+/// On an `ApiKey` moved from an earlier version's key Secret: when the key was made
+/// (its own `creationTimestamp` is when it moved).
+pub const CREATED_AT: &str = "flowline.io/created-at";
 const KEY_PREFIX: &str = "flk_";
 const KEY_RANDOM_CHARS: usize = 40;
 const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
-/// Permission scopes. `write` and `execute` include `read`; `admin` includes all.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    Read,
-    Write,
-    Execute,
-    Admin,
-}
-
-impl Scope {
-    pub const ALL: [Scope; 4] = [Scope::Read, Scope::Write, Scope::Execute, Scope::Admin];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Read => "read",
-            Scope::Write => "write",
-            Scope::Execute => "execute",
-            Scope::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Scope> {
-        Scope::ALL.into_iter().find(|scope| scope.as_str() == s)
-    }
-
-    /// Whether holding `self` grants `needed`.
-    pub fn grants(self, needed: Scope) -> bool {
-        self == needed
-            || self == Scope::Admin
-            || (needed == Scope::Read && matches!(self, Scope::Write | Scope::Execute))
-    }
-}
+pub use flowline_core::crd::Scope;
 
 /// The authenticated caller of a request. One shared allocation: the key index hands
 /// it out, the handler's `Extension` and the access log clone it, for every request.
@@ -205,7 +162,7 @@ impl KeyHash {
     }
 }
 
-/// The parts of an API-key Secret the API needs.
+/// The parts of an `ApiKey` the API needs.
 #[derive(Debug, Clone)]
 pub struct KeyRecord {
     pub id: String,
@@ -217,29 +174,20 @@ pub struct KeyRecord {
 }
 
 impl KeyRecord {
-    /// Reads a key Secret; None for Secrets that are not well-formed keys.
-    pub fn from_secret(secret: &Secret) -> Option<KeyRecord> {
-        if secret.type_.as_deref() != Some(SECRET_TYPE) {
-            return None;
-        }
-        let field = |k: &str| -> Option<String> {
-            if let Some(v) = secret.string_data.as_ref().and_then(|d| d.get(k)) {
-                return Some(v.clone());
-            }
-            let bytes = secret.data.as_ref()?.get(k)?;
-            String::from_utf8(bytes.0.clone()).ok()
-        };
-        let scopes = field("scopes")?
-            .split(',')
-            .filter_map(|s| Scope::parse(s.trim()))
-            .collect();
+    /// Reads a key; None for one without a namespace (never the case of a stored one).
+    pub fn from_key(key: &ApiKey) -> Option<KeyRecord> {
+        let created_at = key
+            .annotations()
+            .get(CREATED_AT)
+            .and_then(|t| t.parse().ok())
+            .or_else(|| key.metadata.creation_timestamp.as_ref().map(|t| t.0));
         Some(KeyRecord {
-            id: secret.name_any(),
-            namespace: secret.namespace()?,
-            name: field("name").unwrap_or_default(),
-            scopes,
-            hash: field("sha256")?,
-            created_at: field("created-at").and_then(|t| t.parse().ok()),
+            id: key.name_any(),
+            namespace: key.namespace()?,
+            name: key.spec.name.clone(),
+            scopes: key.spec.scopes.iter().copied().collect(),
+            hash: key.spec.sha256.clone(),
+            created_at,
         })
     }
 
@@ -292,20 +240,30 @@ mod tests {
     }
 
     #[test]
-    fn key_records_come_only_from_well_formed_secrets() {
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "key-abc", "namespace": "team-a"},
-            "type": SECRET_TYPE,
-            "stringData": {"name": "ci", "scopes": "read,execute", "sha256": hash_key("flk_x")}
+    fn key_records_read_the_key_and_when_it_was_made() {
+        let key: ApiKey = serde_json::from_value(serde_json::json!({
+            "apiVersion": "flowline.io/v1", "kind": "ApiKey",
+            "metadata": {"name": "key-abc", "namespace": "team-a",
+                         "creationTimestamp": "2026-11-28T00:00:00Z"},
+            "spec": {"name": "ci", "scopes": ["read", "execute"], "sha256": hash_key("flk_x")}
         }))
         .unwrap();
-        let record = KeyRecord::from_secret(&secret).unwrap();
+        let record = KeyRecord::from_key(&key).unwrap();
         assert_eq!(record.namespace, "team-a");
         assert_eq!(record.scopes, BTreeSet::from([Scope::Read, Scope::Execute]));
         assert!(record.matches(&hash_key("flk_x")));
         assert!(!record.matches(&hash_key("flk_y")));
-        let mut opaque = secret.clone();
-        opaque.type_ = Some("Opaque".into());
-        assert!(KeyRecord::from_secret(&opaque).is_none());
+        assert_eq!(
+            record.created_at,
+            Some("2026-11-28T00:00:00Z".parse().unwrap())
+        );
+        let mut moved = key.clone();
+        moved
+            .annotations_mut()
+            .insert(CREATED_AT.into(), "2025-01-02T03:04:05Z".into());
+        assert_eq!(
+            KeyRecord::from_key(&moved).unwrap().created_at,
+            Some("2025-01-02T03:04:05Z".parse().unwrap())
+        );
     }
 }

@@ -1,11 +1,11 @@
-//! Key Secrets by the SHA-256 they hold, so that authenticating a request is one map
+//! `ApiKey`s by the SHA-256 they hold, so that authenticating a request is one map
 //! lookup, whether the key exists or not: an unknown key never costs a pass over every
-//! key Secret.
+//! key.
 //!
-//! The index maps a hash to the Secret that held it when the index was built; every
-//! hit is checked against the watch cache's current copy of that Secret, so a deleted
+//! The index maps a hash to the key that held it when the index was built; every
+//! hit is checked against the watch cache's current copy of that key, so a deleted
 //! or edited key stops working as soon as the cache sees it. A miss rebuilds the index
-//! only when the cache may hold keys the index has not seen: its number of key Secrets
+//! only when the cache may hold keys the index has not seen: its number of keys
 //! changed (a key made or revoked), or the index is older than [`REBUILD_AFTER`] (a key
 //! replaced by another within that time). A flood of unknown keys therefore costs at
 //! most one rebuild per [`REBUILD_AFTER`].
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
+use flowline_core::crd::ApiKey;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
@@ -26,20 +26,20 @@ use flowline_kube::lenient::{self, Lenient};
 /// Longest a miss trusts an index built from a cache of the same size.
 pub const REBUILD_AFTER: Duration = Duration::from_secs(1);
 
-/// A key Secret as the index saw it, and the principal it made of it.
+/// A key as the index saw it, and the principal it made of it.
 #[derive(Clone)]
 struct Entry {
-    key: ObjectRef<Lenient<Secret>>,
+    key: ObjectRef<Lenient<ApiKey>>,
     /// The cached copy it was read from: while the cache still holds this very copy
     /// (the same `Arc`: a reflector replaces it on every change), `principal` is what
-    /// reading it again would give, so a request does not parse the Secret again.
-    seen: Arc<Secret>,
+    /// reading it again would give, so a request does not read the key again.
+    seen: Arc<ApiKey>,
     principal: Principal,
 }
 
 struct Snapshot {
     by_hash: HashMap<String, Entry>,
-    /// Key Secrets in the cache when this was built.
+    /// Keys in the cache when this was built.
     cache_len: usize,
     built: Instant,
 }
@@ -70,7 +70,7 @@ impl Default for KeyIndex {
 
 impl KeyIndex {
     /// The principal of the key whose SHA-256 is `hash`, if the key exists.
-    pub fn resolve(&self, keys: &ScopedStore<Secret>, hash: &str) -> Option<Principal> {
+    pub fn resolve(&self, keys: &ScopedStore<ApiKey>, hash: &str) -> Option<Principal> {
         let snapshot = self.snapshot();
         if let Some(principal) = lookup(&snapshot, keys, hash) {
             return Some(principal);
@@ -88,7 +88,7 @@ impl KeyIndex {
         lookup(&fresh, keys, hash)
     }
 
-    /// How many times the index was rebuilt (each one a pass over the key Secrets).
+    /// How many times the index was rebuilt (each one a pass over the keys).
     pub fn rebuilds(&self) -> u64 {
         self.rebuilds.load(Ordering::Relaxed)
     }
@@ -100,29 +100,29 @@ impl KeyIndex {
             .clone()
     }
 
-    fn may_miss_keys(&self, snapshot: &Snapshot, keys: &ScopedStore<Secret>) -> bool {
+    fn may_miss_keys(&self, snapshot: &Snapshot, keys: &ScopedStore<ApiKey>) -> bool {
         snapshot.cache_len != keys.len() || snapshot.built.elapsed() >= REBUILD_AFTER
     }
 }
 
-/// A hit only if the cache's current copy of the Secret still holds this hash. The
+/// A hit only if the cache's current copy of the key still holds this hash. The
 /// map lookup itself is not constant-time, but it is keyed by the SHA-256 of the
 /// presented value, and learning about hashes does not help find a key.
-fn lookup(snapshot: &Snapshot, keys: &ScopedStore<Secret>, hash: &str) -> Option<Principal> {
+fn lookup(snapshot: &Snapshot, keys: &ScopedStore<ApiKey>, hash: &str) -> Option<Principal> {
     let entry = snapshot.by_hash.get(hash)?;
     // Always the cache's current copy: a deleted key fails here.
-    let secret = keys.get_by(&entry.key)?;
-    if Arc::ptr_eq(&secret, &entry.seen) {
+    let stored = keys.get_by(&entry.key)?;
+    if Arc::ptr_eq(&stored, &entry.seen) {
         return Some(entry.principal.clone());
     }
     // Changed since the index was built: read what it says now.
-    let (record, principal) = read(&secret)?;
+    let (record, principal) = read(&stored)?;
     record.matches(hash).then_some(principal)
 }
 
-/// The key record of a Secret and the principal it authenticates.
-fn read(secret: &Secret) -> Option<(KeyRecord, Principal)> {
-    let record = KeyRecord::from_secret(secret)?;
+/// The key record of a key and the principal it authenticates.
+fn read(key: &ApiKey) -> Option<(KeyRecord, Principal)> {
+    let record = KeyRecord::from_key(key)?;
     let principal = Principal::new(
         record.namespace.clone(),
         record.id.clone(),
@@ -131,17 +131,17 @@ fn read(secret: &Secret) -> Option<(KeyRecord, Principal)> {
     Some((record, principal))
 }
 
-fn build(keys: &ScopedStore<Secret>) -> Snapshot {
+fn build(keys: &ScopedStore<ApiKey>) -> Snapshot {
     // The length first: a key added during the pass makes the next miss rebuild again.
     let cache_len = keys.len();
     let by_hash = keys
         .state()
         .into_iter()
-        .filter_map(|secret| {
-            let (record, principal) = read(&secret)?;
+        .filter_map(|stored| {
+            let (record, principal) = read(&stored)?;
             let entry = Entry {
-                key: lenient::store_key(secret.namespace().as_deref(), &secret.name_any()),
-                seen: secret,
+                key: lenient::store_key(stored.namespace().as_deref(), &stored.name_any()),
+                seen: stored,
                 principal,
             };
             Some((record.hash, entry))
@@ -157,38 +157,29 @@ fn build(keys: &ScopedStore<Secret>) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plumbing::auth::{SECRET_TYPE, Scope, hash_key};
+    use crate::plumbing::auth::{Scope, hash_key};
     use flowline_kube::lenient::{DecodedStore, Lenient};
     use flowline_kube::name_index::{self, SharedNameIndex};
     use kube::runtime::reflector::{self, store::Writer};
     use kube::runtime::watcher::Event;
 
-    fn key_secret(name: &str, value: &str, version: &str) -> Secret {
+    fn api_key(name: &str, value: &str, version: &str) -> ApiKey {
         serde_json::from_value(serde_json::json!({
+            "apiVersion": "flowline.io/v1", "kind": "ApiKey",
             "metadata": {"name": name, "namespace": "team-a", "resourceVersion": version},
-            "type": SECRET_TYPE,
-            "data": {
-                "name": base64(name),
-                "scopes": base64("read"),
-                "sha256": base64(&hash_key(value)),
-            }
+            "spec": {"name": name, "scopes": ["read"], "sha256": hash_key(value)}
         }))
         .unwrap()
     }
 
-    fn base64(s: &str) -> String {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(s)
+    fn lenient(key: ApiKey) -> Lenient<ApiKey> {
+        Lenient::Decoded(Arc::new(key))
     }
 
-    fn lenient(secret: Secret) -> Lenient<Secret> {
-        Lenient::Decoded(Arc::new(secret))
-    }
-
-    fn cache_with(secrets: &[Secret]) -> (ScopedStore<Secret>, Writer<Lenient<Secret>>) {
+    fn cache_with(keys: &[ApiKey]) -> (ScopedStore<ApiKey>, Writer<Lenient<ApiKey>>) {
         let (reader, mut writer) = reflector::store();
-        for s in secrets {
-            writer.apply_watcher_event(&Event::Apply(lenient(s.clone())));
+        for k in keys {
+            writer.apply_watcher_event(&Event::Apply(lenient(k.clone())));
         }
         // The index goes unfed: the key index reads the cache by key and whole.
         let index = SharedNameIndex::new(name_index::by_namespace);
@@ -199,9 +190,9 @@ mod tests {
     }
 
     #[test]
-    fn known_keys_resolve_and_unknown_keys_cost_no_pass_over_the_secrets() {
-        let many: Vec<Secret> = (0..500)
-            .map(|i| key_secret(&format!("key-{i}"), &format!("flk_{i}"), "1"))
+    fn known_keys_resolve_and_unknown_keys_cost_no_pass_over_the_keys() {
+        let many: Vec<ApiKey> = (0..500)
+            .map(|i| api_key(&format!("key-{i}"), &format!("flk_{i}"), "1"))
             .collect();
         let (keys, _writer) = cache_with(&many);
         let index = KeyIndex::default();
@@ -230,28 +221,28 @@ mod tests {
 
     #[test]
     fn a_new_key_works_at_once_and_a_revoked_or_edited_one_stops() {
-        let (keys, mut writer) = cache_with(&[key_secret("key-a", "flk_a", "1")]);
+        let (keys, mut writer) = cache_with(&[api_key("key-a", "flk_a", "1")]);
         let index = KeyIndex::default();
         assert!(index.resolve(&keys, &hash_key("flk_a")).is_some());
         // A key made after the index was built: the cache grew, so the miss rebuilds.
-        writer.apply_watcher_event(&Event::Apply(lenient(key_secret("key-b", "flk_b", "2"))));
+        writer.apply_watcher_event(&Event::Apply(lenient(api_key("key-b", "flk_b", "2"))));
         assert!(index.resolve(&keys, &hash_key("flk_b")).is_some());
         assert_eq!(index.rebuilds(), 2);
         // Edited in place to hold another hash: the old value stops at once.
-        writer.apply_watcher_event(&Event::Apply(lenient(key_secret("key-a", "flk_a2", "3"))));
+        writer.apply_watcher_event(&Event::Apply(lenient(api_key("key-a", "flk_a2", "3"))));
         assert!(index.resolve(&keys, &hash_key("flk_a")).is_none());
         // Revoked: gone from the cache, gone for the index.
-        writer.apply_watcher_event(&Event::Delete(lenient(key_secret("key-b", "flk_b", "2"))));
+        writer.apply_watcher_event(&Event::Delete(lenient(api_key("key-b", "flk_b", "2"))));
         assert!(index.resolve(&keys, &hash_key("flk_b")).is_none());
     }
 
     #[test]
     fn a_key_replaced_within_the_same_count_is_found_once_the_index_is_old() {
-        let (keys, mut writer) = cache_with(&[key_secret("key-a", "flk_a", "1")]);
+        let (keys, mut writer) = cache_with(&[api_key("key-a", "flk_a", "1")]);
         let index = KeyIndex::default();
         assert!(index.resolve(&keys, &hash_key("flk_a")).is_some());
-        writer.apply_watcher_event(&Event::Delete(lenient(key_secret("key-a", "flk_a", "1"))));
-        writer.apply_watcher_event(&Event::Apply(lenient(key_secret("key-c", "flk_c", "2"))));
+        writer.apply_watcher_event(&Event::Delete(lenient(api_key("key-a", "flk_a", "1"))));
+        writer.apply_watcher_event(&Event::Apply(lenient(api_key("key-c", "flk_c", "2"))));
         assert!(
             index.resolve(&keys, &hash_key("flk_c")).is_none(),
             "same number of keys, fresh index: not rebuilt"

@@ -8,9 +8,12 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::plumbing::time::ApiTime;
+use crate::workflows::input::{DebounceSetting, RateLimitSetting};
+use crate::workflows::views::{ConcurrencyView, StepView};
 use flowline_core::crd::timestamps::created_at;
 use flowline_core::crd::{
-    Action, Run, RunPhase, RunTrigger, StepPhase, StepRecord, Workflow, tags,
+    Action, QueuedFor, Run, RunPhase, RunTrigger, StepPhase, StepRecord, Workflow,
+    WorkflowSnapshot, tags,
 };
 
 /// Run list item.
@@ -156,6 +159,10 @@ pub struct RunView {
     /// The workflow version (its `metadata.generation`) this run executes: the steps
     /// and settings it had when the run was created; later edits do not change it.
     pub workflow_generation: Option<i64>,
+    /// That workflow version itself: what this run executes (`null` until the run is
+    /// pinned to one, moments after it is created with kubectl). Comparing two runs'
+    /// versions shows what changed between them.
+    pub workflow_version: Option<WorkflowVersionView>,
     /// The `Idempotency-Key` of the request that started the run (`spec.idempotencyKey`).
     pub idempotency_key: Option<String>,
     /// The run this one retries (`POST /v1/runs/{id}/retry`).
@@ -164,6 +171,9 @@ pub struct RunView {
     pub parent_run_id: Option<String>,
     /// A child run: the id of that `workflow` step.
     pub parent_step_id: Option<String>,
+    /// A `queued` run: what it waits for (`concurrency`, `rate_limit`, `debounce` or
+    /// `account`); `null` otherwise.
+    pub queued_for: Option<QueuedFor>,
     pub error: Option<String>,
     /// The workflow's `output` rendered with the run's context once it succeeded;
     /// `null` when the workflow has none or the run has not succeeded.
@@ -173,6 +183,39 @@ pub struct RunView {
     /// text).
     pub output_truncated: bool,
     pub steps: Vec<StepRecordView>,
+}
+
+/// The parts of a workflow version a run executes, as `GET /v1/workflows/{id}` shows
+/// them.
+#[derive(Serialize, ToSchema)]
+pub struct WorkflowVersionView {
+    /// The workflow's `metadata.generation` at that version.
+    pub generation: i64,
+    pub name: String,
+    pub steps: Vec<StepView>,
+    pub timeout_ms: Option<u64>,
+    pub concurrency: Option<ConcurrencyView>,
+    pub rate_limit: Option<RateLimitSetting>,
+    pub debounce: Option<DebounceSetting>,
+    pub parallelism: Option<u32>,
+    #[schema(value_type = Option<Value>)]
+    pub output: Option<Value>,
+}
+
+impl From<&WorkflowSnapshot> for WorkflowVersionView {
+    fn from(v: &WorkflowSnapshot) -> Self {
+        WorkflowVersionView {
+            generation: v.generation,
+            name: v.name.clone(),
+            steps: v.steps.iter().map(StepView::from).collect(),
+            timeout_ms: v.timeout_ms,
+            concurrency: v.concurrency.as_ref().map(ConcurrencyView::from),
+            rate_limit: v.rate_limit.as_ref().map(RateLimitSetting::of),
+            debounce: v.debounce.as_ref().map(DebounceSetting::of),
+            parallelism: v.parallelism,
+            output: v.output.clone(),
+        }
+    }
 }
 
 /// The full run. Before the engine has recorded steps, they are listed as `pending`
@@ -203,10 +246,14 @@ pub fn run(run: &Run, workflow: Option<&Workflow>) -> RunView {
         event_id: run.spec.event.as_ref().map(|e| e.id.clone()),
         scheduled_at: run.scheduled_for().map(ApiTime),
         workflow_generation: run.workflow_generation(),
+        workflow_version: run.spec.workflow.as_ref().map(WorkflowVersionView::from),
         idempotency_key: run.spec.idempotency_key.clone(),
         retry_of: run.spec.retry_of.clone(),
         parent_run_id: run.spec.parent.as_ref().map(|p| p.run_id.clone()),
         parent_step_id: run.spec.parent.as_ref().map(|p| p.step_id.clone()),
+        queued_for: status
+            .filter(|s| s.phase == RunPhase::Queued)
+            .and_then(|s| s.queued_for),
         error: status.and_then(|s| s.error.clone()),
         output: status
             .filter(|s| s.phase == RunPhase::Succeeded)
@@ -243,6 +290,37 @@ mod tests {
         assert_eq!(v["steps"][0]["attempts"], 0);
         assert_eq!(v["output"], Value::Null);
         assert_eq!(v["output_truncated"], false);
+    }
+
+    #[test]
+    fn a_pinned_run_shows_the_version_it_executes_not_the_workflow_now() {
+        let now: Workflow = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Workflow",
+            "metadata": {"name": "wf-1", "namespace": "a", "generation": 3, "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"name": "W", "steps": [{"id": "edited", "action": "delay"}]}
+        }))
+        .unwrap();
+        let r: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "run-1", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:01Z"},
+            "spec": {"workflowRef": "wf-1", "workflow": {"generation": 2, "name": "W",
+                "steps": [{"id": "s1", "action": "transform", "with": {"value": "{{ trigger.payload.x }}"}, "needs": []}],
+                "rateLimit": {"limit": 3, "periodMs": 2000}}}
+        }))
+        .unwrap();
+        let v = serde_json::to_value(run(&r, Some(&now))).unwrap();
+        let version = &v["workflow_version"];
+        assert_eq!(version["generation"], 2);
+        assert_eq!(version["steps"][0]["id"], "s1");
+        assert_eq!(
+            version["steps"][0]["with"]["value"],
+            "{{ trigger.payload.x }}"
+        );
+        assert_eq!(
+            version["rate_limit"],
+            json!({"limit": 3, "period_ms": 2000})
+        );
+        assert_eq!(v["steps"][0]["step_id"], "s1");
     }
 
     #[test]

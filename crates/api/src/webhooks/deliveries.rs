@@ -4,15 +4,16 @@
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use std::sync::Arc;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::find;
 use super::views::{DeliveryView, RedeliveryAccepted, SecretRotated, WebhookView};
+use crate::cache;
 use crate::plumbing::auth::{Authorized, needs};
 use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as};
 use crate::plumbing::pagination::{self, Page, SortKey};
@@ -23,8 +24,9 @@ use flowline_core::clock::{format_ts, now_ms};
 use flowline_core::crd::Webhook;
 use flowline_core::delivery::outbox;
 use flowline_core::delivery::signing::generate_secret;
+use flowline_core::delivery::signing_secrets::{self, SigningSecrets};
 use flowline_core::ids::new_token_id;
-use flowline_delivery::secrets::{self, ROTATED_ANNOTATION, SECRET_KEY};
+use flowline_delivery::secrets::ROTATED_ANNOTATION;
 use flowline_delivery::worker::{REDELIVER_ANNOTATION, REDELIVERY_REQUESTS, redelivery_requests};
 
 /// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
@@ -146,65 +148,52 @@ async fn rotate_secret(
     who: Authorized<needs::Write>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SecretRotated>> {
-    let hook = find(&state, &who.namespace, &id)?;
-    let name = secrets::secret_name(&hook);
-    let api: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
     let new = generate_secret();
     let now = now_ms();
-    let mut rotated = false;
+    let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
+    // The secrets sealed into the Webhook (none yet: it signed with its Secret, which
+    // the API does not read; that one then signs on for the grace period), rotated and
+    // written back under the version read, so two rotations never lose one.
+    let mut hook = find(&state, &who.namespace, &id)?;
+    let mut updated = None;
     for _ in 0..5 {
-        let current = api.get_opt(&name).await?;
-        let result = match &current {
-            // Never used yet (a webhook applied with kubectl): simply create it.
-            None => api
-                .create(
-                    &ApiState::post_params(),
-                    &secrets::owned_secret(&hook, &new),
-                )
-                .await
-                .map(|_| ()),
-            Some(secret) => {
-                secrets::check_signing_secret(secret)
-                    .map_err(|e| ApiError::field("secretRef", e.to_string()))?;
-                let old = secrets::signing_keys(secret, now)
-                    .map(|keys| keys[0].clone())
-                    .unwrap_or_default();
-                let data = if old.is_empty() {
-                    [(SECRET_KEY.to_string(), new.clone())].into()
-                } else {
-                    secrets::rotation(&old, &new, now)
-                };
-                let patch = json!({
-                    "metadata": {"resourceVersion": secret.resource_version()},
-                    "stringData": data,
-                });
-                api.patch(&name, &ApiState::patch_params(), &Patch::Merge(&patch))
-                    .await
-                    .map(|_| ())
-            }
-        };
-        match result {
-            Ok(()) => {
-                rotated = true;
+        let current = hook
+            .annotations()
+            .get(signing_secrets::ANNOTATION)
+            .and_then(|sealed| SigningSecrets::open(&state.seal, &who.namespace, &id, sealed));
+        let rotated = SigningSecrets::rotated(current.as_ref(), &new, now);
+        let patch = json!({"metadata": {
+            "resourceVersion": hook.resource_version(),
+            "annotations": {
+                signing_secrets::ANNOTATION: rotated.seal(&state.seal, &who.namespace, &id),
+                // Tells the worker to drop the keys it cached.
+                ROTATED_ANNOTATION: format_ts(now),
+            },
+        }});
+        match hooks
+            .patch(&id, &ApiState::patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(written) => {
+                updated = Some(written);
                 break;
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(e.into()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                hook = Arc::new(
+                    hooks
+                        .get(&id)
+                        .await
+                        .map_err(|e| not_found_as(e, Missing::Webhook))?,
+                );
+            }
+            Err(e) => return Err(not_found_as(e, Missing::Webhook)),
         }
     }
-    if !rotated {
-        return Err(ApiError::Unavailable);
-    }
-    // Tells the worker to drop the keys it cached.
-    let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
-    let signal = json!({"metadata": {"annotations": {ROTATED_ANNOTATION: format_ts(now)}}});
-    let updated = hooks
-        .patch(&id, &ApiState::patch_params(), &Patch::Merge(&signal))
-        .await
-        .map_err(|e| not_found_as(e, Missing::Webhook))?;
+    let updated = updated.ok_or(ApiError::Unavailable)?;
+    cache::await_write(&state.caches.webhooks, &updated).await;
     Ok(Json(SecretRotated {
         webhook: WebhookView::from(&updated),
         secret: new,
-        previous_secret_expires_at: ApiTime(now + secrets::ROTATION_GRACE),
+        previous_secret_expires_at: ApiTime(now + signing_secrets::ROTATION_GRACE),
     }))
 }

@@ -12,7 +12,6 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use utoipa_axum::router::OpenApiRouter;
@@ -30,8 +29,9 @@ use crate::state::ApiState;
 use crate::workflows::{find as find_workflow, location};
 use flowline_core::clock::now_ms;
 use flowline_core::crd::timestamps::{created_at, creation_annotations};
-use flowline_core::crd::{SecretReference, Webhook, WebhookSpec};
+use flowline_core::crd::{Webhook, WebhookSpec};
 use flowline_core::delivery::signing::generate_secret;
+use flowline_core::delivery::signing_secrets::{self, SigningSecrets};
 use flowline_core::ids::new_id;
 
 /// The routes, as the handlers' `#[utoipa::path]` declare them (one declaration
@@ -106,7 +106,6 @@ async fn create(
         find_workflow(&state, &who.namespace, wf)?;
     }
     let id = new_id("wh");
-    let secret_name = format!("{id}-signing");
     let url = body.normalized_url();
     let mut hook = Webhook::new(
         &id,
@@ -115,27 +114,22 @@ async fn create(
             url,
             events: body.events,
             workflow_ref: body.workflow_id,
-            secret_ref: Some(SecretReference {
-                name: secret_name.clone(),
-            }),
+            secret_ref: None,
         },
     );
-    hook.metadata.annotations = Some(creation_annotations(now_ms()));
+    // The signing secret is sealed into the Webhook itself: no Secret is made.
+    let value = generate_secret();
+    let mut annotations = creation_annotations(now_ms());
+    annotations.insert(
+        signing_secrets::ANNOTATION.into(),
+        SigningSecrets::new(&value).seal(&state.seal, &who.namespace, &id),
+    );
+    hook.metadata.annotations = Some(annotations);
     let hooks: Api<Webhook> = Api::namespaced(state.client.clone(), &who.namespace);
     let created = hooks
         .create(&ApiState::post_params(), &hook)
         .await
         .map_err(write_error)?;
-
-    // The Secret is owned by the Webhook, so deleting the webhook deletes it.
-    let value = generate_secret();
-    let secret = flowline_delivery::secrets::owned_secret(&created, &value);
-    let secrets: Api<Secret> = Api::namespaced(state.client.clone(), &who.namespace);
-    if let Err(err) = secrets.create(&ApiState::post_params(), &secret).await {
-        // Leave nothing half-made behind.
-        let _ = hooks.delete(&id, &DeleteParams::background()).await;
-        return Err(err.into());
-    }
     cache::await_write(&state.caches.webhooks, &created).await;
     Ok((
         StatusCode::CREATED,

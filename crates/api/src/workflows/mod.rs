@@ -321,8 +321,7 @@ async fn with_hook_secret(
     before: Option<TriggerType>,
     wf: &Workflow,
 ) -> ApiResult<Json<WorkflowWithSecret>> {
-    let namespace = wf.namespace().unwrap_or_default();
-    let has_secret = hook_secret::current(state, &namespace, &wf.name_any()).is_some();
+    let has_secret = hook_secret::current(&state.seal, wf).is_some();
     let hook_secret = if hook_secret::needs_secret(before, wf, has_secret) {
         Some(hook_secret::install(state, wf).await?)
     } else {

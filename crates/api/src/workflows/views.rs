@@ -9,7 +9,8 @@ use utoipa::ToSchema;
 use crate::plumbing::time::ApiTime;
 use flowline_core::crd::timestamps::{created_at, updated_at};
 use flowline_core::crd::{
-    Action, CancelOn, ConcurrencyPolicy, Executor, Overlap, TriggerType, Workflow, WorkflowState,
+    Action, CancelOn, Concurrency, ConcurrencyPolicy, Executor, Overlap, Step, TriggerType,
+    Workflow, WorkflowState,
 };
 
 /// Workflow list item.
@@ -89,6 +90,27 @@ pub struct StepView {
     pub for_each_concurrency: Option<u32>,
 }
 
+impl From<&Step> for StepView {
+    fn from(s: &Step) -> Self {
+        StepView {
+            id: s.id.clone(),
+            name: s.display_name().to_string(),
+            action: s.action,
+            with: s.with.clone().unwrap_or_else(|| json!({})),
+            retry: s.retry.as_ref().map(|r| RetryView {
+                max_attempts: r.max_attempts,
+                backoff_ms: r.backoff_ms,
+                backoff_factor: r.backoff_factor,
+            }),
+            timeout_ms: s.timeout_ms,
+            when: s.when.clone(),
+            needs: s.needs.clone(),
+            for_each: s.for_each.clone(),
+            for_each_concurrency: s.for_each_concurrency,
+        }
+    }
+}
+
 /// How many runs of a workflow execute at once.
 #[derive(Serialize, ToSchema)]
 pub struct ConcurrencyView {
@@ -97,6 +119,16 @@ pub struct ConcurrencyView {
     /// Template over the trigger naming a run's group; `null` = one group per workflow.
     pub key: Option<String>,
     pub policy: ConcurrencyPolicy,
+}
+
+impl From<&Concurrency> for ConcurrencyView {
+    fn from(c: &Concurrency) -> Self {
+        ConcurrencyView {
+            limit: c.limit,
+            key: c.key.clone(),
+            policy: c.policy,
+        }
+    }
 }
 
 /// The full workflow definition.
@@ -172,26 +204,7 @@ impl From<&Workflow> for WorkflowView {
                 filter: None,
             },
         };
-        let steps = spec
-            .steps
-            .iter()
-            .map(|s| StepView {
-                id: s.id.clone(),
-                name: s.display_name().to_string(),
-                action: s.action,
-                with: s.with.clone().unwrap_or_else(|| json!({})),
-                retry: s.retry.as_ref().map(|r| RetryView {
-                    max_attempts: r.max_attempts,
-                    backoff_ms: r.backoff_ms,
-                    backoff_factor: r.backoff_factor,
-                }),
-                timeout_ms: s.timeout_ms,
-                when: s.when.clone(),
-                needs: s.needs.clone(),
-                for_each: s.for_each.clone(),
-                for_each_concurrency: s.for_each_concurrency,
-            })
-            .collect();
+        let steps = spec.steps.iter().map(StepView::from).collect();
         WorkflowView {
             id: wf.name_any(),
             name: spec.name.clone(),
@@ -201,11 +214,7 @@ impl From<&Workflow> for WorkflowView {
             executor: spec.executor,
             steps,
             timeout_ms: spec.timeout_ms,
-            concurrency: spec.concurrency.as_ref().map(|c| ConcurrencyView {
-                limit: c.limit,
-                key: c.key.clone(),
-                policy: c.policy,
-            }),
+            concurrency: spec.concurrency.as_ref().map(ConcurrencyView::from),
             rate_limit: spec
                 .rate_limit
                 .as_ref()

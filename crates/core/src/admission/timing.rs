@@ -21,7 +21,7 @@ use jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
 use super::Order;
-use crate::crd::{Run, RunPhase};
+use crate::crd::{QueuedFor, Run, RunPhase};
 use crate::engine::concurrency_key;
 
 /// What flow control says of a run that has not started.
@@ -496,16 +496,23 @@ impl Ledger {
     /// What the debounce and rate limit of `run`'s pinned version say of it now (it has
     /// not started). An error when a key cannot be rendered (the run fails).
     pub fn gate(&self, run: &Run, now: Timestamp) -> Result<Gate, String> {
+        self.gate_for(run, now).map(|(gate, _)| gate)
+    }
+
+    /// [`Ledger::gate`], and with `Gate::Until` which of the two it waits for (the one
+    /// that opens last).
+    pub fn gate_for(&self, run: &Run, now: Timestamp) -> Result<(Gate, Option<QueuedFor>), String> {
         let Some(version) = run.spec.workflow.as_ref() else {
-            return Ok(Gate::Open);
+            return Ok((Gate::Open, None));
         };
         if (version.rate_limit.is_none() && version.debounce.is_none()) || run.has_started() {
-            return Ok(Gate::Open);
+            return Ok((Gate::Open, None));
         }
         let this = super::order_of(run);
         let namespace = run.namespace().unwrap_or_default();
         let mut books = self.lock();
         let mut gate = Gate::Open;
+        let mut waits_for = None;
         for (kind, key) in keys_of(run) {
             let id = KeyId {
                 namespace: namespace.clone(),
@@ -547,16 +554,32 @@ impl Ledger {
             if book.is_empty() {
                 books.keys.remove(&id);
             }
+            let for_this = match kind {
+                Kind::Debounce => QueuedFor::Debounce,
+                Kind::RateLimit => QueuedFor::RateLimit,
+            };
             gate = match (gate, said) {
                 (Gate::Superseded { by }, _) | (_, Gate::Superseded { by }) => {
                     Gate::Superseded { by }
                 }
-                (Gate::Until(a), Gate::Until(b)) => Gate::Until(a.max(b)),
-                (Gate::Until(t), Gate::Open) | (Gate::Open, Gate::Until(t)) => Gate::Until(t),
+                (Gate::Until(a), Gate::Until(b)) => {
+                    if b > a {
+                        waits_for = Some(for_this);
+                    }
+                    Gate::Until(a.max(b))
+                }
+                (Gate::Until(t), Gate::Open) => Gate::Until(t),
+                (Gate::Open, Gate::Until(t)) => {
+                    waits_for = Some(for_this);
+                    Gate::Until(t)
+                }
                 (Gate::Open, Gate::Open) => Gate::Open,
             };
         }
-        Ok(gate)
+        let waits_for = matches!(gate, Gate::Until(_))
+            .then_some(waits_for)
+            .flatten();
+        Ok((gate, waits_for))
     }
 }
 
@@ -768,6 +791,16 @@ mod tests {
             Ok(Gate::Until(at(1_100))),
             "b is ahead"
         );
+        assert_eq!(
+            ledger.gate_for(&c, at(500)).map(|(_, waits_for)| waits_for),
+            Ok(Some(QueuedFor::RateLimit)),
+            "it waits for the rate limit"
+        );
+        assert_eq!(
+            ledger.gate_for(&b, at(500)).map(|(_, waits_for)| waits_for),
+            Ok(None),
+            "an open gate waits for nothing"
+        );
         ledger.started_here(&b, at(500));
         assert_eq!(
             ledger.gate(&c, at(600)),
@@ -877,7 +910,10 @@ mod tests {
             Ok(Gate::Superseded { by: "b".into() })
         );
         ledger.observe(&run("a", 0, json!({"phase": "cancelled"}), debounced()));
-        assert_eq!(ledger.gate(&b, at(900)), Ok(Gate::Until(at(1_800))));
+        assert_eq!(
+            ledger.gate_for(&b, at(900)),
+            Ok((Gate::Until(at(1_800)), Some(QueuedFor::Debounce)))
+        );
         let c = run("c", 1_700, serde_json::Value::Null, debounced());
         ledger.observe(&c);
         ledger.observe(&run("b", 800, json!({"phase": "cancelled"}), debounced()));

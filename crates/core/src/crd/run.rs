@@ -40,6 +40,7 @@ use super::workflow::{Action, Concurrency, Executor, Step, Workflow};
     validation = Rule::new("has(self.spec.parent) == has(oldSelf.spec.parent) && (!has(self.spec.parent) || self.spec.parent == oldSelf.spec.parent)").message("spec.parent is immutable: it names the run that started this one"),
     validation = Rule::new("!has(oldSelf.spec.priority) || (has(self.spec.priority) && self.spec.priority == oldSelf.spec.priority)").message("spec.priority is immutable once set: a waiting run keeps its place"),
     printcolumn(name = "Parent", type_ = "string", json_path = ".spec.parent.runId", priority = 1),
+    printcolumn(name = "Queued-For", type_ = "string", json_path = ".status.queuedFor", priority = 1),
     printcolumn(name = "Idempotency-Key", type_ = "string", json_path = ".spec.idempotencyKey", priority = 1),
     printcolumn(name = "Retry-Of", type_ = "string", json_path = ".spec.retryOf", priority = 1),
     printcolumn(name = "Waiting-For", type_ = "string", json_path = ".status.steps[?(@.status==\"waiting\")].stepId", priority = 1),
@@ -330,6 +331,53 @@ pub enum RunTrigger {
     Event,
 }
 
+/// What a `queued` run waits for.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum QueuedFor {
+    /// A slot of its workflow's `concurrency` limit (its group's).
+    Concurrency,
+    /// The next window of its workflow's `rate_limit`.
+    RateLimit,
+    /// The end of its `debounce` burst (or its `max_wait`).
+    Debounce,
+    /// A place of its account: the operator's bound on runs executing per account or
+    /// in all (`--max-runs-per-account`, `--max-running-runs`).
+    Account,
+}
+
+impl QueuedFor {
+    pub const ALL: [QueuedFor; 4] = [
+        QueuedFor::Concurrency,
+        QueuedFor::RateLimit,
+        QueuedFor::Debounce,
+        QueuedFor::Account,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueuedFor::Concurrency => "concurrency",
+            QueuedFor::RateLimit => "rate_limit",
+            QueuedFor::Debounce => "debounce",
+            QueuedFor::Account => "account",
+        }
+    }
+
+    /// What the `Succeeded` condition's message says of a run waiting for it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            QueuedFor::Concurrency => "waiting for a slot of its workflow's concurrency limit",
+            QueuedFor::RateLimit => "waiting for its workflow's rate limit to allow another start",
+            QueuedFor::Debounce => "waiting for its debounce period to pass without a newer run",
+            QueuedFor::Account => {
+                "waiting for a place among the runs its account may execute at once"
+            }
+        }
+    }
+}
+
 /// Status of a run. A run without status has been accepted and is `running`
 /// as far as clients are concerned; the run controller fills in the rest.
 #[derive(
@@ -349,7 +397,7 @@ pub enum RunTrigger {
 pub enum RunPhase {
     #[default]
     Running,
-    /// Waiting for a slot of its workflow's concurrency limit; not started yet.
+    /// Waiting to start (`status.queuedFor` says for what); not started yet.
     Queued,
     Succeeded,
     Failed,
@@ -595,6 +643,12 @@ pub struct RunStatus {
     /// executes (so a URL handed out early never changes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callback_tokens: Vec<CallbackToken>,
+    /// A `queued` run: what it waits for (`concurrency`, `rate_limit`, `debounce` or
+    /// `account`), as judged when it was recorded `queued`. Always serialized (as
+    /// `null` when unset): status writes are merge patches, and only a `null` removes
+    /// it once the run starts.
+    #[serde(default)]
+    pub queued_for: Option<QueuedFor>,
 }
 
 /// Execution record of one step.

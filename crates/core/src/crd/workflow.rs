@@ -572,6 +572,24 @@ pub struct WorkflowStatus {
     /// Events recorded but not yet delivered to every matching webhook.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_events: Vec<PendingEvent>,
+    /// A webhook-triggered workflow whose Secret `<name>-hook` (type
+    /// `flowline.io/hook-secret`) brings its inbound secret: that secret, sealed with
+    /// the installation's key, so the API verifies hooks without reading Secrets. The
+    /// annotation `flowline.io/hook-secret`, which the API writes, wins over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_secret: Option<SealedHookSecret>,
+}
+
+/// An inbound hook secret brought by a Secret, sealed (see `WorkflowStatus::hook_secret`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SealedHookSecret {
+    /// The secret, sealed (`v1.` and base64url).
+    #[schemars(length(max = 1024))]
+    pub sealed: String,
+    /// The resourceVersion of the Secret it was sealed from.
+    #[schemars(length(max = 64))]
+    pub source_version: String,
 }
 
 /// Number of kept runs per status.

@@ -10,5 +10,6 @@ pub mod ready;
 pub mod schedule;
 pub mod settled;
 pub mod signing;
+pub mod signing_secrets;
 pub mod undelivered;
 pub mod unseen;

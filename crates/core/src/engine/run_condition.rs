@@ -22,7 +22,11 @@ fn succeeded(status: &RunStatus) -> (ConditionStatus, &'static str, String) {
         RunPhase::Queued => (
             ConditionStatus::Unknown,
             "Queued",
-            "waiting for a slot of its workflow's concurrency limit".into(),
+            status
+                .queued_for
+                .unwrap_or(crate::crd::QueuedFor::Concurrency)
+                .describe()
+                .into(),
         ),
         RunPhase::Running if status.parked => {
             let waiting: Vec<&str> = status

@@ -73,6 +73,7 @@ pub fn markdown() -> String {
     kind_section(&mut out, &mut tables, kind("Run"), RUN_INTRO);
     kind_section(&mut out, &mut tables, kind("Webhook"), WEBHOOK_INTRO);
     kind_section(&mut out, &mut tables, kind("FlowlineEvent"), EVENT_INTRO);
+    kind_section(&mut out, &mut tables, kind("ApiKey"), API_KEY_INTRO);
     // One newline at the end, whatever the last section wrote.
     let end = out.trim_end().len();
     out.truncate(end);
@@ -94,6 +95,11 @@ const EVENT_INTRO: &str = "`POST /v1/events` creates events (docs/events.md); th
     controller writes `status` once it has started the event's runs, and deletes the event \
     after its `--event-retention`.";
 
+const API_KEY_INTRO: &str = "`POST /v1/api-keys` and `flowline api-key create` make keys; \
+    the value is shown once and stored nowhere, only its SHA-256 (docs/concepts.md, \
+    \"API keys\"). A key cannot be changed: make a new one and delete the old. It has no \
+    `status`.";
+
 fn intro(out: &mut String) {
     out.push_str(
         "<!-- Generated from the code by `make reference` (crates/core/src/reference); \
@@ -104,7 +110,8 @@ fn intro(out: &mut String) {
         "A **workflow** is a `Workflow` object (`flowline.io/v1`): a trigger, steps that \
          each run a built-in action, and settings. Each execution is a `Run`; a `Webhook` \
          subscribes a URL to run and workflow events; a `FlowlineEvent` is an event posted \
-         to the account. This page lists every field of the four kinds, every action with its inputs and output, the variables templates \
+         to the account; an `ApiKey` is a key of the account's `/v1` API. This page lists \
+         every field of the five kinds, every action with its inputs and output, the variables templates \
          read, and the expression language of `when`. The field descriptions are the ones \
          `kubectl explain` prints.\n\n",
     );
@@ -125,7 +132,8 @@ fn intro(out: &mut String) {
     out.push_str("- [Limits](#limits)\n");
     out.push_str("- [Run](#run)\n");
     out.push_str("- [Webhook](#webhook)\n");
-    out.push_str("- [FlowlineEvent](#flowlineevent)\n\n");
+    out.push_str("- [FlowlineEvent](#flowlineevent)\n");
+    out.push_str("- [ApiKey](#apikey)\n\n");
 }
 
 /// A minimal Run of the example workflow, as a user creates one with kubectl.

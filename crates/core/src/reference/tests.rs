@@ -463,6 +463,7 @@ fn anchors_are_unique_and_links_resolve() {
         "run",
         "webhook",
         "flowlineevent",
+        "apikey",
     ] {
         anchors.push(heading);
     }
