@@ -1,38 +1,72 @@
-// The visual builder of one workflow (or a new one): name, trigger (with a preview of
-// a schedule's next fire times), settings, step cards, save with the API's validation
-// errors shown on their fields, activate / pause / delete, and the YAML manifest.
+// The visual builder of one workflow (or a new one, maybe from a starter template):
+// name, trigger (with a preview of a schedule's next fire times), settings, the graph of
+// the steps and their cards, undo and redo, save with the API's validation errors shown
+// on their fields, activate / pause / delete, and the YAML manifest (shown, or edited
+// and applied whole).
 
 import { get, post, patch, del, session } from '../api.js';
 import { h, fill, link, toast, badge, pageTitle, errorText, secretOnce, copy, download } from '../dom.js';
 import { navigate, guardLeaving } from '../app.js';
 import { nextTimes, describe } from '../cron.js';
-import { manifest, toYaml } from '../yaml.js';
+import { manifest, toYaml, parseYaml, fromManifest } from '../yaml.js';
 import { renderSteps, newStep, toApiSteps, DEFAULT_WITH } from './steps.js';
 import { capabilities } from '../schema.js';
+import { graphView, dependencies, waitsFor } from '../graph.js';
+import { STARTERS } from '../starters.js';
 
 const SAMPLE_KEY = (id) => `flowline.sample.${id || 'new'}`;
 
 export async function render(main, params) {
   const id = params.workflowId;
   const saved = id ? await get(`/workflows/${encodeURIComponent(id)}`) : null;
-  const model = saved
-    ? { ...saved, steps: saved.steps.map((s) => newStep({ ...s, with: s.with || {}, when: s.when || '' })) }
-    : { name: '', description: '', state: 'draft', trigger: { type: 'manual' }, executor: null, timeout_ms: null, cancel_on: [], steps: [] };
-  model.cancel_on = (model.cancel_on || []).map((c) => ({ event: c.event, match: c.match || '' }));
+  const starter = !saved && STARTERS.find((t) => t.key === params.template);
+  const model = modelOf(saved || (starter && structuredClone(starter.workflow)));
   const canWrite = session.can('write');
   const view = { model, saved, canWrite, accepts: await capabilities() };
+  // Undo and redo: snapshots of the draft, typing in one field kept as one step.
+  view.history = { states: [snapshot(model)], at: 0, source: null, time: 0 };
   draw(main, view);
   if (view.accepts.actions.includes('workflow')) suggestWorkflows(id);
-  // Ctrl+S (Cmd+S) saves, as in an editor.
+  // Ctrl+S (Cmd+S) saves, as in an editor; Ctrl+Z undoes, Ctrl+Shift+Z or Ctrl+Y
+  // redoes (not in the YAML editor or the sample payload, which keep their own).
   const saveKey = (e) => {
-    if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === 's') {
+    if (!(e.ctrlKey || e.metaKey)) return;
+    const key = e.key.toLowerCase();
+    const press = (id) => {
       e.preventDefault();
-      const button = document.getElementById('save');
+      const button = document.getElementById(id);
       if (button && !button.disabled) button.click();
+    };
+    if (key === 's') press('save');
+    else if ((key === 'z' || key === 'y') && !e.target.closest?.('#yaml-panel, #sample-payload')) {
+      press(key === 'y' || e.shiftKey ? 'redo' : 'undo');
     }
   };
   document.addEventListener('keydown', saveKey);
   return () => document.removeEventListener('keydown', saveKey);
+}
+
+/** The builder's model of a workflow view (or of a new one). */
+function modelOf(wf) {
+  const model = wf
+    ? { ...wf, description: wf.description || '', steps: (wf.steps || []).map((s) => newStep({ ...s, with: s.with || {}, when: s.when || '' })) }
+    : { name: '', description: '', state: 'draft', trigger: { type: 'manual' }, executor: null, timeout_ms: null, cancel_on: [], steps: [] };
+  model.cancel_on = (model.cancel_on || []).map((c) => ({ event: c.event, match: c.match || '' }));
+  return model;
+}
+
+/** An API error's field as words: `steps[2].with.url` → step 3 (fetch), with.url. */
+function inWords(field, steps) {
+  const m = field.match(/^steps\[(\d+)\](?:\.(.+))?$/);
+  if (!m) return field.replace(/_/g, ' ');
+  const step = steps[Number(m[1])];
+  return `step ${Number(m[1]) + 1}${step?.id ? ` (${step.id})` : ''}${m[2] ? `, ${m[2].replace(/_/g, ' ')}` : ''}`;
+}
+
+/** The draft's editable state, as undo keeps it. */
+function snapshot(model) {
+  const { name, description, trigger, executor, timeout_ms: timeout, priority, cancel_on: cancelOn, steps } = model;
+  return JSON.stringify({ name, description, trigger, executor, timeout_ms: timeout, priority, cancel_on: cancelOn, steps });
 }
 
 /** The account's other workflows, suggested by a `workflow` step's id field. */
@@ -47,7 +81,7 @@ async function suggestWorkflows(self) {
 function draw(main, view) {
   const { model, canWrite, accepts } = view;
   const id = view.saved?.id;
-  const announcer = h('p.sr-only', { 'aria-live': 'polite' });
+  const announcer = h('p.sr-only', { id: 'builder-announcer', 'aria-live': 'polite' });
   const formError = h('div.error', { id: 'form-error', role: 'alert', tabindex: '-1' });
   // A secret shown once stays while the page is redrawn (saving, activating): it is
   // gone only when the user leaves the page.
@@ -148,8 +182,49 @@ function draw(main, view) {
     try { return JSON.parse(sampleInput.value || 'null'); } catch { return null; }
   };
 
-  // Steps
-  const stepList = h('ol.steps', { id: 'steps', 'aria-label': 'Steps, in order' });
+  // Steps, and the graph they form
+  const stepList = h('ol.steps', { id: 'steps', 'aria-label': 'Steps' });
+  const stepsHelp = h('p.help', { id: 'steps-help' });
+  const graphBox = h('div.graph', { id: 'builder-graph' });
+  const select = (i) => {
+    const card = stepList.children[i];
+    if (!card) return;
+    stepList.querySelectorAll('.selected').forEach((c) => c.classList.remove('selected'));
+    card.classList.add('selected');
+    card.scrollIntoView({ block: 'center' });
+    (card.querySelector('input:not([disabled])') || card.querySelector('.step-title'))?.focus({ preventScroll: true });
+  };
+  const connect = (i, j) => {
+    const from = model.steps[i];
+    const to = model.steps[j];
+    const needs = to.needs || [];
+    if (!from.id) {
+      announcer.textContent = 'Give that step an id first';
+    } else if (needs.includes(from.id)) {
+      to.needs = needs.filter((n) => n !== from.id);
+      if (!to.needs.length) to.needs = null;
+      announcer.textContent = `${to.id} no longer needs ${from.id}`;
+    } else if (waitsFor(model.steps, i, j)) {
+      toast(`Not connected: ${from.id} already waits for ${to.id}, so this would be a cycle`);
+    } else {
+      const was = dependencies(model.steps).graph;
+      to.needs = [...needs, from.id];
+      announcer.textContent = `${to.id} now needs ${from.id}${was ? '' : '. The steps form a graph: steps without needs start at once'}`;
+    }
+    renderSteps(stepList, stepCtx);
+    changed();
+  };
+  const graph = graphView(graphBox, {
+    label: 'Graph of the steps', onSelect: select, onConnect: canWrite ? connect : null,
+    announce: (text) => { announcer.textContent = text; },
+  });
+  const drawGraph = () => {
+    graph.update(model.steps);
+    stepsHelp.textContent = dependencies(model.steps).graph
+      ? 'The steps form a graph: a step starts once every step it needs has succeeded or been skipped, steps without needs start at once, and steps whose needs are met run in parallel. The order of the cards changes none of that.'
+      : 'Steps run in order, one after the other, until a step sets needs (then they form a graph). Drag a card by its handle, or focus the handle and press Arrow Up / Arrow Down.';
+    stepList.querySelectorAll('.step-card').forEach((c) => { if (c.drawDeps && !c.querySelector('.deps')?.contains(document.activeElement)) c.drawDeps(); });
+  };
   const stepCtx = {
     steps: model.steps, sample, disabled: !canWrite, changed: () => changed(),
     announce: (text) => { announcer.textContent = text; },
@@ -179,7 +254,48 @@ function draw(main, view) {
   });
   const yaml = () => toYaml(manifest({ ...view.saved, ...request(), id: id || 'wf-new', concurrency: view.saved?.concurrency,
     rate_limit: view.saved?.rate_limit, debounce: view.saved?.debounce }));
-  const changed = () => { if (!yamlPanel.hidden) yamlText.textContent = yaml(); };
+  const changed = () => {
+    if (!yamlPanel.hidden) yamlText.textContent = yaml();
+    drawGraph();
+    record();
+  };
+  const record = () => {
+    const hist = view.history;
+    const state = snapshot(model);
+    if (state === hist.states[hist.at]) return;
+    const source = document.activeElement?.id || null;
+    const now = Date.now();
+    if (hist.at > 0 && hist.at === hist.states.length - 1 && source && source === hist.source && now - hist.time < 1500) {
+      hist.states[hist.at] = state;
+    } else {
+      hist.states.splice(hist.at + 1);
+      hist.states.push(state);
+      if (hist.states.length > 200) hist.states.shift();
+      hist.at = hist.states.length - 1;
+    }
+    hist.source = source;
+    hist.time = now;
+    drawUndo();
+  };
+  const travel = (by) => {
+    const hist = view.history;
+    const to = hist.at + by;
+    if (to < 0 || to >= hist.states.length) return;
+    const focused = document.activeElement?.id;
+    hist.at = to;
+    hist.source = null;
+    Object.assign(model, JSON.parse(hist.states[to]));
+    draw(main, view);
+    const back = (focused && document.getElementById(focused)) || document.getElementById(by < 0 ? 'undo' : 'redo');
+    (back && !back.disabled ? back : document.getElementById('save'))?.focus();
+    main.querySelector('#builder-announcer').textContent = by < 0 ? 'Undone' : 'Redone';
+  };
+  const undoButton = h('button.secondary', { type: 'button', id: 'undo', 'aria-keyshortcuts': 'Control+Z', title: 'Undo (Ctrl+Z)', onclick: () => travel(-1) }, 'Undo');
+  const redoButton = h('button.secondary', { type: 'button', id: 'redo', 'aria-keyshortcuts': 'Control+Shift+Z Control+Y', title: 'Redo (Ctrl+Shift+Z or Ctrl+Y)', onclick: () => travel(1) }, 'Redo');
+  const drawUndo = () => {
+    undoButton.disabled = view.history.at === 0;
+    redoButton.disabled = view.history.at >= view.history.states.length - 1;
+  };
 
   const builderPanel = h('form.builder', {
     id: 'builder', role: 'tabpanel', 'aria-labelledby': 'tab-builder', onsubmit: (e) => { e.preventDefault(); save(); }, novalidate: true,
@@ -215,17 +331,78 @@ function draw(main, view) {
     cancelRows),
   h('section.steps-section', { 'aria-labelledby': 'steps-title' },
     h('h2', { id: 'steps-title' }, 'Steps'),
-    h('p.help', {}, 'Steps run in order. Drag a card by its handle, or focus the handle and press Arrow Up / Arrow Down.'),
+    stepsHelp,
+    graphBox,
     stepList,
     canWrite ? h('div.row', {}, newAction, h('button.secondary', { type: 'button', id: 'add-step', onclick: addStep }, 'Add step')) : null),
-  canWrite ? h('div.row.sticky', {}, h('button.primary', { type: 'submit', id: 'save' }, id ? 'Save changes' : 'Create workflow')) : null);
+  canWrite ? h('div.row.sticky', {}, h('button.primary', { type: 'submit', id: 'save' }, id ? 'Save changes' : 'Create workflow'), undoButton, redoButton) : null);
 
+  // Editing a manifest: pasted, imported from a file, or the builder's own; the server
+  // judges it whole (a refused one changes nothing).
+  const importText = h('textarea.mono', { id: 'yaml-import', rows: 14, spellcheck: 'false', 'aria-describedby': 'yaml-import-help yaml-error' });
+  const yamlError = h('div.error', { id: 'yaml-error', role: 'alert', tabindex: '-1' });
+  const importFile = h('input', {
+    type: 'file', id: 'yaml-file', accept: '.yaml,.yml,.json,application/yaml,text/yaml',
+    onchange: async () => { if (importFile.files[0]) importText.value = await importFile.files[0].text(); },
+  });
+  const applyYaml = async (button) => {
+    fill(yamlError);
+    importText.removeAttribute('aria-invalid');
+    let body;
+    try {
+      body = fromManifest(parseYaml(importText.value));
+    } catch (e) {
+      importText.setAttribute('aria-invalid', 'true');
+      fill(yamlError, h('p', {}, `Not a manifest the console can read: ${e.message}.`));
+      importText.focus();
+      return;
+    }
+    // As kubectl apply replaces the spec: what the manifest leaves out is removed.
+    for (const k of ['description', 'executor', 'timeout_ms', 'concurrency', 'rate_limit', 'debounce', 'parallelism', 'priority', 'output', 'cancel_on']) {
+      if (!(k in body)) body[k] = null;
+    }
+    if (guardQuestion() && !confirm('Applying the manifest replaces the changes not saved in the builder. Go on?')) return;
+    button.disabled = true;
+    let created = null;
+    try {
+      if (!id) created = await post('/workflows', { name: body.name, description: body.description, trigger: body.trigger });
+      let updated;
+      try {
+        updated = await patch(`/workflows/${encodeURIComponent(id || created.id)}`, body);
+      } catch (e) {
+        // A new workflow the server refused goes again: nothing is left half made.
+        if (created) await del(`/workflows/${encodeURIComponent(created.id)}`).catch(() => {});
+        throw e;
+      }
+      toast(id ? 'Manifest applied' : 'Workflow created from the manifest');
+      adopt(updated, created?.hook_secret || updated.hook_secret, modelOf(updated));
+    } catch (e) {
+      button.disabled = false;
+      const steps = Array.isArray(body.steps) ? body.steps : [];
+      fill(yamlError, h('p', {}, e.details?.length
+        ? `The server refused the manifest (nothing was changed): ${e.details.length} problem${e.details.length > 1 ? 's' : ''}.`
+        : `The server refused the manifest (nothing was changed): ${errorText(e)}`),
+      e.details?.length ? h('ul', {}, e.details.map((d) => h('li', {}, `${inWords(d.field, steps)}: ${d.message}`))) : null);
+      yamlError.focus();
+    }
+  };
   const yamlPanel = h('section', { id: 'yaml-panel', hidden: true, role: 'tabpanel', 'aria-labelledby': 'tab-yaml' },
     h('p.help', {}, 'The same workflow as a Kubernetes manifest: ', h('code', {}, 'kubectl apply -f'), ' it, or commit it for GitOps. It reflects the builder, saved or not.'),
     h('div.row', {},
       h('button.secondary', { type: 'button', id: 'copy-yaml', onclick: () => copy(yaml()) }, 'Copy'),
       h('button.secondary', { type: 'button', id: 'download-yaml', onclick: () => download(`${id || 'workflow'}.yaml`, yaml()) }, 'Download')),
-    yamlText);
+    yamlText,
+    canWrite ? h('section.card', { 'aria-labelledby': 'yaml-import-title' },
+      h('h2', { id: 'yaml-import-title' }, id ? 'Edit or import a manifest' : 'Create from a manifest'),
+      h('p.help', { id: 'yaml-import-help' }, 'Paste a Workflow manifest, import a file, or start from the one above; "Check and apply" sends it to the server, which checks it whole: when it refuses, nothing changes and its reasons show here. ',
+        'What the manifest leaves out (a timeout, an output…) is removed; its metadata is not read (it applies to this workflow).'),
+      h('div.row', {},
+        h('button.secondary', { type: 'button', id: 'yaml-edit', onclick: () => { importText.value = yaml(); importText.focus(); } }, 'Edit the manifest above'),
+        h('label', { for: 'yaml-file' }, 'Import a file'), importFile),
+      h('label', { for: 'yaml-import' }, 'Manifest (YAML)'),
+      importText,
+      yamlError,
+      h('div.row', {}, h('button.primary', { type: 'button', id: 'yaml-apply', onclick: (e) => applyYaml(e.currentTarget) }, id ? 'Check and apply' : 'Check and create'))) : null);
 
   const tab = (name, label, panel, other, otherTab) => h('button', {
     type: 'button', role: 'tab', id: `tab-${name}`, 'aria-selected': name === 'builder' ? 'true' : 'false',
@@ -263,10 +440,29 @@ function draw(main, view) {
   drawTrigger();
   drawCancelOn();
   renderSteps(stepList, stepCtx);
+  drawGraph();
+  drawUndo();
   // Leaving with edits not saved asks first (links, back, reload, closing the tab).
-  const baseline = JSON.stringify(request());
-  guardLeaving(() => (canWrite && JSON.stringify(request()) !== baseline
-    ? 'This workflow has changes that are not saved. Leave and lose them?' : null));
+  if (view.baseline === undefined) view.baseline = JSON.stringify(request());
+  const baseline = view.baseline;
+  const guardQuestion = () => (canWrite && JSON.stringify(request()) !== baseline
+    ? 'This workflow has changes that are not saved. Leave and lose them?' : null);
+  guardLeaving(guardQuestion);
+
+  /** The server's answer after a save: the page shows it (with a secret shown once). */
+  function adopt(updated, secret, next) {
+    if (!id) history.replaceState(null, '', `/workflows/${updated.id}`);
+    view.saved = updated;
+    Object.assign(model, next || { ...updated, steps: model.steps });
+    model.cancel_on = (model.cancel_on || []).map((c) => ({ event: c.event, match: c.match || '' }));
+    view.baseline = undefined;
+    draw(main, view);
+    if (secret) {
+      view.once = secretOnce('Inbound hook secret', secret, 'Sign requests to the hook URL with it. Shown only this once.');
+      fill(document.getElementById('once'), view.once);
+    }
+    main.querySelector('h1').focus();
+  }
 
   async function save() {
     clearErrors(main);
@@ -284,18 +480,9 @@ function draw(main, view) {
         view.saved = created;
       }
       const updated = await patch(`/workflows/${current}`, request());
-      // Its own address once it is saved whole.
-      if (!id) history.replaceState(null, '', `/workflows/${current}`);
-      secret = secret || updated.hook_secret;
-      view.saved = updated;
-      Object.assign(model, { ...updated, steps: model.steps });
       toast(id ? 'Saved' : 'Workflow created');
-      draw(main, view);
-      if (secret) {
-        view.once = secretOnce('Inbound hook secret', secret, 'Sign requests to the hook URL with it. Shown only this once.');
-        fill(document.getElementById('once'), view.once);
-      }
-      main.querySelector('h1').focus();
+      // Its own address once it is saved whole.
+      adopt(updated, secret || updated.hook_secret);
     } catch (e) {
       button.disabled = false;
       if (view.saved && !id) {
@@ -308,11 +495,11 @@ function draw(main, view) {
           // Could not take the draft back: continue as an edit of it.
           history.replaceState(null, '', `/workflows/${view.saved.id}`);
           draw(main, view);
-          showErrors(main, document.getElementById('form-error'), e);
+          showErrors(main, document.getElementById('form-error'), e, model.steps);
           return;
         }
       }
-      showErrors(main, formError, e);
+      showErrors(main, formError, e, model.steps);
     }
   }
 }
@@ -364,12 +551,12 @@ function fieldElement(root, field) {
   return null;
 }
 
-function showErrors(root, box, e) {
+function showErrors(root, box, e, steps) {
   const unplaced = [];
   let first = null;
   for (const d of e.details || []) {
     const el = fieldElement(root, d.field);
-    if (!el) { unplaced.push(`${d.field}: ${d.message}`); continue; }
+    if (!el) { unplaced.push(`${inWords(d.field, steps)}: ${d.message}`); continue; }
     // Under its own field the message says enough; on a parent field, the part of the
     // API's path below it says where.
     const placedOn = el.getAttribute('data-field') || '';

@@ -1,11 +1,15 @@
-// One run: a live timeline (a bar per step spanning its attempts, redrawn while the
-// run is unfinished, without reloading), each step's input, output, error and
-// attempts, and cancel / retry.
+// One run: the graph of its steps with their status and a live timeline (a bar per
+// step spanning its attempts), redrawn while the run is unfinished, without reloading;
+// each step's input (from the version the run executes), output, error and attempts;
+// a diff of that version against the workflow now; decisions, cancel and retry.
 
 import { get, post, session } from '../api.js';
 import { h, fill, link, time, badge, duration, json, pageTitle, errorText, toast } from '../dom.js';
 import { navigate } from '../app.js';
 import { hasLog, logViewer } from './logs.js';
+import { graphView } from '../graph.js';
+import { manifest, toYaml } from '../yaml.js';
+import { diffLines } from '../diff.js';
 
 /**
  * How long to wait before the next poll: every second while the run is young, then
@@ -25,13 +29,30 @@ export async function render(main, params) {
   let run = await get(`/runs/${encodeURIComponent(id)}`);
   let workflow = null;
   try { workflow = await get(`/workflows/${encodeURIComponent(run.workflow_id)}`); } catch { workflow = null; }
-  const declared = Object.fromEntries((workflow?.steps || []).map((s) => [s.id, s]));
+  // The version the run executes (pinned when it was created); an older server, or a
+  // run not pinned yet, falls back to the workflow as it is now.
+  const pinned = () => run.workflow_version;
+  const declaredSteps = () => pinned()?.steps || workflow?.steps || run.steps.map((r) => ({ id: r.step_id, name: r.name, action: r.action }));
+  const declared = () => Object.fromEntries(declaredSteps().map((s) => [s.id, s]));
 
   const head = h('div.row');
   const banner = h('div', { id: 'decision-banner' });
   const rerun = h('div', { id: 'rerun', hidden: true });
   const summary = h('dl.summary');
   const timeline = h('div.timeline', { id: 'timeline', role: 'img' });
+  const graphBox = h('div.graph', { id: 'run-graph' });
+  const compare = h('div', { id: 'version-diff' });
+  const graph = graphView(graphBox, {
+    label: 'Graph of the run\'s steps',
+    status: (step) => run.steps.find((r) => r.step_id === step.id) || null,
+    onSelect: (i) => {
+      const box = stepBoxes.get(declaredSteps()[i]?.id);
+      if (!box) return;
+      box.open = true;
+      box.scrollIntoView({ block: 'start' });
+      box.querySelector('summary').focus({ preventScroll: true });
+    },
+  });
   const steps = h('div.step-records', { id: 'step-records' });
   const live = h('p.sr-only', { 'aria-live': 'polite' });
   fill(main,
@@ -40,6 +61,10 @@ export async function render(main, params) {
     rerun,
     h('p', {}, 'Workflow ', link(`/workflows/${run.workflow_id}/runs`, workflow?.name || run.workflow_id)),
     summary,
+    h('div.row', {}, h('button.secondary', { type: 'button', id: 'compare-version', 'aria-expanded': 'false', onclick: (e) => toggleCompare(e.currentTarget) }, 'Compare with the current workflow')),
+    compare,
+    h('h2', {}, 'Graph'),
+    graphBox,
     h('h2', {}, 'Timeline'),
     timeline,
     h('h2', {}, 'Steps'),
@@ -127,6 +152,7 @@ export async function render(main, params) {
       run.error ? [h('dt', {}, 'Error'), h('dd.error', { id: 'run-error' }, run.error)] : null,
       h('dt', {}, 'Payload'), h('dd', {}, json(run.payload)));
     drawTimeline(timeline, run);
+    graph.update(declaredSteps());
     for (const step of run.steps) {
       let box = stepBoxes.get(step.step_id);
       if (!box) {
@@ -134,7 +160,7 @@ export async function render(main, params) {
         stepBoxes.set(step.step_id, box);
         steps.append(box);
       }
-      drawStep(box, step, declared[step.step_id], run);
+      drawStep(box, step, declared()[step.step_id], run);
     }
   };
 
@@ -182,7 +208,9 @@ export async function render(main, params) {
         step.reused ? [h('dt', {}, 'Output'), h('dd', {}, 'kept from the run this one retries')] : null),
       h('h3', {}, 'Input'),
       decl ? json(decl.with || {}) : h('p.muted', {}, 'The step is no longer in the workflow.'),
-      decl ? h('p.help', {}, 'As declared in the workflow now (templates unrendered).') : null,
+      decl ? h('p.help', {}, pinned()
+        ? `As declared in the version this run executed (version ${pinned().generation}; templates unrendered).`
+        : 'As declared in the workflow now (templates unrendered).') : null,
       h('h3', {}, 'Output'),
       step.output === null || step.output === undefined ? h('p.muted', {}, 'None yet.') : json(step.output),
       step.output_truncated ? h('p.notice', {}, 'Stored truncated: the output was over 64 KiB.') : null,
@@ -211,6 +239,27 @@ export async function render(main, params) {
     box.open = open;
     // The comment box is the same element again: give it its focus back.
     if (focused?.isConnected && focused !== document.activeElement) focused.focus();
+  }
+
+  /** The run's version against the workflow now: a line diff of their YAML. */
+  async function toggleCompare(button) {
+    if (button.getAttribute('aria-expanded') === 'true') {
+      button.setAttribute('aria-expanded', 'false');
+      fill(compare);
+      return;
+    }
+    button.setAttribute('aria-expanded', 'true');
+    // The workflow as it is at this moment, not when the page was opened.
+    try { workflow = await get(`/workflows/${encodeURIComponent(run.workflow_id)}`); } catch { /* as read before */ }
+    const version = pinned();
+    if (!version || !workflow) {
+      fill(compare, h('p.notice', {}, version ? 'The workflow no longer exists.' : 'This run shows no pinned version to compare.'));
+      return;
+    }
+    const lines = diffLines(versionYaml(version, run.workflow_id), versionYaml(workflow, run.workflow_id));
+    fill(compare, h('section.card', { 'aria-labelledby': 'diff-title' },
+      h('h2', { id: 'diff-title' }, `Version ${version.generation} (this run) against the workflow now`),
+      diffView(lines)));
   }
 
   draw();
@@ -288,4 +337,34 @@ function drawTimeline(box, run) {
         h('span.lane-meta', {}, `${step.status} · ${duration(elapsed(step, end))}${step.attempts > 1 ? ` · ${step.attempts} attempts` : ''}`));
     }),
     h('div.axis', {}, h('span', {}, '0'), h('span', {}, duration(span))));
+}
+
+/** The parts of a workflow a run's version keeps, as manifest YAML (to compare two). */
+export function versionYaml(v, id) {
+  const { name, steps, timeout_ms: timeout, concurrency, rate_limit: rate, debounce, parallelism, output } = v;
+  return toYaml(manifest({ id, name, steps, timeout_ms: timeout, concurrency, rate_limit: rate, debounce, parallelism, output }));
+}
+
+/** A line diff as a list: removed lines marked "−", added "+", long unchanged runs folded. */
+export function diffView(lines) {
+  const removed = lines.filter((l) => l.op === '-').length;
+  const added = lines.filter((l) => l.op === '+').length;
+  if (!removed && !added) return h('p', { id: 'diff-summary' }, 'No differences: the same steps and settings.');
+  const rows = [];
+  lines.forEach((l, i) => {
+    // Three lines of context either side of a change; the rest is folded.
+    const near = lines.slice(Math.max(0, i - 3), i + 4).some((x) => x.op !== ' ');
+    if (l.op === ' ' && !near) {
+      if (rows.length && rows[rows.length - 1].fold) rows[rows.length - 1].fold += 1;
+      else rows.push({ fold: 1 });
+      return;
+    }
+    rows.push(l);
+  });
+  return [
+    h('p', { id: 'diff-summary' }, `${removed} line${removed === 1 ? '' : 's'} removed, ${added} added (− in this run's version, + in the workflow now).`),
+    h('pre.diff', { id: 'diff', tabindex: '0', 'aria-label': 'Differences' }, rows.map((r) => (r.fold
+      ? h('span.fold', {}, `  … ${r.fold} unchanged line${r.fold === 1 ? '' : 's'}\n`)
+      : h(`span.${r.op === '-' ? 'del' : r.op === '+' ? 'ins' : 'same'}`, {}, `${r.op === '-' ? '−' : r.op} ${r.text}\n`)))),
+  ];
 }

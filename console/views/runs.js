@@ -1,7 +1,7 @@
 // Runs of one workflow (/workflows/{id}/runs, with the form that starts one) or of the
 // whole account (/runs, with a workflow filter). The filters (status, tag, workflow)
 // live in the URL; with the execute scope, runs can be selected and cancelled or
-// retried together (the bulk endpoints).
+// retried together (the bulk endpoints). Approvals waiting for a decision come first.
 
 import { get, post, session } from '../api.js';
 import { h, fill, link, time, badge, duration, pageTitle, errorText, toast } from '../dom.js';
@@ -27,15 +27,20 @@ export async function render(main, params) {
   };
   const wf = workflowId ? await get(`/workflows/${encodeURIComponent(workflowId)}`) : null;
   const list = h('div', {}, h('p.muted', {}, 'Loading…'));
+  const decisions = h('div', { id: 'waiting-decisions' });
   fill(main,
     wf
       ? pageTitle(`Runs of ${wf.name}`, h('div.row', {}, badge(wf.state), link(`/workflows/${wf.id}`, 'Builder')))
       : pageTitle('Runs'),
     wf && (session.can('execute') ? startForm(wf) : h('p.notice', {}, 'Starting runs needs the execute scope.')),
+    decisions,
     await filterBar(filters, Boolean(wf), (changes) => navigate(urlOf(changes))),
     list);
+  // Drawn with the list, so that neither moves the other once it is shown.
+  const decided = waitingForDecision(decisions, base, filters.workflow_id);
   try {
     const page = await get(base, { ...filters, cursor: params.cursor, limit: 20 });
+    await decided;
     if (!page.data.length) {
       const filtered = FILTERS.some((k) => filters[k]);
       return void fill(list, h('p.empty', {}, filters.status && !filters.tag ? `No ${filters.status} runs.`
@@ -50,6 +55,59 @@ export async function render(main, params) {
   } catch (e) {
     fill(list, h('p.error', { role: 'alert' }, errorText(e)));
   }
+}
+
+const CHECKED = 20;
+
+/**
+ * Runs whose approval step waits, with Approve and Reject. The list API knows no
+ * "waiting" status (such a run is `running`): the newest running runs are read one by
+ * one, at most CHECKED of them.
+ */
+async function waitingForDecision(box, base, workflowId) {
+  let page;
+  try { page = await get(base, { status: 'running', workflow_id: workflowId, limit: CHECKED }); } catch { return; }
+  const runs = await Promise.all(page.data.map((r) => get(`/runs/${encodeURIComponent(r.id)}`).catch(() => null)));
+  const waiting = runs.filter(Boolean).flatMap((r) => r.steps
+    .filter((s) => s.status === 'waiting' && s.action === 'approval').map((s) => ({ run: r, step: s })));
+  if (!box.isConnected) return;
+  if (!waiting.length) return void fill(box);
+  const execute = session.can('execute');
+  const row = ({ run, step }) => {
+    const key = `${run.id}-${step.step_id}`;
+    const comment = h('input', { type: 'text', id: `comment-${key}`, maxlength: 1000, 'aria-label': `Comment on step ${step.step_id} of run ${run.id} (optional)`, placeholder: 'Comment (optional)' });
+    const decide = (verb, done) => async () => {
+      if (verb === 'reject' && !confirm(`Reject step ${step.step_id} of run ${run.id}? The run fails.`)) return;
+      try {
+        await post(`/runs/${encodeURIComponent(run.id)}/steps/${encodeURIComponent(step.step_id)}/${verb}`,
+          { comment: comment.value.trim() || `${done} in the console` });
+        toast(`${done}: step ${step.step_id} of run ${run.id}`);
+        // Decided: off the list at once (the run itself moves on moments later).
+        tr.remove();
+        const left = box.querySelectorAll('#waiting tbody tr').length;
+        if (left) title.textContent = `Waiting for a decision (${left})`;
+        else fill(box);
+      } catch (err) { toast(errorText(err), 'error'); }
+    };
+    const tr = h('tr', { dataset: { run: run.id, step: step.step_id } },
+      h('td.mono', { 'data-label': 'Run' }, link(`/runs/${encodeURIComponent(run.id)}`, run.id)),
+      h('td', { 'data-label': 'Workflow' }, run.workflow_version?.name || run.workflow_id),
+      h('td', { 'data-label': 'Step' }, step.name || step.step_id),
+      h('td', { 'data-label': 'Waiting since' }, time(step.started_at)),
+      execute ? h('td', { 'data-label': 'Decision' }, h('div.row', {}, comment,
+        h('button.primary', { type: 'button', id: `approve-${key}`, onclick: decide('approve', 'Approved') }, 'Approve'),
+        h('button.danger', { type: 'button', id: `reject-${key}`, onclick: decide('reject', 'Rejected') }, 'Reject'))) : null);
+    return tr;
+  };
+  const title = h('h2', { id: 'waiting-title' }, `Waiting for a decision (${waiting.length})`);
+  fill(box, h('section.card.decisions', { 'aria-labelledby': 'waiting-title' },
+    title,
+    h('table.list', { id: 'waiting' },
+      h('caption.sr-only', {}, 'Approval steps waiting for a decision'),
+      h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Step', 'Waiting since', execute ? 'Decision' : null]
+        .filter(Boolean).map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, waiting.map(row))),
+    page.next_cursor ? h('p.help', {}, `Among the ${CHECKED} newest running runs.`) : null));
 }
 
 /** Status, tag and (account-wide) workflow filters; `apply` navigates to the new ones. */

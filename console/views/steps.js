@@ -1,10 +1,12 @@
-// Step cards of the builder: one card per step, in order, each with the form of its
-// action, retry and timeout, `when`, and a list of the values its fields may
-// reference. Reordered by dragging the handle (pointer events: mouse, pen and touch)
-// or with Arrow Up / Arrow Down on the focused handle.
+// Step cards of the builder: one card per step, in order, each with what it needs (a
+// picker of the other steps), the form of its action (a JSON value with a preview of
+// what the step receives), retry and timeout, `when`, and a list of the values its
+// fields may reference. Reordered by dragging the handle (pointer events: mouse, pen
+// and touch) or with Arrow Up / Arrow Down on the focused handle.
 
 import { h, fill } from '../dom.js';
-import { references } from '../templates.js';
+import { references, quoteAt, preview } from '../templates.js';
+import { dependencies, waitsFor } from '../graph.js';
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'];
 
@@ -111,10 +113,10 @@ export function newStep(fields) {
  * accepts, schema.js) }.
  */
 export function renderSteps(list, ctx) {
-  const redraw = (focusKey) => {
+  const redraw = (focusKey, focusCss = '.handle') => {
     renderSteps(list, ctx);
     ctx.changed();
-    if (focusKey) list.querySelector(`[data-key="${focusKey}"] .handle`)?.focus();
+    if (focusKey) list.querySelector(`[data-key="${focusKey}"] ${focusCss}`)?.focus();
   };
   const move = (from, to) => {
     if (to < 0 || to >= ctx.steps.length || from === to) return;
@@ -129,15 +131,16 @@ export function renderSteps(list, ctx) {
 
 function card(step, index, ctx, move, redraw) {
   const at = `steps[${index}]`;
+  let drawOwnDeps = null;
   const n = ctx.steps.length;
   let lastField = null;
-  const field = (label, name, input, help) => {
+  const field = (label, name, input, help, after) => {
     const id = `${step.key}-${name.replace(/[^a-z0-9]/gi, '-')}`;
     input.id = id;
     input.dataset.field = `${at}.${name}`;
     if (ctx.disabled) input.disabled = true;
     input.addEventListener('focus', () => { lastField = input; });
-    return h('div.field', {}, h('label', { for: id }, label), input, help ? h('p.help', {}, help) : null);
+    return h('div.field', {}, h('label', { for: id }, label), input, help ? h('p.help', {}, help) : null, after);
   };
   const text = (value, onInput, attrs = {}) => h('input', { type: 'text', value: value ?? '', oninput: (e) => onInput(e.target.value), ...attrs });
   const num = (value, onInput) => h('input', { type: 'text', inputmode: 'numeric', value: value ?? '', oninput: (e) => onInput(e.target.value) });
@@ -175,6 +178,15 @@ function card(step, index, ctx, move, redraw) {
     } else if (['pairs', 'lines', 'json'].includes(spec.kind)) {
       input = h('textarea.mono', { rows: 3, placeholder: spec.placeholder, oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
       input.value = show(spec.kind, current);
+      if (spec.kind === 'json') {
+        input.dataset.kind = 'json';
+        const name = spec.key === null ? 'with' : `with.${spec.key}`;
+        const said = h('div.value-preview', { id: `${step.key}-${name.replace(/[^a-z0-9]/gi, '-')}-preview`, 'aria-live': 'polite' });
+        const look = () => jsonPreview(input, said, ctx.sample());
+        input.addEventListener('input', look);
+        look();
+        return field(spec.label, name, input, null, said);
+      }
     } else {
       input = h('input', { type: 'text', placeholder: spec.placeholder, value: show(spec.kind, current), oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
       // Suggestions from the account's workflows, when the builder listed them.
@@ -185,13 +197,8 @@ function card(step, index, ctx, move, redraw) {
 
   // Step fields newer servers accept (schema.js): dependencies and fan-out.
   const extra = [];
-  if (ctx.stepFields.includes('needs')) {
-    extra.push(field('Needs (step ids, comma-separated)', 'needs', text((step.needs || []).join(', '), (v) => {
-      const ids = v.split(/[\s,]+/).filter(Boolean);
-      step.needs = ids.length ? ids : null;
-      edited();
-    }, { placeholder: 'fetch, enrich' }), 'Runs once these steps have finished. As soon as one card lists needs, the cards form a graph: a card without needs starts at once, and cards whose needs are met run in parallel.'));
-  }
+  const deps = ctx.stepFields.includes('needs') ? h('div.deps', { role: 'group', 'aria-labelledby': `${step.key}-deps-title` }) : null;
+  if (deps) drawOwnDeps = () => drawDeps(deps, step, index, ctx, redraw);
   if (ctx.stepFields.includes('for_each')) {
     extra.push(field('For each (template of a list)', 'for_each', text(step.for_each, (v) => { step.for_each = v.trim() ? v : null; edited(); }, { placeholder: '{{ trigger.payload.items }}' }),
       'Runs the step once per item.'));
@@ -212,7 +219,8 @@ function card(step, index, ctx, move, redraw) {
   helper.append(h('summary', {}, 'Insert a value'), refsBody);
   helper.addEventListener('toggle', () => {
     if (!helper.open) return;
-    const groups = references(ctx.steps, index, ctx.sample());
+    const visible = dependencies(ctx.steps).graph ? ctx.steps.filter((_, j) => waitsFor(ctx.steps, index, j)) : null;
+    const groups = references(ctx.steps, index, ctx.sample(), visible);
     fill(refsBody,
       h('p.help', {}, 'Click a value to insert it at the cursor of the field you edited last in this step (or its first input).'),
       groups.map((g) => h('div', {}, h('strong', {}, g.group), h('ul.chips', {},
@@ -222,12 +230,18 @@ function card(step, index, ctx, move, redraw) {
           onclick: () => {
             // Into the field edited last, else the action's first input.
             const target = lastField || actionFields[0]?.querySelector('input, textarea');
-            insert(target, target?.dataset.field.endsWith('.when') ? path : `{{ ${path} }}`);
+            if (!target) return;
+            const template = `{{ ${path} }}`;
+            // Into a JSON value, a template outside a string goes in quotes: the value
+            // stays JSON (a lone template keeps its type when the step runs).
+            const at = target.selectionStart ?? target.value.length;
+            insert(target, target.dataset.field.endsWith('.when') ? path
+              : target.dataset.kind === 'json' ? quoteAt(target.value, at, template) : template);
           },
         }, path)))))));
   });
 
-  const title = h('strong.step-title', {}, step.name || step.id || '(new step)');
+  const title = h('strong.step-title', { id: `${step.key}-title`, tabindex: '-1' }, step.name || step.id || '(new step)');
   const retitle = () => { title.textContent = step.name || step.id || '(new step)'; edited(); };
 
   const handle = h('button.handle', {
@@ -263,12 +277,13 @@ function card(step, index, ctx, move, redraw) {
         },
       }, 'Remove')),
     h('div.grid', {},
-      field('Step id', 'id', text(step.id, (v) => { step.id = v; retitle(); }, { placeholder: 'fetch-orders', autocapitalize: 'off', spellcheck: 'false' }),
+      field('Step id', 'id', text(step.id, (v) => { rename(ctx.steps, step, v); retitle(); }, { placeholder: 'fetch-orders', autocapitalize: 'off', spellcheck: 'false' }),
         'Lowercase letters, digits and "-"; later steps reference it.'),
       field('Name', 'name', text(step.name, (v) => { step.name = v; retitle(); })),
       field('Action', 'action', actionSelect)),
+    deps,
     h('div.grid', {}, actionFields),
-    h('details.more', { open: Boolean(step.retry || step.timeout_ms || step.when || step.needs || step.for_each) },
+    h('details.more', { open: Boolean(step.retry || step.timeout_ms || step.when || step.for_each) },
       h('summary', {}, 'Retry, timeout and condition'),
       h('div.grid', {},
         field('Max attempts', 'retry.max_attempts', num(retry.max_attempts, (v) => setRetry('max_attempts', v))),
@@ -280,7 +295,76 @@ function card(step, index, ctx, move, redraw) {
         extra)),
     ctx.disabled ? null : helper);
   dragSupport(li, handle, index, ctx, move);
+  if (drawOwnDeps) { li.drawDeps = drawOwnDeps; drawOwnDeps(); }
   return li;
+}
+
+/** A step's id changes: the needs that named it follow, unless the name was shared. */
+function rename(steps, step, id) {
+  const old = step.id;
+  step.id = id;
+  const others = steps.filter((s) => s !== step);
+  if (!old || !id || others.some((s) => s.id === old || s.id === id)) return;
+  for (const s of others) if (s.needs) s.needs = s.needs.map((n) => (n === old ? id : n));
+}
+
+/**
+ * What a step waits for, as the engine reads it: its needs (each removable), a picker
+ * of the other steps to add one, or in a chain the step it follows.
+ */
+function drawDeps(box, step, index, ctx, redraw) {
+  const { graph } = dependencies(ctx.steps);
+  const needs = step.needs || [];
+  const others = ctx.steps.filter((s, i) => i !== index && s.id && !needs.includes(s.id));
+  const picker = h('select', { id: `${step.key}-needs`, 'data-field': `steps[${index}].needs`, 'aria-label': `Add a step that ${step.id || 'this step'} needs`, disabled: ctx.disabled },
+    h('option', { value: '' }, 'Add a dependency…'),
+    others.map((s) => h('option', { value: s.id }, s.name && s.name !== s.id ? `${s.id} (${s.name})` : s.id)));
+  const add = () => {
+    const id = picker.value;
+    if (!id) return;
+    const from = ctx.steps.findIndex((s) => s.id === id);
+    if (waitsFor(ctx.steps, from, index)) {
+      ctx.announce(`Not added: ${id} already waits for ${step.id}, so this would be a cycle`);
+      return;
+    }
+    step.needs = [...needs, id];
+    ctx.announce(graph ? `${step.id} now needs ${id}` : `${step.id} now needs ${id}. The steps form a graph: steps without needs start at once`);
+    redraw(step.key, 'select.needs-picker');
+  };
+  picker.classList.add('needs-picker');
+  const follows = !graph && index > 0 ? ctx.steps[index - 1].id : null;
+  fill(box,
+    h('span.deps-title', { id: `${step.key}-deps-title` }, 'Needs'),
+    needs.length
+      ? h('ul.needs', {}, needs.map((id) => h('li.need', {}, h('span.mono', {}, id),
+        ctx.disabled ? null : h('button.link', {
+          type: 'button', 'aria-label': `Remove the dependency of ${step.id} on ${id}`,
+          onclick: () => {
+            step.needs = needs.filter((n) => n !== id);
+            if (!step.needs.length) step.needs = null;
+            ctx.announce(`${step.id} no longer needs ${id}`);
+            redraw(step.key, 'select.needs-picker');
+          },
+        }, '×'))))
+      : h('span.muted', {}, follows ? `nothing set: follows ${follows} (no step sets needs)` : (graph || index === 0 ? 'nothing: starts at once' : 'nothing')),
+    ctx.disabled || !others.length ? null : [picker, h('button.secondary', { type: 'button', id: `${step.key}-add-need`, onclick: add }, 'Add')]);
+}
+
+/** Under a JSON field: what the step would receive, or why the text is not JSON. */
+function jsonPreview(input, box, sample) {
+  const t = input.value.trim();
+  if (!t) return void fill(box);
+  if (/^[[{]/.test(t)) {
+    try { JSON.parse(t); } catch (e) {
+      input.setAttribute('aria-invalid', 'true');
+      fill(box, h('p.field-error', {}, `Not valid JSON (${e.message}): the step would receive this text as one string.`));
+      return;
+    }
+  }
+  if (input.getAttribute('aria-invalid') && !input.nextElementSibling?.classList.contains('field-error')) input.removeAttribute('aria-invalid');
+  if (!t.includes('{{')) return void fill(box);
+  fill(box, h('p.help', {}, 'The step receives (with the sample payload; what only the run knows stays a template):'),
+    h('pre.json.preview-value', {}, JSON.stringify(preview(parseInput('json', input.value), sample), null, 2)));
 }
 
 function insert(input, text) {

@@ -1,8 +1,11 @@
-// Workflows: list with state filter and keyset paging; "New workflow" opens the builder.
+// Workflows: list with state filter and keyset paging; "New workflow" opens the builder,
+// and an account without workflows is offered starter templates.
 
 import { get, session } from '../api.js';
 import { h, fill, link, time, badge, pageTitle, errorText } from '../dom.js';
 import { navigate } from '../app.js';
+import { capabilities } from '../schema.js';
+import { startersFor } from '../starters.js';
 
 const STATES = ['', 'draft', 'active', 'paused'];
 
@@ -31,7 +34,16 @@ export async function render(main, params) {
     return;
   }
   if (!page.data.length) {
-    fill(body, h('p.empty', {}, state ? `No ${state} workflows.` : 'No workflows yet.'));
+    // A first visit: a few workflows to start from, each opened in the builder.
+    const starters = !state && !cursor && session.can('write') ? startersFor(await capabilities()) : [];
+    fill(body, h('p.empty', {}, state ? `No ${state} workflows.` : 'No workflows yet.'),
+      starters.length ? h('section', { 'aria-labelledby': 'starters-title', id: 'starters' },
+        h('h2', { id: 'starters-title' }, 'Start from a template'),
+        h('p.help', {}, 'Each opens in the builder, ready to run without a payload: change what you like, then create it.'),
+        h('ul.starters', {}, starters.map((t) => h('li.card', { dataset: { template: t.key } },
+          h('h3', {}, t.title),
+          h('p', {}, t.text),
+          h('a.button.secondary', { href: `/workflows/new?template=${t.key}`, 'data-link': true, 'aria-label': `Use this template: ${t.title}` }, 'Use this template'))))) : null);
     return;
   }
   const rows = page.data.map((wf) => h('tr', { dataset: { id: wf.id } },

@@ -141,3 +141,93 @@ async fn kubeconfig_and_context_flags_choose_the_cluster_and_namespace_of_api_ke
     );
     let _ = std::fs::remove_file(&path);
 }
+
+/// Keys an earlier version kept as Secrets (type `flowline.io/api-key`) become ApiKeys
+/// with `flowline api-key migrate`: same id, scopes and value, so the key authenticates
+/// at once; the Secret is gone; a second run changes nothing; a malformed one stays.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn api_key_migrate_moves_keys_out_of_secrets() {
+    use k8s_openapi::api::core::v1::Secret;
+    let api = crate::support::TestApi::start("cli-migrate").await;
+    let value = "flk_migratedmigratedmigratedmigratedmigrat";
+    let hash = flowline_api::plumbing::auth::hash_key(value);
+    let legacy = |name: &str, data: serde_json::Value| -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"flowline.io/api-key": "true"}},
+            "type": "flowline.io/api-key",
+            "stringData": data,
+        }))
+        .unwrap()
+    };
+    let secrets = api.ns.api::<Secret>();
+    for secret in [
+        legacy(
+            "key-old",
+            serde_json::json!({"name": "ci", "scopes": "read,execute",
+            "sha256": hash, "created-at": "2025-05-01T00:00:00Z"}),
+        ),
+        legacy(
+            "key-broken",
+            serde_json::json!({"name": "no hash", "scopes": "admin"}),
+        ),
+    ] {
+        secrets.create(&Default::default(), &secret).await.unwrap();
+    }
+    let kubeconfig = std::env::var("KUBECONFIG").unwrap();
+    let migrate = || {
+        flowline(&[
+            "--kubeconfig",
+            &kubeconfig,
+            "api-key",
+            "migrate",
+            "-n",
+            &api.ns.name,
+        ])
+    };
+    let out = migrate();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(&format!("moved API key {}/key-old", api.ns.name)),
+        "{said}"
+    );
+    assert!(said.contains("key-broken alone"), "{said}");
+    let moved = api
+        .ns
+        .api::<flowline_core::crd::ApiKey>()
+        .get("key-old")
+        .await
+        .unwrap();
+    assert_eq!(moved.spec.scopes, [Scope::Read, Scope::Execute]);
+    assert_eq!(moved.spec.sha256, hash);
+    assert!(secrets.get_opt("key-old").await.unwrap().is_none());
+    assert!(secrets.get_opt("key-broken").await.unwrap().is_some());
+    // The moved key authenticates with the same value, and shows its first age.
+    crate::support::eventually(
+        "the moved key to authenticate",
+        std::time::Duration::from_secs(10),
+        || async {
+            let res = api.get(value, "/v1/workflows").await;
+            (res.status() == 200).then_some(())
+        },
+    )
+    .await;
+    let keys: serde_json::Value = api
+        .get(&api.admin_key, "/v1/api-keys")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let old = keys["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] == "key-old")
+        .cloned()
+        .unwrap();
+    assert_eq!(old["created_at"], "2025-05-01T00:00:00.000Z", "{old}");
+    let again = migrate();
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(!text(&again.stderr).contains("moved API key"));
+}

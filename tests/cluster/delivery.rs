@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::builders::{WorkflowBuilder, step};
-use crate::support::{Process, TestApi, assert_error, eventually, http_client, new_key, ready};
+use crate::support::{
+    Process, TestApi, assert_error, eventually, http_client, new_key, ready, text,
+};
 use flowline_api::plumbing::auth::Scope;
 
 #[path = "../support/receiver.rs"]
@@ -826,6 +828,79 @@ async fn the_destination_guard_refuses_loopback_metadata_and_plain_http() {
         "plain-http"
     );
     assert_eq!(receiver.count(), 0, "nothing reached the receiver");
+}
+
+/// A Webhook applied with kubectl signs with its Secret; rotated through the API, its
+/// new secret is sealed into the Webhook (no Secret is read or written) and the
+/// Secret's secret signs beside it for the grace period.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_kubectl_webhook_rotated_through_the_api_keeps_its_secret_signing_for_a_day() {
+    let s = setup("dlv-rotate-applied").await;
+    let api = &s.api;
+    let old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let applied = api.ns.kubectl_apply(&format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: applied-signing}}
+type: flowline.io/webhook-secret
+stringData: {{secret: "{old}"}}
+---
+apiVersion: flowline.io/v1
+kind: Webhook
+metadata: {{name: applied}}
+spec:
+  url: "{}"
+  events: [run.succeeded]
+  secretRef: {{name: applied-signing}}
+"#,
+        s.receiver.url("/")
+    ));
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let res = eventually(
+        "the API to rotate the applied webhook",
+        Duration::from_secs(10),
+        || async {
+            let res = api
+                .send(
+                    "POST",
+                    &api.admin_key,
+                    "/v1/webhooks/applied/rotate-secret",
+                    None,
+                )
+                .await;
+            (res.status() != 404).then_some(res)
+        },
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    let new = res.json::<Value>().await.unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stored = api
+        .ns
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get("applied-signing")
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.data.unwrap_or_default().keys().collect::<Vec<_>>(),
+        ["secret"],
+        "the Secret is left as it was"
+    );
+    let wf = activated(api, succeeding("Rotate applied")).await;
+    let run = start_run(api, &wf).await;
+    let r = received(
+        &s.receiver,
+        "a delivery after rotating the applied webhook",
+        Duration::from_secs(30),
+        |r| is_event(r, "run.succeeded", "run_id", &run),
+    )
+    .await;
+    assert_signed(&r, &[&new, old]);
+    let verdicts = standard_webhooks_verdicts(&[(&new, &r), (old, &r)]);
+    assert_eq!(verdicts, ["ok", "ok"], "receivers on either secret verify");
 }
 
 #[tokio::test]

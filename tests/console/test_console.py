@@ -75,6 +75,7 @@ class Receiver(http.server.BaseHTTPRequestHandler):
 class Console(unittest.TestCase):
     driver = None
     shots = 0
+    diamond_id = None
 
     @classmethod
     def setUpClass(cls):
@@ -196,6 +197,22 @@ class Console(unittest.TestCase):
         return self.driver.execute_script(
             "return (window.sentUrls || []).filter((u) => u.includes(arguments[0])).length", fragment)
 
+    def node(self, graph, step):
+        return self.find(f'#{graph} [data-node="{step}"]')
+
+    def edges(self, graph):
+        return sorted(e.get_attribute("data-edge") for e in self.driver.find_elements(By.CSS_SELECTOR, f"#{graph} [data-edge]"))
+
+    def keys(self, *keys):
+        """Presses keys together on whatever has the focus (Ctrl+Z: `self.keys(Keys.CONTROL, "z")`)."""
+        chain = ActionChains(self.driver)
+        for k in keys[:-1]:
+            chain.key_down(k)
+        chain.send_keys(keys[-1])
+        for k in reversed(keys[:-1]):
+            chain.key_up(k)
+        chain.perform()
+
     def lane_is(self, step, status):
         """Waits until the run page's timeline shows `step` in `status`."""
         self.wait.until(lambda d: d.find_element(
@@ -263,6 +280,33 @@ class Console(unittest.TestCase):
         for line in ["  rateLimit:", "    limit: 5", "    periodMs: 1000", "  debounce:", "    key: k",
                      "    periodMs: 2000", "    maxWaitMs: 9000", "    forEachConcurrency: 2"]:
             self.assertIn(line, yaml.split("\n"), yaml)
+        # yaml.js reads back what it writes, and the block and flow forms people write.
+        self.assertEqual(self.module("yaml.js", "const m0 = m.manifest({id: 'w', name: 'N', output: {aB: 1}, steps: [{id: 's', action: 'transform', "
+                                     "with: {value: {k: ['yes', 1.5, -2, null, '{{ run.id }}', 'a: b', 'x # y', {}]}}, for_each: '{{ trigger.payload.xs }}'}]});"
+                                     "return JSON.stringify(m.parseYaml(m.toYaml(m0))) === JSON.stringify(m0)"), True)
+        hand = ("# a manifest\nkind: Workflow\nspec:\n  name: Hand\n  timeoutMs: 9\n  steps:\n    - id: a\n      action: container\n"
+                "      with: {command: [sh, -c], env: {A: \"1\"}}\n      forEach: '{{ x }}'\n    - id: b\n      needs: [a]\n      with:\n"
+                "        script: |\n          echo one\n          echo two\n")
+        self.assertEqual(self.module("yaml.js", f"return m.fromManifest(m.parseYaml({json.dumps(hand)}))"), {
+            "name": "Hand", "timeout_ms": 9, "steps": [
+                {"id": "a", "action": "container", "with": {"command": ["sh", "-c"], "env": {"A": "1"}}, "for_each": "{{ x }}"},
+                {"id": "b", "needs": ["a"], "with": {"script": "echo one\necho two\n"}}]})
+        for bad, why in [("a: [1, 2", "line 1"), ("a: 1\na: 2", "given twice"), ("a: *x", "not supported"), ("a:\n\tb: 1", "tabs")]:
+            self.assertIn(why, self.module("yaml.js", f"try {{ m.parseYaml({json.dumps(bad)}); return 'parsed'; }} catch (e) {{ return e.message; }}"))
+        # graph.js: a chain without needs; with needs, longest-path layers (a diamond).
+        self.assertEqual(self.module("graph.js", "return m.layout([{id: 'a'}, {id: 'b'}, {id: 'c'}]).place.map((p) => p.layer)"), [0, 1, 2])
+        diamond = "[{id: 'a'}, {id: 'b', needs: ['a']}, {id: 'c', needs: ['a']}, {id: 'd', needs: ['c', 'b']}, {id: 'e'}]"
+        self.assertEqual(self.module("graph.js", f"return m.layout({diamond}).layers"), [[0, 4], [1, 2], [3]])
+        self.assertEqual(self.module("graph.js", f"return [m.waitsFor({diamond}, 3, 0), m.waitsFor({diamond}, 0, 3), m.waitsFor({diamond}, 4, 0)]"),
+                         [True, False, False])
+        # diff.js: a line diff keeps the common lines and orders removals first.
+        self.assertEqual(self.module("diff.js", "return m.diffLines('a\\nb\\nc\\nd', 'a\\nc\\nx\\nd').map((l) => l.op + l.text)"),
+                         [" a", "-b", " c", "+x", " d"])
+        # templates.js: a template goes into JSON in quotes unless in a string; the
+        # preview keeps a lone template's type.
+        self.assertEqual(self.module("templates.js", "return [m.quoteAt('{\"a\": ', 6, 'T'), m.quoteAt('{\"a\": \"x', 8, 'T')]"), ['"T"', "T"])
+        self.assertEqual(self.module("templates.js", "return m.preview({u: '{{ trigger.payload.c }}', s: 'hi {{ trigger.payload.c.n }}', k: '{{ steps.x.output }}'}, {c: {n: 1}})"),
+                         {"u": {"n": 1}, "s": "hi 1", "k": "{{ steps.x.output }}"})
 
 
     def test_01_first_page_is_fast_compressed_cached_and_locked_down(self):
@@ -304,6 +348,30 @@ class Console(unittest.TestCase):
         self.find("h1")
         self.shot("workflows-empty")
 
+    def test_03b_the_empty_state_offers_starter_templates_that_run(self):
+        self.ensure_admin()
+        self.go("/workflows", "#starters")
+        cards = self.driver.find_elements(By.CSS_SELECTOR, "#starters li[data-template]")
+        self.assertEqual([c.get_attribute("data-template") for c in cards], ["diamond", "approval", "fan-out"])
+        self.shot("workflows-starters")
+        self.click('#starters a[href="/workflows/new?template=diamond"]')
+        self.wait.until(lambda d: self.step_ids() == ["start", "left", "right", "join"])
+        self.assertEqual(self.edges("builder-graph"), ["left>join", "right>join", "start>left", "start>right"])
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        steps = self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1]["steps"])
+        self.assertEqual([(s["id"], s["needs"]) for s in steps],
+                         [("start", []), ("left", ["start"]), ("right", ["start"]), ("join", ["left", "right"])])
+        # It runs as it is: no payload needed.
+        self.assertEqual(api("PATCH", f"/workflows/{wf}", {"state": "active"})[0], 200)
+        status, run = api("POST", f"/workflows/{wf}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.wait.until(lambda d: api("GET", f"/runs/{run['id']}")[1]["status"] != "running")
+        view = api("GET", f"/runs/{run['id']}")[1]
+        self.assertEqual(view["status"], "succeeded", view)
+        self.assertEqual(view["steps"][3]["output"], {"left": f"left of {run['id']}", "right": f"right of {run['id']}"})
+
     def test_04_build_a_three_step_workflow_with_drag_and_keyboard_reorder(self):
         self.ensure_admin()
         self.click('a[href="/workflows/new"]')
@@ -332,14 +400,19 @@ class Console(unittest.TestCase):
         self.assertEqual(value.get_attribute("value"), '{"greeting": "{{ trigger.payload.name }}"}')
         self.set_value(self.step_field(first, "with.value"), '{"loud": "{{ steps.hello.output.greeting }}!"}')
         self.shot("builder")
-        # Drag "hello" (last) above "shout" (first) by its handle.
-        cards = self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card")
-        handle = cards[2].find_element(By.CSS_SELECTOR, ".handle")
-        target = cards[0]
-        self.driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", target)
-        ActionChains(self.driver).click_and_hold(handle).move_to_element_with_offset(
-            target, 0, -target.size["height"] // 2 + 4).release().perform()
-        self.wait.until(lambda d: self.step_ids() == ["hello", "shout", "pause"])
+        # Drag "hello" (last) above "shout" (first) by its handle, in a window tall
+        # enough to show both.
+        self.driver.set_window_size(1280, 1600)
+        try:
+            cards = self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card")
+            handle = cards[2].find_element(By.CSS_SELECTOR, ".handle")
+            target = cards[0]
+            self.driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", target)
+            ActionChains(self.driver).click_and_hold(handle).move_to_element_with_offset(
+                target, 0, -target.size["height"] // 2 + 4).release().perform()
+            self.wait.until(lambda d: self.step_ids() == ["hello", "shout", "pause"])
+        finally:
+            self.driver.set_window_size(1280, 1000)
         # Keyboard: focus the handle of "pause" and press Arrow Up once.
         handle = self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card .handle")[2]
         handle.send_keys(Keys.ARROW_UP)
@@ -355,6 +428,91 @@ class Console(unittest.TestCase):
         self.assertEqual([s["id"] for s in wf["steps"]], ["hello", "pause", "shout"])
         self.assertEqual(wf["steps"][0]["with"], {"value": {"greeting": "{{ trigger.payload.name }}"}})
         self.assertEqual(wf["steps"][1]["with"], {"ms": 400})
+
+    def test_04b_a_diamond_is_built_by_connecting_nodes_of_the_graph(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-name")
+        self.set_value(self.find("#wf-name"), "Diamond")
+        for step_id, action in [("a", "transform"), ("b", "delay"), ("c", "delay"), ("d", "transform")]:
+            self.add_step(action, step_id)
+        for index in (1, 2):
+            self.set_value(self.step_field(index, "with.ms"), "3000")
+        # No needs yet: a chain, drawn and said so.
+        self.wait.until(lambda d: self.edges("builder-graph") == ["a>b", "b>c", "c>d"])
+        self.text_in("#steps-help", "Steps run in order")
+        self.assertEqual(self.node("builder-graph", "b").get_attribute("data-kind"), "wait")
+        # Click a's connect handle, then b: b needs a, and the steps are a graph now.
+        self.click('#builder-graph [data-port="a"]')
+        self.text_in("#builder-graph .graph-hint", "Connecting from a")
+        self.click('#builder-graph [data-node="b"]')
+        self.wait.until(lambda d: self.edges("builder-graph") == ["a>b"])
+        self.text_in("#steps-help", "form a graph")
+        self.click('#builder-graph [data-port="a"]')
+        self.click('#builder-graph [data-node="c"]')
+        # Drag from b's handle onto d (held by their drawn parts: chromedriver places an
+        # SVG group's pointer position poorly).
+        port = self.find('#builder-graph [data-port="b"] circle')
+        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", port)
+        ActionChains(self.driver).click_and_hold(port).move_by_offset(20, 10).move_to_element(
+            self.find('#builder-graph [data-node="d"] .shape')).release().perform()
+        self.wait.until(lambda d: self.edges("builder-graph") == ["a>b", "a>c", "b>d"])
+        # The keyboard: Enter on c's handle, then Enter on d.
+        self.driver.execute_script("arguments[0].focus()", self.find('#builder-graph [data-port="c"]'))
+        self.keys(Keys.ENTER)
+        self.wait.until(lambda d: d.switch_to.active_element.get_attribute("data-port") == "c")
+        self.driver.execute_script("arguments[0].focus()", self.node("builder-graph", "d"))
+        self.keys(Keys.ENTER)
+        self.wait.until(lambda d: self.edges("builder-graph") == ["a>b", "a>c", "b>d", "c>d"])
+        # A connection that would close a cycle is refused.
+        self.click('#builder-graph [data-port="d"]')
+        self.click('#builder-graph [data-node="a"]')
+        self.text_in("#toasts", "would be a cycle")
+        self.assertEqual(self.edges("builder-graph"), ["a>b", "a>c", "b>d", "c>d"])
+        self.text_in('#steps .step-card:nth-child(4) .needs', "b")
+        self.text_in('#steps .step-card:nth-child(4) .needs', "c")
+        self.driver.execute_script("document.getElementById('steps-title').scrollIntoView()")
+        self.shot("builder-graph")
+        # Clicking a node selects its card and puts the focus in it.
+        self.click('#builder-graph [data-node="c"]')
+        self.wait.until(lambda d: "selected" in d.find_elements(By.CSS_SELECTOR, "#steps .step-card")[2].get_attribute("class"))
+        self.assertEqual(self.driver.switch_to.active_element.get_attribute("data-field"), "steps[2].id")
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        Console.diamond_id = self.driver.current_url.rsplit("/", 1)[1]
+        steps = self.wait.until(lambda d: api("GET", f"/workflows/{Console.diamond_id}")[1]["steps"])
+        self.assertEqual([(s["id"], s["needs"]) for s in steps], [("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"])])
+
+    def test_04c_an_inserted_template_keeps_the_json_valid_and_produces_an_object(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-name")
+        self.set_value(self.find("#wf-name"), "Reshape")
+        self.set_value(self.find("#sample-payload"), '{"customer": {"email": "ada@example.com"}}')
+        index = self.add_step("transform", "pick")
+        value = self.step_field(index, "with.value")
+        # Text that is not JSON is said to be one string.
+        self.set_value(value, '{"who": {{ trigger.payload.customer }}}')
+        self.text_in(f"#steps .step-card:nth-child({index + 1}) .value-preview", "Not valid JSON")
+        self.assertEqual(value.get_attribute("aria-invalid"), "true")
+        self.set_value(value, '{"who": }')
+        value.send_keys(Keys.LEFT)
+        card = self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card")[index]
+        self.press(card.find_element(By.CSS_SELECTOR, "details.refs summary"))
+        chip = WebDriverWait(card, WAIT).until(lambda c: c.find_element(By.XPATH, ".//button[text()='trigger.payload.customer']"))
+        self.press(chip)
+        self.assertEqual(value.get_attribute("value"), '{"who": "{{ trigger.payload.customer }}"}')
+        self.assertIsNone(value.get_attribute("aria-invalid"))
+        # The preview shows the object the step receives with the sample payload.
+        preview = self.find(f"#steps .step-card:nth-child({index + 1}) .preview-value")
+        self.assertEqual(json.loads(preview.text), {"who": {"email": "ada@example.com"}})
+        self.shot("builder-template-preview")
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        self.assertEqual(api("PATCH", f"/workflows/{wf}", {"state": "active"})[0], 200)
+        status, run = api("POST", f"/workflows/{wf}/runs", {"payload": {"customer": {"email": "ada@example.com"}}})
+        self.assertEqual(status, 201, run)
+        self.wait.until(lambda d: api("GET", f"/runs/{run['id']}")[1]["status"] == "succeeded")
+        self.assertEqual(api("GET", f"/runs/{run['id']}")[1]["steps"][0]["output"], {"who": {"email": "ada@example.com"}})
 
     def test_05_api_validation_errors_show_on_their_field(self):
         self.ensure_admin()
@@ -398,8 +556,9 @@ class Console(unittest.TestCase):
         self.set_value(self.find("#wf-name"), "Guarded")
         self.add_step("transform", "first")
         second = self.add_step("transform", "second")
-        self.driver.execute_script("document.querySelectorAll('#steps details.more').forEach((d) => { d.open = true; })")
-        self.set_value(self.step_field(second, "needs"), "first")
+        Select(self.step_field(second, "needs")).select_by_value("first")
+        self.click(f'[data-field="steps[{second}].needs"] + button')
+        self.text_in(f'#steps .step-card:nth-child({second + 1}) .needs', "first")
         # Removing a step another one needs asks first; refused, nothing changes.
         self.answer_confirm(False)
         self.click('[aria-label="Remove step 1"]')
@@ -424,6 +583,49 @@ class Console(unittest.TestCase):
         self.answer_confirm(False)
         self.click('#nav a[href="/workflows"]')
         self.wait.until(EC.url_matches(r"/workflows$"))
+
+    def test_05d_undo_and_redo_in_the_builder(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-name")
+        self.assertFalse(self.find("#undo").is_enabled())
+        self.set_value(self.find("#wf-name"), "Undone")
+        self.add_step("transform", "one")
+        two = self.add_step("transform", "two")
+        Select(self.step_field(two, "needs")).select_by_value("one")
+        self.click(f'[data-field="steps[{two}].needs"] + button')
+        self.wait.until(lambda d: self.edges("builder-graph") == ["one>two"])
+        # Ctrl+Z: the dependency goes, then the typed id, then the step.
+        self.keys(Keys.CONTROL, "z")
+        self.wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#steps .needs"))
+        self.assertEqual(self.step_ids(), ["one", "two"])
+        self.text_in("#steps-help", "Steps run in order")
+        self.keys(Keys.CONTROL, "z")
+        self.wait.until(lambda d: self.step_ids() == ["one", "step-2"])
+        self.click("#undo")
+        self.wait.until(lambda d: self.step_ids() == ["one"])
+        self.assertEqual(self.find("#wf-name").get_attribute("value"), "Undone")
+        # Redo, by the keys and by the button, gives them back.
+        self.keys(Keys.CONTROL, Keys.SHIFT, "z")
+        self.wait.until(lambda d: self.step_ids() == ["one", "step-2"])
+        self.keys(Keys.CONTROL, "y")
+        self.wait.until(lambda d: self.step_ids() == ["one", "two"])
+        self.click("#redo")
+        self.text_in("#steps .step-card:nth-child(2) .needs", "one")
+        self.text_in("#steps-help", "form a graph")
+        self.assertEqual(self.edges("builder-graph"), ["one>two"])
+        self.assertFalse(self.find("#redo").is_enabled())
+        self.shot("builder-undo")
+        # An edit after an undo drops what could have been redone.
+        self.click("#undo")
+        self.wait.until(lambda d: self.find("#redo").is_enabled())
+        self.set_value(self.find("#wf-name"), "Undone again")
+        self.wait.until(lambda d: not d.find_element(By.ID, "redo").is_enabled())
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        saved = self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1])
+        self.assertEqual((saved["name"], [(s["id"], s["needs"]) for s in saved["steps"]]),
+                         ("Undone again", [("one", []), ("two", [])]))
 
     def test_06_schedule_preview_lists_the_next_fire_times(self):
         self.ensure_admin()
@@ -645,6 +847,47 @@ class Console(unittest.TestCase):
         self.click("#download-yaml")
         self.shot("yaml")
 
+    def test_07b_a_manifest_is_imported_checked_by_the_server_and_applied_or_refused_whole(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Imported", [{"id": "old", "action": "transform", "with": {"value": 1}}], state="paused")
+        self.go(f"/workflows/{wf}", "#tab-yaml")
+        self.click("#tab-yaml")
+        self.click("#yaml-edit")
+        self.assertIn("id: old", self.find("#yaml-import").get_attribute("value"))
+        manifest = "\n".join([
+            "apiVersion: flowline.io/v1", "kind: Workflow", "metadata:", "  name: ignored", "spec:",
+            "  name: Imported twice   # renamed", "  timeoutMs: 60000", "  steps:",
+            "    - id: fetch", "      action: transform", "      with: {value: {order: \"{{ trigger.payload.order }}\", n: 2}}",
+            "    - id: check", "      action: transform", "      needs: [fetch]", "      with:", "        value: |", "          two", "          lines", ""])
+        self.set_value(self.find("#yaml-import"), manifest)
+        self.click("#yaml-apply")
+        self.text_in("#toasts", "Manifest applied")
+        saved = api("GET", f"/workflows/{wf}")[1]
+        self.assertEqual((saved["name"], saved["timeout_ms"]), ("Imported twice", 60000))
+        self.assertEqual([(s["id"], s["needs"], s["with"]) for s in saved["steps"]], [
+            ("fetch", [], {"value": {"order": "{{ trigger.payload.order }}", "n": 2}}),
+            ("check", ["fetch"], {"value": "two\nlines\n"})])
+        # The builder shows what was applied.
+        self.wait.until(lambda d: self.step_ids() == ["fetch", "check"])
+        # Refused by the server: its reasons in words, nothing changed.
+        self.click("#tab-yaml")
+        bad = "\n".join(["kind: Workflow", "spec:", "  name: Broken", "  steps:", "  - id: call", "    action: http.request",
+                         "    with: {method: GET, url: not a url}", ""])
+        self.set_value(self.find("#yaml-import"), bad)
+        self.click("#yaml-apply")
+        self.text_in("#yaml-error", "nothing was changed")
+        self.text_in("#yaml-error", "step 1 (call), with.url")
+        self.assertIn("http(s) URL", self.find("#yaml-error").text)
+        self.assertNotIn("steps[0]", self.find("#yaml-error").text)
+        self.shot("yaml-refused")
+        self.assertEqual(api("GET", f"/workflows/{wf}")[1]["name"], "Imported twice")
+        # Not YAML the console reads: said with its line, nothing sent.
+        self.answer_confirm(True)
+        self.set_value(self.find("#yaml-import"), "kind: Workflow\nspec: {name: [x\n")
+        self.click("#yaml-apply")
+        self.text_in("#yaml-error", "line 2")
+        self.assertEqual(self.sent(f"/v1/workflows/{wf}"), 0)
+
     def test_08_activate_pause_and_the_delete_rule(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}", "#activate")
@@ -690,6 +933,28 @@ class Console(unittest.TestCase):
         self.click("#step-shout summary")
         self.text_in("#step-shout", '"loud": "Ada!"')
         self.shot("run-succeeded")
+
+    def test_09b_the_run_page_draws_the_graph_with_live_status(self):
+        self.ensure_admin()
+        self.assertEqual(api("PATCH", f"/workflows/{Console.diamond_id}", {"state": "active"})[0], 200)
+        status, run = api("POST", f"/workflows/{Console.diamond_id}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.go(f"/runs/{run['id']}", "#run-graph")
+        self.driver.execute_script("window.__sameDocument = true")
+        self.assertEqual(self.edges("run-graph"), ["a>b", "a>c", "b>d", "c>d"])
+        # b and c run together, while d waits for both.
+        self.wait.until(lambda d: self.node("run-graph", "b").get_attribute("data-status") == "running"
+                        and self.node("run-graph", "c").get_attribute("data-status") == "running")
+        self.assertIn(self.node("run-graph", "d").get_attribute("data-status"), ("pending", None))
+        self.assertIn("running", self.node("run-graph", "b").find_element(By.TAG_NAME, "title").get_attribute("textContent"))
+        self.shot("run-graph-running")
+        self.wait.until(lambda d: all(self.node("run-graph", s).get_attribute("data-status") == "succeeded" for s in "abcd"))
+        self.assertTrue(self.driver.execute_script("return window.__sameDocument === true"), "the page updated in place")
+        # A node opens its step's panel.
+        self.click('#run-graph [data-node="d"]')
+        self.wait.until(lambda d: d.find_element(By.ID, "step-d").get_attribute("open") is not None)
+        self.text_in("#step-d", "version")
+        self.shot("run-graph-succeeded")
 
     def test_10_cancel_a_running_run(self):
         self.ensure_admin()
@@ -761,6 +1026,9 @@ class Console(unittest.TestCase):
         self.wait.until(lambda d: d.find_element(By.ID, "run-status").text == "succeeded")
         self.click("#step-invoice summary")
         kid = api("GET", f"/runs/{run['id']}")[1]["steps"][0]["child_run_id"]
+        # The graph draws a sub-workflow as one, linked to its child run.
+        self.assertEqual(self.node("run-graph", "invoice").get_attribute("data-kind"), "sub")
+        self.find(f'#run-graph a[href="/runs/{kid}"]')
         self.shot("run-with-child")
         self.click(f'#step-invoice .child-runs a[href="/runs/{kid}"]')
         self.wait.until(EC.url_contains(kid))
@@ -859,6 +1127,30 @@ class Console(unittest.TestCase):
         self.assertEqual((view["payload"], view["tags"], view["priority"]), ({"n": 2}, {"src": "banner"}, 2), view)
         self.assertEqual(api("POST", f"/runs/{again}/cancel")[0], 202)
 
+    def test_10g_a_run_shows_its_own_version_and_compares_it_with_the_workflow_now(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Versioned", [{"id": "s1", "action": "transform", "with": {"value": {"v": "old-value"}}}])
+        status, run = api("POST", f"/workflows/{wf}/runs", {})
+        self.assertEqual(status, 201, run)
+        self.wait.until(lambda d: api("GET", f"/runs/{run['id']}")[1]["status"] == "succeeded")
+        status, _ = api("PATCH", f"/workflows/{wf}", {"steps": [
+            {"id": "s1", "action": "transform", "with": {"value": {"v": "new-value"}}},
+            {"id": "s2", "action": "delay", "with": {"ms": 5}}]})
+        self.assertEqual(status, 200)
+        self.go(f"/runs/{run['id']}", "#compare-version")
+        # The input shown is the one that ran, not today's.
+        self.click("#step-s1 summary")
+        self.text_in("#step-s1", "old-value")
+        self.assertNotIn("new-value", self.find("#step-s1").text)
+        self.click("#compare-version")
+        self.text_in("#diff-summary", "1 line removed, 7 added")
+        lines = lambda css: [e.get_attribute("textContent").rstrip("\n") for e in self.driver.find_elements(By.CSS_SELECTOR, css)]
+        self.assertEqual(lines("#diff .del"), ["− " + " " * 8 + "v: old-value"])
+        self.assertIn("+ " + " " * 8 + "v: new-value", lines("#diff .ins"))
+        self.assertIn("+   - id: s2", lines("#diff .ins"))
+        self.assertEqual(self.find("#compare-version").get_attribute("aria-expanded"), "true")
+        self.shot("run-version-diff")
+
     def test_11_runs_list_filters_by_status(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}/runs", "#runs")
@@ -920,6 +1212,33 @@ class Console(unittest.TestCase):
         self.shot("runs-bulk")
         status, answer = api("POST", "/runs/bulk-cancel", {"filter": {"workflow_id": wf, "status": "running"}})
         self.assertEqual((status, answer["matched"]), (202, 3), answer)
+
+    def test_11c_runs_waiting_for_a_decision_are_listed_and_decided_there(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Needs a yes", [{"id": "sign-off", "action": "approval"}])
+        slow = self.make_workflow("Just slow", [{"id": "hold", "action": "delay", "with": {"ms": 60000}}])
+        runs = [api("POST", f"/workflows/{wf}/runs", {})[1]["id"] for _ in range(2)]
+        busy = api("POST", f"/workflows/{slow}/runs", {})[1]["id"]
+        self.wait.until(lambda d: all(api("GET", f"/runs/{r}")[1]["steps"][0]["status"] == "waiting" for r in runs))
+        self.wait.until(lambda d: api("GET", f"/runs/{busy}")[1]["steps"][0]["status"] == "running")
+        self.go("/runs", "#waiting")
+        listed = lambda: sorted(r.get_attribute("data-run") for r in self.driver.find_elements(By.CSS_SELECTOR, "#waiting tbody tr"))
+        self.assertEqual([r for r in listed() if r in runs + [busy]], sorted(runs))
+        self.text_in(f'#waiting tr[data-run="{runs[0]}"]', "sign-off")
+        self.shot("runs-waiting")
+        self.set_value(self.find(f"#comment-{runs[0]}-sign-off"), "looks right")
+        self.click(f"#approve-{runs[0]}-sign-off")
+        self.wait.until(lambda d: api("GET", f"/runs/{runs[0]}")[1]["status"] == "succeeded")
+        self.assertEqual(api("GET", f"/runs/{runs[0]}")[1]["steps"][0]["output"]["comment"], "looks right")
+        self.wait.until(lambda d: runs[0] not in listed())
+        self.answer_confirm(False)
+        self.click(f"#reject-{runs[1]}-sign-off")
+        self.assertEqual(self.sent("/reject"), 0, "a dismissed confirmation rejects nothing")
+        self.answer_confirm(True)
+        self.click(f"#reject-{runs[1]}-sign-off")
+        self.wait.until(lambda d: api("GET", f"/runs/{runs[1]}")[1]["status"] == "failed")
+        self.wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, f'#waiting tr[data-run="{runs[1]}"]'))
+        self.assertEqual(api("POST", f"/runs/{busy}/cancel")[0], 202)
 
     def test_12_webhook_secret_once_deliveries_resend_rotate(self):
         self.ensure_admin()

@@ -5,9 +5,11 @@
 //! Secrets step templates name.
 //!
 //! A workflow whose annotation `flowline.io/hook-secret` holds a secret the API made is
-//! left alone: that one wins. Otherwise the Secret is looked at when the workflow has no
-//! sealed secret yet, and again at most every [`LOOK_AGAIN`], so a replaced Secret is
-//! picked up without a read per reconcile.
+//! left alone: that one wins. Otherwise the Secret is read when the workflow is first
+//! seen and then every [`LOOK_AGAIN`] (a replaced or deleted Secret is picked up), or,
+//! while there is none, again after 5 s, 10 s, 20 s … up to [`LOOK_AGAIN`]: a Secret
+//! applied a moment after its Workflow is sealed at once, and a workflow that never
+//! gets one costs a read every few minutes, never one per reconcile.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,6 +25,26 @@ use flowline_core::sealed::{
 
 /// How often a workflow's hook Secret is read again.
 pub const LOOK_AGAIN: Duration = Duration::from_secs(300);
+/// The first wait after a read that found no Secret; it doubles with each such read.
+const FIRST_MISS_WAIT: Duration = Duration::from_secs(5);
+
+/// The last read of a workflow's hook Secret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Look {
+    pub at: Instant,
+    /// Reads in a row that found none.
+    pub misses: u32,
+}
+
+/// How long after `last` the Secret is read again. Pure.
+pub fn wait_after(last: &Look) -> Duration {
+    if last.misses == 0 {
+        return LOOK_AGAIN;
+    }
+    FIRST_MISS_WAIT
+        .saturating_mul(1 << (last.misses - 1).min(16))
+        .min(LOOK_AGAIN)
+}
 /// Workflows whose last read is remembered before old ones are dropped.
 const MAX_REMEMBERED: usize = 10_000;
 
@@ -37,12 +59,15 @@ pub enum Sealing {
     Clear,
 }
 
-/// Whether the controller reads `wf`'s hook Secret now, given when it last did. Pure.
-pub fn looks(wf: &Workflow, last_look: Option<Instant>, now: Instant) -> bool {
-    let sealed = wf.status.as_ref().and_then(|s| s.hook_secret.as_ref());
-    wf.spec.trigger.type_ == TriggerType::Webhook
-        && !wf.annotations().contains_key(ANNOTATION)
-        && (sealed.is_none() || last_look.is_none_or(|t| now.duration_since(t) >= LOOK_AGAIN))
+/// Whether `wf` may hold a secret its Secret brings: a webhook trigger, and no secret
+/// the API made. Pure.
+pub fn watched(wf: &Workflow) -> bool {
+    wf.spec.trigger.type_ == TriggerType::Webhook && !wf.annotations().contains_key(ANNOTATION)
+}
+
+/// Whether the controller reads `wf`'s hook Secret now, given its last read. Pure.
+pub fn looks(wf: &Workflow, last: Option<&Look>, now: Instant) -> bool {
+    watched(wf) && last.is_none_or(|last| now.duration_since(last.at) >= wait_after(last))
 }
 
 /// What `found` (the Secret as read; `None`: there is none) means for `wf`'s status.
@@ -74,8 +99,17 @@ fn text(secret: &Secret, key: &str) -> Option<String> {
 /// Reads and seals hook Secrets for the workflow controller.
 pub struct HookSecrets {
     seal: std::sync::Arc<SealKey>,
-    /// When each workflow's Secret was last read (`namespace/name`).
-    looked: Mutex<HashMap<String, Instant>>,
+    /// Each workflow's last read of its Secret (`namespace/name`).
+    looked: Mutex<HashMap<String, Look>>,
+}
+
+/// What a reconcile takes from [`HookSecrets::sealed`].
+#[derive(Debug, Default)]
+pub struct Looked {
+    /// What the status should hold; `None`: leave it as it is.
+    pub status: Option<Option<SealedHookSecret>>,
+    /// When to reconcile the workflow again to read its Secret.
+    pub again_in: Option<Duration>,
 }
 
 impl HookSecrets {
@@ -86,38 +120,55 @@ impl HookSecrets {
         }
     }
 
-    /// What `wf`'s status should hold: `None` to leave it as it is. A failed read
-    /// changes nothing (logged; looked at again later).
-    pub async fn sealed(&self, client: &Client, wf: &Workflow) -> Option<Option<SealedHookSecret>> {
+    /// What `wf`'s status should hold, and when to look again. A failed read changes
+    /// nothing (logged; read again like a miss).
+    pub async fn sealed(&self, client: &Client, wf: &Workflow) -> Looked {
         let (namespace, name) = (wf.namespace().unwrap_or_default(), wf.name_any());
         let id = format!("{namespace}/{name}");
         let now = Instant::now();
+        let last = {
+            let looked = self.looked.lock().unwrap_or_else(|e| e.into_inner());
+            let last = looked.get(&id).copied();
+            if !looks(wf, last.as_ref(), now) {
+                return Looked {
+                    status: None,
+                    again_in: last
+                        .filter(|_| watched(wf))
+                        .map(|l| wait_after(&l).saturating_sub(now.duration_since(l.at))),
+                };
+            }
+            last
+        };
+        let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+        let found = api.get_opt(&hook_secret_name(&name)).await;
+        if let Err(err) = &found {
+            tracing::warn!(%namespace, workflow = %name, error = %err, "cannot read the workflow's hook Secret");
+        }
+        let found = found.ok().flatten();
+        let misses = match &found {
+            Some(_) => 0,
+            None => last.map_or(0, |l| l.misses).saturating_add(1),
+        };
+        let look = Look { at: now, misses };
         {
             let mut looked = self.looked.lock().unwrap_or_else(|e| e.into_inner());
-            if !looks(wf, looked.get(&id).copied(), now) {
-                return None;
-            }
             // Bounded: entries past LOOK_AGAIN would be read again anyway.
             if looked.len() >= MAX_REMEMBERED {
-                looked.retain(|_, at| now.duration_since(*at) < LOOK_AGAIN);
+                looked.retain(|_, l| now.duration_since(l.at) < LOOK_AGAIN);
             }
-            looked.insert(id, now);
+            looked.insert(id, look);
         }
-        let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-        let found = match api.get_opt(&hook_secret_name(&name)).await {
-            Ok(found) => found,
-            Err(err) => {
-                tracing::warn!(%namespace, workflow = %name, error = %err, "cannot read the workflow's hook Secret");
-                return None;
-            }
-        };
-        match decide(wf, found.as_ref()) {
+        let status = match decide(wf, found.as_ref()) {
             Sealing::Keep => None,
             Sealing::Clear => Some(None),
             Sealing::Seal { secret, version } => Some(Some(SealedHookSecret {
                 sealed: self.seal.seal(ANNOTATION, &namespace, &name, &secret),
                 source_version: version,
             })),
+        };
+        Looked {
+            status,
+            again_in: Some(wait_after(&look)),
         }
     }
 }
@@ -160,35 +211,65 @@ mod tests {
     }
 
     #[test]
-    fn the_secret_is_read_for_a_webhook_workflow_without_the_apis_secret() {
+    fn the_secret_is_read_at_first_then_every_few_minutes_and_sooner_while_missing() {
         let now = Instant::now();
-        let long_ago = now.checked_sub(LOOK_AGAIN).unwrap();
-        let a_moment_ago = now.checked_sub(Duration::from_secs(1)).unwrap();
-        type Row<'a> = (&'a str, Workflow, Option<Instant>, bool);
+        let ago = |secs: u64| now.checked_sub(Duration::from_secs(secs)).unwrap();
+        let found = |secs| {
+            Some(Look {
+                at: ago(secs),
+                misses: 0,
+            })
+        };
+        let missed = |secs, misses| {
+            Some(Look {
+                at: ago(secs),
+                misses,
+            })
+        };
+        type Row<'a> = (&'a str, Workflow, Option<Look>, bool);
         let table: Vec<Row> = vec![
+            ("never read", wf("webhook", false, None), None, true),
             (
-                "none sealed yet",
-                wf("webhook", false, None),
-                Some(a_moment_ago),
-                true,
-            ),
-            (
-                "sealed, never looked here",
+                "found a moment ago",
                 wf("webhook", false, Some("1")),
-                None,
-                true,
-            ),
-            (
-                "sealed, looked a moment ago",
-                wf("webhook", false, Some("1")),
-                Some(a_moment_ago),
+                found(1),
                 false,
             ),
             (
-                "sealed, looked long ago",
+                "found five minutes ago",
                 wf("webhook", false, Some("1")),
-                Some(long_ago),
+                found(300),
                 true,
+            ),
+            (
+                "missed once, 4 s ago",
+                wf("webhook", false, None),
+                missed(4, 1),
+                false,
+            ),
+            (
+                "missed once, 5 s ago",
+                wf("webhook", false, None),
+                missed(5, 1),
+                true,
+            ),
+            (
+                "missed thrice, 19 s ago",
+                wf("webhook", false, None),
+                missed(19, 3),
+                false,
+            ),
+            (
+                "missed thrice, 20 s ago",
+                wf("webhook", false, None),
+                missed(20, 3),
+                true,
+            ),
+            (
+                "missed often, 4 min ago",
+                wf("webhook", false, None),
+                missed(240, 30),
+                false,
             ),
             (
                 "the API's secret wins",
@@ -204,7 +285,7 @@ mod tests {
             ),
         ];
         for (case, wf, last, want) in table {
-            assert_eq!(looks(&wf, last, now), want, "{case}");
+            assert_eq!(looks(&wf, last.as_ref(), now), want, "{case}");
         }
     }
 

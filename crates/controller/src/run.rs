@@ -536,6 +536,10 @@ impl Context {
         let waits = self
             .account_bound
             .must_wait(&namespace, &order, Instant::now());
+        if waits {
+            // Had it been woken for a place, the place goes to the account's next.
+            self.wake_account(&namespace);
+        }
         Waits {
             waits,
             opens_at: None,

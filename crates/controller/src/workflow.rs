@@ -402,7 +402,8 @@ async fn reconcile(
     let mut plan = plan(wf, &runs, &hooks, now, &parent_unfinished, &mut || {
         flowline_core::engine::events::new_event_id()
     });
-    if let Some(sealed) = ctx.hook_secrets.sealed(&ctx.client, wf).await {
+    let hook_secret = ctx.hook_secrets.sealed(&ctx.client, wf).await;
+    if let Some(sealed) = hook_secret.status {
         plan.status.hook_secret = sealed;
     }
     let run_api: Api<Run> = Api::namespaced(ctx.client.clone(), &ns);
@@ -467,13 +468,16 @@ async fn reconcile(
             unseen::forget(&ns, id);
         }
     }
-    Ok(match plan.wake_at {
-        Some(at) => {
-            let wait = (at.as_millisecond() - Timestamp::now().as_millisecond()).max(0) as u64;
-            Action::requeue(Duration::from_millis(wait + 5))
-        }
-        None => Action::await_change(),
-    })
+    let until_wake = plan.wake_at.map(|at| {
+        let wait = (at.as_millisecond() - Timestamp::now().as_millisecond()).max(0) as u64;
+        Duration::from_millis(wait + 5)
+    });
+    Ok(
+        match until_wake.into_iter().chain(hook_secret.again_in).min() {
+            Some(wait) => Action::requeue(wait),
+            None => Action::await_change(),
+        },
+    )
 }
 
 /// A failed reconcile is tried again after the workflow's own backoff

@@ -146,7 +146,8 @@ impl AccountBound {
     }
 
     /// Whether a run of `namespace` that has not started would wait now; one that
-    /// would is recorded as waiting (so it is woken in its turn), at no request.
+    /// would is recorded as waiting (so it is woken in its turn), at no request. A woken
+    /// run that must wait after all gives its place up: the caller wakes the next.
     pub fn must_wait(&self, namespace: &str, order: &Order, now: Instant) -> bool {
         let mut state = self.lock();
         if let Some(account) = state.accounts.get_mut(namespace) {
@@ -154,11 +155,18 @@ impl AccountBound {
         } else if !self.all_held(&state) {
             return false;
         }
-        if !self.blocked(&state, namespace, order) {
+        // A woken run's own place, held for it, does not block it: it keeps the place
+        // until it takes it, unless it must wait after all.
+        let woken = state
+            .accounts
+            .get_mut(namespace)
+            .and_then(|account| account.woken.remove_entry(order));
+        let blocked = self.blocked(&state, namespace, order);
+        let account = state.accounts.entry(namespace.to_string()).or_default();
+        if !blocked {
+            account.woken.extend(woken);
             return false;
         }
-        let account = state.accounts.entry(namespace.to_string()).or_default();
-        account.woken.remove(order);
         account.waiting.insert(order.clone());
         true
     }
@@ -327,6 +335,23 @@ mod tests {
         b.release("a");
         assert_eq!(b.next_waiting("a", now), woke("a", "run-2"));
         (b, now)
+    }
+
+    #[test]
+    fn a_woken_run_is_not_held_up_by_the_place_kept_for_it() {
+        let (b, now) = (bound(UNBOUNDED), Instant::now());
+        b.set_total(1);
+        assert_eq!(b.take("a", &order(1), now), Take::Taken);
+        assert!(b.must_wait("a", &order(2), now));
+        assert!(b.must_wait("a", &order(3), now));
+        b.release("a");
+        assert_eq!(b.next_waiting("a", now), woke("a", "run-2"));
+        // Looked at before it comes for the place: it need not wait, and the place
+        // stays its own.
+        assert!(!b.must_wait("a", &order(2), now));
+        assert!(b.must_wait("a", &order(3), now), "run-3 still waits");
+        assert_eq!(b.take("a", &order(3), now), Take::Wait);
+        assert_eq!(b.take("a", &order(2), now), Take::Taken);
     }
 
     #[test]
