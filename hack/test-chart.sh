@@ -469,9 +469,10 @@ for kind in HorizontalPodAutoscaler Ingress ServiceMonitor Secret; do
   grep -q "^kind: $kind$" "$tmp/render-default.yaml" && die "the default rendering has a $kind (it must be off by default)"
   grep -q "^kind: $kind$" "$tmp/render-full.yaml" || die "the full rendering has no $kind"
 done
-# One Role per process and listed namespace, and the leader-election Role.
-[ "$(grep -c '^kind: Role$' "$tmp/render-namespaced.yaml")" = 5 ] || die "namespaced mode must render one Role per process and listed namespace"
-[ "$(grep -c '^kind: Role$' "$tmp/render-default.yaml")" = 1 ] || die "cluster mode must render only the leader-election Role"
+# One Role per process and listed namespace (and the key-migration hook's, per listed
+# namespace), the leader-election Role and the seal key's.
+[ "$(grep -c '^kind: Role$' "$tmp/render-namespaced.yaml")" = 8 ] || die "namespaced mode must render one Role per process and listed namespace"
+[ "$(grep -c '^kind: Role$' "$tmp/render-default.yaml")" = 2 ] || die "cluster mode must render only the leader-election and the seal key's Roles"
 grep -q 'resources: \[secrets\]' <(sed -n '/^kind: ClusterRole$/,/^---/p' "$tmp/render-namespaced.yaml") &&
   die "namespaced mode must not grant Secrets in a ClusterRole"
 grep -q -- '- --default-plan=pro' "$tmp/render-full.yaml" || die "config.defaultPlan does not reach the arguments"
