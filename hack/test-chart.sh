@@ -462,10 +462,19 @@ for s in "${sets[@]}"; do
 done
 # What each rendering must hold.
 for kind in Deployment Service ServiceAccount ClusterRole ClusterRoleBinding PodDisruptionBudget NetworkPolicy \
-  ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding; do
+  ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding Job; do
   grep -q "^kind: $kind$" "$tmp/render-default.yaml" || die "the default rendering has no $kind"
 done
-for kind in HorizontalPodAutoscaler Ingress ServiceMonitor Secret; do
+# The one Secret by default is the seal key (and none with sealKey.existingSecret).
+render_doc "$tmp/render-default.yaml" Secret "$fullname-seal-key" >"$tmp/seal-key.yaml"
+[ "$(grep -c '^kind: Secret$' "$tmp/render-default.yaml")" = 1 ] && grep -qx 'type: flowline.io/seal-key' "$tmp/seal-key.yaml" ||
+  die "the default rendering must hold one Secret, the seal key"
+helm template "$rel" "$chart" -n "$ns_rel" --kube-version "$kube_version" --set sealKey.existingSecret=my-seal-key >"$tmp/render-own-seal.yaml" ||
+  die "helm template (sealKey.existingSecret)"
+grep -q '^kind: Secret$' "$tmp/render-own-seal.yaml" && die "sealKey.existingSecret: the chart still makes a seal key"
+grep -q -- '- --seal-key-secret=my-seal-key' "$tmp/render-own-seal.yaml" || die "sealKey.existingSecret does not reach the arguments"
+grep -qx -- '  resourceNames: \[my-seal-key\]' "$tmp/render-own-seal.yaml" || die "sealKey.existingSecret: the seal key Role does not name it"
+for kind in HorizontalPodAutoscaler Ingress ServiceMonitor ApiKey; do
   grep -q "^kind: $kind$" "$tmp/render-default.yaml" && die "the default rendering has a $kind (it must be off by default)"
   grep -q "^kind: $kind$" "$tmp/render-full.yaml" || die "the full rendering has no $kind"
 done
@@ -857,7 +866,8 @@ same("gateway", "PodMonitor label release", pm["metadata"]["labels"].get("releas
 # namespaced: the default names in every RoleBinding.
 for o in objects("namespaced", "RoleBinding"):
     for subject in o.get("subjects", []):
-        check(subject["name"] in (f"{fullname}-api", f"{fullname}-controller"), f"namespaced: RoleBinding {o['metadata']['name']} binds {subject['name']}")
+        check(subject["name"] in (f"{fullname}-api", f"{fullname}-controller", f"{fullname}-key-migration"),
+              f"namespaced: RoleBinding {o['metadata']['name']} binds {subject['name']}")
 
 if failures:
     print("\n".join(failures), file=sys.stderr)
@@ -1210,12 +1220,14 @@ for verb in patch update; do can_i no "$ns_rel" "$sa_api" "$verb" apikeys.flowli
 # No Secret of an account, for any verb: inbound hook and webhook signing secrets are
 # sealed into their Workflow or Webhook.
 for verb in get list watch create patch update delete; do can_i no "$ns_rel" "$sa_api" "$verb" secrets -n "$ns_other"; done
-# The seal key, read by name by both processes in the release namespace; no other Secret there.
+# The seal key, read by name by both processes in the release namespace; the API may
+# read no other Secret there (the controller reads Secrets by name in every account,
+# and in cluster mode the release namespace is one).
 for sa in "$sa_api" "$sa_ctl"; do
   can_i yes "$ns_rel" "$sa" get "secrets/$fullname-seal-key" -n "$ns_rel"
-  can_i no "$ns_rel" "$sa" get "secrets/$fullname-admin-key" -n "$ns_rel"
   can_i no "$ns_rel" "$sa" list secrets -n "$ns_rel"
 done
+can_i no "$ns_rel" "$sa_api" get "secrets/$fullname-admin-key" -n "$ns_rel"
 for verb in get list watch create patch; do can_i yes "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
 for verb in delete; do can_i no "$ns_rel" "$sa_api" "$verb" runs.flowline.io -n "$ns_other"; done
 for r in workflows runs webhooks; do
@@ -1512,7 +1524,13 @@ except urllib.error.HTTPError as e:
     print(e.code)
 PY
 }
-hook_accepted() { [ "$(hook_post "$1" "$2")" = 202 ]; }
+hook_accepted() { # what workflow secret: until a signed hook answers 202 (10 s)
+  local deadline=$((SECONDS + 10)) code
+  until code=$(hook_post "$2" "$3") && [ "$code" = 202 ]; do
+    [ "$SECONDS" -lt "$deadline" ] || { tail -n 20 "$tmp/api.log" >&2; die "$1: the hook answered ${code:-nothing}, not 202, within 10s"; }
+    sleep 0.5
+  done
+}
 call POST /v1/workflows 201 '{"name": "hooked", "trigger": {"type": "webhook"}}'
 made=$(json_get id <"$tmp/body")
 made_secret=$(json_get hook_secret <"$tmp/body")
@@ -1520,13 +1538,13 @@ call PATCH "/v1/workflows/$made" 200 '{"state": "active", "steps": [{"id": "t", 
 [[ "$(kubectl get workflow -n "$ns_rel" "$made" -o jsonpath='{.metadata.annotations.flowline\.io/hook-secret}')" == v1.* ]] ||
   die "the API's hook secret is not sealed into the workflow's annotation"
 kubectl get secret -n "$ns_rel" "$made-hook" >/dev/null 2>&1 && die "the API made a hook Secret"
-eventually "a hook signed with the secret the API made accepted" 10 hook_accepted "$made" "$made_secret"
+hook_accepted "a hook signed with the secret the API made" "$made" "$made_secret"
 [ "$(hook_post "$made" "whsec_$(printf 'x%.0s' {1..32} | base64)")" = 401 ] || die "a hook signed with another secret was not refused"
 brought="whsec_$(head -c 24 /dev/urandom | base64)"
 kubectl apply -n "$ns_rel" -f - >/dev/null <<YAML || die "applying a webhook workflow and its hook Secret"
 apiVersion: flowline.io/v1
 kind: Workflow
-metadata: {name: brought-hook}
+metadata: {name: brought-hook-$id}
 spec:
   name: Brought hook
   state: active
@@ -1535,13 +1553,18 @@ spec:
 ---
 apiVersion: v1
 kind: Secret
-metadata: {name: brought-hook-hook}
+metadata: {name: brought-hook-$id-hook}
 type: flowline.io/hook-secret
 stringData: {secret: "$brought"}
 YAML
-eventually "the controller seals the Secret's hook secret into the status" 30 \
-  test -n "$(kubectl get workflow -n "$ns_rel" brought-hook -o jsonpath='{.status.hookSecret.sealed}')"
-eventually "a hook signed with the secret a Secret brought accepted" 10 hook_accepted brought-hook "$brought"
+sealed_status() { test -n "$(kubectl get workflow -n "$ns_rel" "brought-hook-$id" -o jsonpath='{.status.hookSecret.sealed}')"; }
+# The controller first takes its shards (a lease duration at most: the full values' 20 s).
+deadline=$((SECONDS + 90))
+until sealed_status; do
+  [ "$SECONDS" -lt "$deadline" ] || { tail -n 30 "$tmp/operator.log" >&2; die "the controller did not seal the Secret's hook secret into the status within 90s"; }
+  sleep 0.5
+done
+hook_accepted "a hook signed with the secret a Secret brought" "brought-hook-$id" "$brought"
 log "inbound hook secrets: the API's sealed into the workflow's annotation (no Secret made), a Secret's sealed by the"
 log "  controller into the status; the API verifies both without reading a Secret, and refuses another secret"
 # The webhook exists before the run, so the run's run.succeeded event goes to it.
