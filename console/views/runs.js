@@ -57,19 +57,13 @@ export async function render(main, params) {
   }
 }
 
-const CHECKED = 20;
+const SHOWN = 50;
 
-/**
- * Runs whose approval step waits, with Approve and Reject. The list API knows no
- * "waiting" status (such a run is `running`): the newest running runs are read one by
- * one, at most CHECKED of them.
- */
+/** Runs whose approval step waits for a decision (`awaiting_decision`), with Approve and Reject. */
 async function waitingForDecision(box, base, workflowId) {
   let page;
-  try { page = await get(base, { status: 'running', workflow_id: workflowId, limit: CHECKED }); } catch { return; }
-  const runs = await Promise.all(page.data.map((r) => get(`/runs/${encodeURIComponent(r.id)}`).catch(() => null)));
-  const waiting = runs.filter(Boolean).flatMap((r) => r.steps
-    .filter((s) => s.status === 'waiting' && s.action === 'approval').map((s) => ({ run: r, step: s })));
+  try { page = await get(base, { awaiting_decision: 'true', workflow_id: workflowId, limit: SHOWN }); } catch { return; }
+  const waiting = page.data.flatMap((run) => run.awaiting_decision.map((step) => ({ run, step: { step_id: step } })));
   if (!box.isConnected) return;
   if (!waiting.length) return void fill(box);
   const execute = session.can('execute');
@@ -91,9 +85,9 @@ async function waitingForDecision(box, base, workflowId) {
     };
     const tr = h('tr', { dataset: { run: run.id, step: step.step_id } },
       h('td.mono', { 'data-label': 'Run' }, link(`/runs/${encodeURIComponent(run.id)}`, run.id)),
-      h('td', { 'data-label': 'Workflow' }, run.workflow_version?.name || run.workflow_id),
-      h('td', { 'data-label': 'Step' }, step.name || step.step_id),
-      h('td', { 'data-label': 'Waiting since' }, time(step.started_at)),
+      h('td', { 'data-label': 'Workflow' }, run.workflow_id),
+      h('td', { 'data-label': 'Step' }, step.step_id),
+      h('td', { 'data-label': 'Run started' }, time(run.started_at)),
       execute ? h('td', { 'data-label': 'Decision' }, h('div.row', {}, comment,
         h('button.primary', { type: 'button', id: `approve-${key}`, onclick: decide('approve', 'Approved') }, 'Approve'),
         h('button.danger', { type: 'button', id: `reject-${key}`, onclick: decide('reject', 'Rejected') }, 'Reject'))) : null);
@@ -104,10 +98,10 @@ async function waitingForDecision(box, base, workflowId) {
     title,
     h('table.list', { id: 'waiting' },
       h('caption.sr-only', {}, 'Approval steps waiting for a decision'),
-      h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Step', 'Waiting since', execute ? 'Decision' : null]
+      h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Step', 'Run started', execute ? 'Decision' : null]
         .filter(Boolean).map((c) => h('th', { scope: 'col' }, c)))),
       h('tbody', {}, waiting.map(row))),
-    page.next_cursor ? h('p.help', {}, `Among the ${CHECKED} newest running runs.`) : null));
+    page.next_cursor ? h('p.help', {}, `The ${SHOWN} newest; more wait.`) : null));
 }
 
 /** Status, tag and (account-wide) workflow filters; `apply` navigates to the new ones. */

@@ -889,17 +889,24 @@ spec:
         ["secret"],
         "the Secret is left as it was"
     );
-    let wf = activated(api, succeeding("Rotate applied")).await;
-    let run = start_run(api, &wf).await;
+    a_run_is_signed_with_both(&s, "Rotate applied", &new, old).await;
+}
+
+/// A run of a new workflow `name`: its `run.succeeded` delivery carries two signatures,
+/// `new`'s and `old`'s, and a receiver on either secret verifies it.
+async fn a_run_is_signed_with_both(s: &Setup, name: &str, new: &str, old: &str) {
+    let wf = activated(&s.api, succeeding(name)).await;
+    let run = start_run(&s.api, &wf).await;
     let r = received(
         &s.receiver,
-        "a delivery after rotating the applied webhook",
+        "a delivery after rotation",
         Duration::from_secs(30),
         |r| is_event(r, "run.succeeded", "run_id", &run),
     )
     .await;
-    assert_signed(&r, &[&new, old]);
-    let verdicts = standard_webhooks_verdicts(&[(&new, &r), (old, &r)]);
+    assert_eq!(r.header("webhook-signature").matches("v1,").count(), 2);
+    assert_signed(&r, &[new, old]);
+    let verdicts = standard_webhooks_verdicts(&[(new, &r), (old, &r)]);
     assert_eq!(verdicts, ["ok", "ok"], "receivers on either secret verify");
 }
 
@@ -930,19 +937,7 @@ async fn a_rotated_secret_signs_alongside_the_old_one_for_a_day() {
     let in_a_day = expires.duration_since(jiff::Timestamp::now()).as_hours();
     assert!((23..=24).contains(&in_a_day), "{expires}");
 
-    let wf = activated(api, succeeding("Rotate")).await;
-    let run = start_run(api, &wf).await;
-    let r = received(
-        &s.receiver,
-        "a delivery after rotation",
-        Duration::from_secs(30),
-        |r| is_event(r, "run.succeeded", "run_id", &run),
-    )
-    .await;
-    assert_eq!(r.header("webhook-signature").matches("v1,").count(), 2);
-    assert_signed(&r, &[&new, &old]);
-    let verdicts = standard_webhooks_verdicts(&[(&new, &r), (&old, &r)]);
-    assert_eq!(verdicts, ["ok", "ok"], "receivers on either secret verify");
+    a_run_is_signed_with_both(&s, "Rotate", &new, &old).await;
     assert_error(
         api.send(
             "POST",

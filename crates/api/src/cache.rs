@@ -175,6 +175,27 @@ fn namespace_index<K: Resource + Clone>() -> SharedNameIndex<K> {
 /// event ids). A run's payload, pinned steps, step records and errors are read from
 /// the API server by `GET /v1/runs/{id}`, so the cache stays small however large runs
 /// and history grow (docs/api.md, "What the API caches").
+/// On a cached run summary: its `approval` steps waiting for a decision, comma-separated.
+pub const AWAITING_DECISION: &str = "flowline.io/awaiting-decision";
+
+/// The ids of `run`'s approval steps waiting for a decision: from its step records, or,
+/// in a cached summary (which has none), as [`summarize_run`] kept them.
+pub fn awaiting_decision(run: &Run) -> Vec<String> {
+    if run.status.as_ref().is_some_and(|s| !s.steps.is_empty()) {
+        return run.awaiting_decision();
+    }
+    run.annotations()
+        .get(AWAITING_DECISION)
+        .map(|ids| ids.split(',').map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// [`summarize_run`], for the tests of what lists read from summaries.
+#[cfg(test)]
+pub(crate) fn summarize_for_tests(run: &mut Run) {
+    summarize_run(run);
+}
+
 fn summarize_run(run: &mut Run) {
     // A kubectl-applied run's idempotency digest is that of its payload: keep the
     // digest, not the payload.
@@ -182,6 +203,14 @@ fn summarize_run(run: &mut Run) {
         let digest = idempotency::digest_of(run);
         run.annotations_mut()
             .insert(idempotency::DIGEST_ANNOTATION.into(), digest);
+    }
+    // What its step records say of approvals (the records are dropped): lists filter
+    // on it.
+    let awaiting = run.awaiting_decision();
+    run.annotations_mut().remove(AWAITING_DECISION);
+    if !awaiting.is_empty() {
+        run.annotations_mut()
+            .insert(AWAITING_DECISION.into(), awaiting.join(","));
     }
     run.drop_details(EventDetail::IdentityOnly);
     // Callback tokens are credentials: the cache keeps their digests, which is all a

@@ -1,6 +1,7 @@
 //! The filters of the run lists (`GET /v1/runs` and `GET /v1/workflows/{id}/runs`):
 //! `workflow_id` (the account-wide list only), `status`, `tag=key:value` (repeatable,
-//! all must match), `created_after` and `created_before` (RFC 3339, inclusive).
+//! all must match), `created_after` and `created_before` (RFC 3339, inclusive), and
+//! `awaiting_decision` (`true`: runs with an approval waiting for a decision).
 //! Parsed once, matched against the watch cache's runs. Bulk actions take the same
 //! filter as a JSON object ([`RunFilterInput`]).
 
@@ -25,6 +26,8 @@ pub struct RunFilter {
     pub tags: Vec<(String, String)>,
     pub created_after: Option<Timestamp>,
     pub created_before: Option<Timestamp>,
+    /// Whether it has an approval waiting for a decision.
+    pub awaiting_decision: Option<bool>,
 }
 
 impl RunFilter {
@@ -38,6 +41,9 @@ impl RunFilter {
             && tags::has_all(run, &self.tags)
             && self.created_after.is_none_or(|t| created >= t)
             && self.created_before.is_none_or(|t| created <= t)
+            && self
+                .awaiting_decision
+                .is_none_or(|want| crate::cache::awaiting_decision(run).is_empty() != want)
     }
 
     /// The filters of a list's query string (other parameters are the pager's, or
@@ -57,6 +63,17 @@ impl RunFilter {
                 "tag" => tag(&value).map(|t| filter.tags.push(t)).err(),
                 "created_after" => time(&value).map(|t| filter.created_after = Some(t)).err(),
                 "created_before" => time(&value).map(|t| filter.created_before = Some(t)).err(),
+                "awaiting_decision" => match value.as_str() {
+                    "true" => {
+                        filter.awaiting_decision = Some(true);
+                        None
+                    }
+                    "false" => {
+                        filter.awaiting_decision = Some(false);
+                        None
+                    }
+                    _ => Some("must be true or false".to_string()),
+                },
                 _ => None,
             };
             if let Some(problem) = problem {
@@ -124,6 +141,9 @@ pub struct RunsQuery {
     /// Only runs created at or before this time (RFC 3339).
     #[param(format = DateTime)]
     created_before: Option<String>,
+    /// `true`: only runs with an `approval` step waiting for a decision; `false`: only
+    /// runs without one.
+    awaiting_decision: Option<bool>,
 }
 
 /// The account-wide list's own filter.
@@ -345,6 +365,36 @@ mod tests {
         for (filter, expected) in table {
             assert_eq!(filter.matches(&r), expected, "{filter:?}");
         }
+    }
+
+    #[test]
+    fn runs_awaiting_a_decision_are_found_in_full_runs_and_in_cached_summaries() {
+        let mut waiting: Run = serde_json::from_value(json!({
+            "apiVersion": "flowline.io/v1", "kind": "Run",
+            "metadata": {"name": "r", "creationTimestamp": "2026-03-01T00:00:00Z"},
+            "spec": {"workflowRef": "wf"},
+            "status": {"phase": "running", "parked": true, "steps": [
+                {"stepId": "build", "name": "build", "action": "transform", "status": "succeeded", "attempts": 1},
+                {"stepId": "ok", "name": "ok", "action": "approval", "status": "waiting", "attempts": 1},
+                {"stepId": "nap", "name": "nap", "action": "delay", "status": "waiting", "attempts": 1}]}
+        }))
+        .unwrap();
+        let only = |want| RunFilter {
+            awaiting_decision: Some(want),
+            ..Default::default()
+        };
+        assert_eq!(crate::cache::awaiting_decision(&waiting), ["ok"]);
+        assert!(only(true).matches(&waiting) && !only(false).matches(&waiting));
+        // The watch cache keeps a summary without step records: it still says so.
+        crate::cache::summarize_for_tests(&mut waiting);
+        assert!(waiting.status.as_ref().unwrap().steps.is_empty());
+        assert_eq!(crate::cache::awaiting_decision(&waiting), ["ok"]);
+        assert!(only(true).matches(&waiting));
+        let done = run("wf", "succeeded", "2026-03-01T00:00:00Z", json!({}));
+        assert!(only(false).matches(&done) && !only(true).matches(&done));
+        let f = RunFilter::from_query(Some("awaiting_decision=true"), true).unwrap();
+        assert_eq!(f.awaiting_decision, Some(true));
+        assert!(RunFilter::from_query(Some("awaiting_decision=yes"), true).is_err());
     }
 
     #[test]

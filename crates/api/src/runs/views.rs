@@ -35,6 +35,8 @@ pub struct RunListItem {
     pub tags: BTreeMap<String, String>,
     /// 1 (first) to 5: its place among runs waiting for a slot.
     pub priority: u8,
+    /// The ids of its `approval` steps waiting for a decision (empty: none).
+    pub awaiting_decision: Vec<String>,
 }
 
 impl From<&Run> for RunListItem {
@@ -53,6 +55,7 @@ impl From<&Run> for RunListItem {
                 .spec
                 .priority
                 .unwrap_or(flowline_core::crd::DEFAULT_PRIORITY),
+            awaiting_decision: crate::cache::awaiting_decision(run),
         }
     }
 }

@@ -537,6 +537,19 @@ impl Run {
         }
     }
 
+    /// The ids of its `approval` steps waiting for a decision (none once it finished).
+    pub fn awaiting_decision(&self) -> Vec<String> {
+        let Some(status) = self.status.as_ref().filter(|s| !s.phase.is_finished()) else {
+            return Vec::new();
+        };
+        status
+            .steps
+            .iter()
+            .filter(|s| s.status == StepPhase::Waiting && s.action == Some(Action::Approval))
+            .map(|s| s.step_id.clone())
+            .collect()
+    }
+
     /// When execution started; before the controller records it, when the Run was
     /// created.
     /// Whether it left the start line: it has a status other than `queued` (running,
