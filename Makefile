@@ -74,6 +74,10 @@ chaos: cluster install-crds ## Crash-proof acceptance: RUNS runs, KILLS operator
 	  $(CARGO) test --release --test cluster -- --ignored --exact --nocapture \
 	  chaos::a_killed_operator_is_invisible_to_users
 
+.PHONY: soak
+soak: build cluster install-crds ## Operator and an API replica under steady mixed load for SOAK_MINUTES (30): RSS, fds, threads, p99, writes per run over time; goals checked
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) SOAK_MINUTES=$(or $(SOAK_MINUTES),30) python3 hack/soak.py
+
 .PHONY: python-deps
 python-deps: ## schemathesis, the standardwebhooks verifier, openapi-spec-validator, openapi-python-client and selenium in .flowline/venv (from PyPI)
 	hack/python-deps.sh

@@ -1146,7 +1146,7 @@ quiet "Deployments available" kubectl wait -n "$ns_rel" --for condition=Availabl
 for obj in "serviceaccount/$fullname-api" "serviceaccount/$fullname-controller" "service/$fullname" "service/$fullname-controller" \
   "horizontalpodautoscaler/$fullname-api" "ingress/$fullname" "servicemonitor/$fullname" \
   "poddisruptionbudget/$fullname-api" "poddisruptionbudget/$fullname-controller" "networkpolicy/$fullname-api" "networkpolicy/$fullname-controller" \
-  "secret/$fullname-admin-key" "apikey/$fullname-admin" "role/$fullname-leader-election" \
+  "secret/$fullname-admin-key" "apikeys.flowline.io/$fullname-admin" "role/$fullname-leader-election" \
   "rolebinding/$fullname-leader-election" "configmap/$fullname-extra"; do
   kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 || die "helm install did not create $obj"
 done
@@ -1447,7 +1447,7 @@ sa_kubeconfig "$sa_mig" "$tmp/sa-migration.kubeconfig"
 KUBECONFIG="$tmp/sa-migration.kubeconfig" "$tmp/flowline" api-key migrate >"$tmp/out" 2>&1 ||
   { cat "$tmp/out" >&2; die "flowline api-key migrate as the hook's ServiceAccount"; }
 grep -q "moved API key $ns_other/key-legacy" "$tmp/out" || { cat "$tmp/out" >&2; die "the legacy key was not moved"; }
-[ "$(kubectl get apikey -n "$ns_other" key-legacy -o jsonpath='{.spec.scopes[0]}/{.metadata.annotations.flowline\.io/created-at}')" = "admin/2025-06-01T00:00:00Z" ] ||
+[ "$(kubectl get apikeys.flowline.io -n "$ns_other" key-legacy -o jsonpath='{.spec.scopes[0]}/{.metadata.annotations.flowline\.io/created-at}')" = "admin/2025-06-01T00:00:00Z" ] ||
   die "the moved key lost its scope or its age"
 kubectl get secret -n "$ns_other" key-legacy >/dev/null 2>&1 && die "the legacy key Secret survived its migration"
 KUBECONFIG="$tmp/sa-migration.kubeconfig" "$tmp/flowline" api-key migrate >"$tmp/out" 2>&1 ||
@@ -1695,7 +1695,7 @@ log "  X-Service-Signature verified with the webhook's secret; listed in /delive
 
 # ---------------------------------------------------------------------------------------
 step "7. helm upgrade"
-key_hash() { kubectl get apikey -n "$ns_rel" "$fullname-admin" -o jsonpath='{.spec.sha256}'; }
+key_hash() { kubectl get apikeys.flowline.io -n "$ns_rel" "$fullname-admin" -o jsonpath='{.spec.sha256}'; }
 hash_before=$(key_hash)
 quiet "helm upgrade $rel" helm upgrade "$rel" "$chart" -n "$ns_rel" -f "$chart/ci/full-values.yaml" "${fake_pods[@]}" \
   --set admissionPolicy.enabled=false --set config.defaultPlan=enterprise --set delivery.concurrency=8 \
@@ -1712,7 +1712,7 @@ quiet "Deployments available after the upgrade" kubectl rollout status -n "$ns_r
 log "upgraded (revision 2): --default-plan=enterprise (API) and --delivery-concurrency=8 (controller) rolled out; the bootstrap key is unchanged"
 quiet "helm upgrade (revoke the bootstrap key)" helm upgrade "$rel" "$chart" -n "$ns_rel" --reuse-values \
   --set bootstrapAdminKey.enabled=false --wait --timeout 120s
-for obj in "secret/$fullname-admin-key" "apikey/$fullname-admin"; do
+for obj in "secret/$fullname-admin-key" "apikeys.flowline.io/$fullname-admin"; do
   kubectl get -n "$ns_rel" "$obj" >/dev/null 2>&1 && die "$obj survived bootstrapAdminKey.enabled=false"
 done
 log "upgraded (revision 3): bootstrapAdminKey.enabled=false deleted the key's value Secret and its ApiKey (key revoked)"
@@ -1777,7 +1777,7 @@ done
 can_i yes "$ns_rel" "$sa_ctl" create leases.coordination.k8s.io -n "$ns_rel"
 can_i yes "$ns_rel" "$sa_ctl" update "leases.coordination.k8s.io/$fullname_ns-controller" -n "$ns_rel"
 can_i no "$ns_rel" "$sa_api" update "leases.coordination.k8s.io/$fullname_ns-controller" -n "$ns_rel"
-kubectl get apikey -n "$ns_a" "$fullname_ns-admin" >/dev/null 2>&1 || die "the bootstrap key is not in $ns_a"
+kubectl get apikeys.flowline.io -n "$ns_a" "$fullname_ns-admin" >/dev/null 2>&1 || die "the bootstrap key is not in $ns_a"
 log "can-i: Secrets and workflows only in $ns_a and $ns_b; not in $ns_rel, $ns_other, default, kube-system, nor cluster-wide;"
 log "  Namespace objects $ns_a and $ns_b only, and only for the API; Jobs and status only for the controller; the Lease in $ns_rel"
 
