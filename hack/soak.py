@@ -179,7 +179,9 @@ def run(ns, procs):
                                  "--public-url", f"http://127.0.0.1:{api_port}"], stderr=op_log, stdout=op_log)
     procs.append(operator)
     api_proc = subprocess.Popen([FLOWLINE, "api", "--listen", f"127.0.0.1:{api_port}", *common,
-                                 "--default-plan", "enterprise", "--enterprise-requests-per-minute", "100000"],
+                                 "--default-plan", "enterprise", "--enterprise-requests-per-minute", "100000",
+                                 # Callbacks carry no key: they count against the address budget.
+                                 "--unauthenticated-requests-per-minute", "100000"],
                                 stderr=api_log, stdout=api_log)
     procs.append(api_proc)
     wait_ready(op_port, operator, "the operator")

@@ -602,7 +602,9 @@ async fn keys_and_scopes_guard_every_endpoint() {
         .metadata
         .name
         .unwrap();
-    let out = api.ns.kubectl(&["delete", "apikeys.flowline.io", &key_name]);
+    let out = api
+        .ns
+        .kubectl(&["delete", "apikeys.flowline.io", &key_name]);
     assert!(
         out.status.success(),
         "{}",
