@@ -248,7 +248,8 @@ async fn twenty_container_steps_run_at_once() {
         .map(|i| {
             container(
                 &format!("s{i}"),
-                &format!("sleep 2; echo '{{\"i\":{i}}}' > $FLOWLINE_OUTPUT"),
+                // Long enough to overlap however slowly a busy node starts pods.
+                &format!("sleep 5; echo '{{\"i\":{i}}}' > $FLOWLINE_OUTPUT"),
             )
         })
         .collect();

@@ -191,13 +191,29 @@ impl Membership {
     }
 
     /// Renews this replica's member slot (taking a free one the first time, or when
-    /// another replica took it over), and counts the members alive.
+    /// another replica took it over), and counts the members alive. Replicas starting
+    /// together race for the same free slot: the losers (a conflict) look again at
+    /// once, so every replica holds a slot, and is counted, after its first heartbeat.
     pub async fn heartbeat(&self) -> Result<u32, kube::Error> {
-        let now = Timestamp::now();
-        let members = self.members().await?;
+        let mut attempts = self.slots;
+        loop {
+            let now = Timestamp::now();
+            let members = self.members().await?;
+            match self.write(&members, now).await {
+                Err(kube::Error::Api(e)) if e.code == 409 && attempts > 0 => attempts -= 1,
+                written => {
+                    written?;
+                    return Ok(live(&members, &self.identity, now, self.fresh));
+                }
+            }
+        }
+    }
+
+    /// Writes what [`claim`] says of `members`.
+    async fn write(&self, members: &[Lease], now: Timestamp) -> Result<(), kube::Error> {
         let params = PostParams::default();
         match claim(
-            &members,
+            members,
             &self.lease,
             &self.identity,
             self.slots,
@@ -230,7 +246,7 @@ impl Membership {
                  but the others cannot count it (raise --member-slots)"
             ),
         }
-        Ok(live(&members, &self.identity, now, self.fresh))
+        Ok(())
     }
 
     /// Releases this replica's member slot (a clean shutdown), so the others count
