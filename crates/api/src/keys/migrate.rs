@@ -19,13 +19,7 @@ pub fn from_legacy(secret: &Secret) -> Option<ApiKey> {
     if secret.type_.as_deref() != Some(LEGACY_TYPE) {
         return None;
     }
-    let field = |k: &str| -> Option<String> {
-        if let Some(v) = secret.string_data.as_ref().and_then(|d| d.get(k)) {
-            return Some(v.clone());
-        }
-        let bytes = secret.data.as_ref()?.get(k)?;
-        String::from_utf8(bytes.0.clone()).ok()
-    };
+    let field = |k: &str| flowline_delivery::secrets::text(secret, k);
     let mut scopes: Vec<Scope> = field("scopes")?
         .split(',')
         .filter_map(|s| Scope::parse(s.trim()))
