@@ -10,12 +10,13 @@ run list, a run, the workflow list). Every run.succeeded and run.failed event is
 delivered to a local receiver.
 
 Every SAMPLE seconds it records, for each process, its resident memory, open file
-descriptors and threads (from /proc; tokio tasks are not exported), the p99 of the
+descriptors and threads (from /proc) and its live async tasks
+(`flowline_runtime_tasks_alive` from its /metrics), the p99 of the
 soak's own API calls in that window, and the API server's writes per run started in it
 (an event's run and a child run count with the run that made them).
 At the end it waits for every run to finish and prints a table and a verdict against
-the goals: resident memory and descriptors flat after warm-up (at most 10 % growth over
-the last two thirds), p99 flat (the last third's within 1.5x of the second's, or
+the goals: resident memory, descriptors and tasks flat after warm-up (at most 10 % growth
+over the last two thirds; tasks may also move by 10 with the load in flight), p99 flat (the last third's within 1.5x of the second's, or
 under 50 ms), no run failed or stuck, no delivery lost. The figures are also written
 as JSON to .flowline/soak/report.json. Exit status 1 when a goal is missed.
 """
@@ -106,8 +107,9 @@ class Receiver(BaseHTTPRequestHandler):
         pass
 
 
-def proc(pid):
-    """Resident memory (MiB), open descriptors and threads of a process."""
+def proc(pid, port):
+    """Resident memory (MiB), open descriptors and threads of a process, and the live
+    tasks of its async runtime."""
     fields = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -117,7 +119,16 @@ def proc(pid):
         "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": int(fields["Threads"]),
+        "tasks": runtime_tasks(port),
     }
+
+
+def runtime_tasks(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as res:
+        for line in res.read().decode().splitlines():
+            if line.startswith("flowline_runtime_tasks_alive "):
+                return int(float(line.split()[1]))
+    sys.exit("soak: flowline_runtime_tasks_alive is missing from /metrics")
 
 
 def apiserver_writes():
@@ -247,7 +258,7 @@ def run(ns, procs):
             next_sample += SAMPLE
             writes = apiserver_writes()
             sample = {"t": round(MINUTES * 60 - (stop_at - time.monotonic())),
-                      "operator": proc(operator.pid), "api": proc(api_proc.pid),
+                      "operator": proc(operator.pid, op_port), "api": proc(api_proc.pid, api_port),
                       "p99_ms": round(p99(api.take_latencies()) * 1000, 1),
                       "writes_per_run": round((writes - writes_before) / max(1, len(started) - started_before), 2),
                       "runs": len(started)}
@@ -306,26 +317,31 @@ def report(samples, started, failed, unfinished, lost, events_posted):
         "failed": len(failed), "stuck": len(unfinished), "lost_deliveries": len(lost),
         "rss_growth": {p: round(growth(samples, p, "rss_mib"), 3) for p in ("operator", "api")},
         "fd_growth": {p: round(growth(samples, p, "fds"), 3) for p in ("operator", "api")},
+        "task_growth": {p: round(growth(samples, p, "tasks"), 3) for p in ("operator", "api")},
+        "task_change": {p: samples[-1][p]["tasks"] - samples[third][p]["tasks"] for p in ("operator", "api")},
         "p99_ms_second_third": p99_second, "p99_ms_last_third": p99_last,
         "samples": samples,
     }
     with open(os.path.join(OUT, "report.json"), "w") as f:
         json.dump(figures, f, indent=1)
-    print("\nt(s)  op RSS MiB  op fds  op thr  api RSS MiB  api fds  api thr  p99 ms  writes/run  runs")
+    print("\nt(s)  op RSS MiB  op fds  op thr  op tasks  api RSS MiB  api fds  api thr  api tasks  p99 ms  writes/run  runs")
     for s in samples:
         o, a = s["operator"], s["api"]
-        print(f"{s['t']:>5}  {o['rss_mib']:>10.1f}  {o['fds']:>6}  {o['threads']:>6}  {a['rss_mib']:>11.1f}  {a['fds']:>7}  "
-              f"{a['threads']:>7}  {s['p99_ms']:>6}  {s['writes_per_run']:>10}  {s['runs']:>4}")
+        print(f"{s['t']:>5}  {o['rss_mib']:>10.1f}  {o['fds']:>6}  {o['threads']:>6}  {o['tasks']:>8}  {a['rss_mib']:>11.1f}  "
+              f"{a['fds']:>7}  {a['threads']:>7}  {a['tasks']:>9}  {s['p99_ms']:>6}  {s['writes_per_run']:>10}  {s['runs']:>4}")
     goals = {
         "RSS flat (<= 10 % growth over the last two thirds)": all(v <= 0.10 for v in figures["rss_growth"].values()),
         "fds flat (<= 10 % growth over the last two thirds)": all(v <= 0.10 for v in figures["fd_growth"].values()),
+        "tasks flat (<= 10 % growth over the last two thirds, or <= 10 more)": all(
+            figures["task_growth"][p] <= 0.10 or figures["task_change"][p] <= 10 for p in ("operator", "api")),
         "p99 flat (last third <= 1.5x the second, or < 50 ms)": p99_last <= max(1.5 * p99_second, 50),
         "no run failed": not failed,
         "no run stuck": not unfinished,
         "no delivery lost": not lost,
     }
     print(f"\n{len(started)} runs, {events_posted} events posted; failed {len(failed)}, stuck {len(unfinished)}, "
-          f"deliveries lost {len(lost)}; RSS growth {figures['rss_growth']}, fd growth {figures['fd_growth']}; "
+          f"deliveries lost {len(lost)}; RSS growth {figures['rss_growth']}, fd growth {figures['fd_growth']}, "
+          f"task growth {figures['task_growth']}; "
           f"p99 {p99_second} ms then {p99_last} ms")
     for goal, met in goals.items():
         print(f"  {'met' if met else 'MISSED'}: {goal}")

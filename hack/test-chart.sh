@@ -1264,7 +1264,7 @@ for r in workflows webhooks; do
 done
 can_i no "$ns_rel" "$sa_ctl" create workflows.flowline.io -n "$ns_other"
 for verb in create list watch deletecollection; do can_i yes "$ns_rel" "$sa_ctl" "$verb" jobs.batch -n "$ns_other"; done
-can_i yes "$ns_rel" "$sa_ctl" list pods -n "$ns_other"
+for verb in list watch; do can_i yes "$ns_rel" "$sa_ctl" "$verb" pods -n "$ns_other"; done
 can_i no "$ns_rel" "$sa_ctl" create pods -n "$ns_other"
 can_i yes "$ns_rel" "$sa_ctl" get pods --subresource log -n "$ns_other"
 for verb in get create; do can_i yes "$ns_rel" "$sa_ctl" "$verb" secrets -n "$ns_other"; done

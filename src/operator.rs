@@ -83,6 +83,7 @@ pub async fn run(role: Role, connection: &flowline_kube::Connection) -> anyhow::
     let crds_gate = readiness.gate("crds");
     let metrics = Metrics::default();
     flowline_telemetry::build_info::register(&metrics, role.name());
+    flowline_telemetry::runtime_metrics::register(&metrics, tokio::runtime::Handle::current());
     let http_metrics = HttpMetrics::new(&metrics);
     // Checked before connecting: a timing that could let two leaders overlap is a
     // configuration error, not something to find out under load. The gauge is there

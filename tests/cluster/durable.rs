@@ -70,6 +70,36 @@ async fn a_run_executes_the_workflow_version_it_was_created_with() {
         view["status"], "failed",
         "the edited version fails at `extra`"
     );
+    // Both versions are held, each with the run that executes it; the API's cache
+    // sees the later run's pinned version once it has the run.
+    let versions = eventually(
+        "both versions listed with their runs",
+        Duration::from_secs(10),
+        || async {
+            let res = api.get(&key, &format!("/v1/workflows/{wf}/versions")).await;
+            assert_eq!(res.status(), 200);
+            let body: serde_json::Value = res.json().await.unwrap();
+            let listed: Vec<(i64, bool, String)> = body["data"]
+                .as_array()?
+                .iter()
+                .map(|v| {
+                    let id = v["last_run_id"].as_str().unwrap_or_default().to_owned();
+                    (v["generation"].as_i64().unwrap(), v["current"] == true, id)
+                })
+                .collect();
+            (listed == [(now, true, later.clone()), (pinned, false, run.clone())]).then_some(body)
+        },
+    )
+    .await;
+    let steps_of = |i: usize| {
+        versions["data"][i]["version"]["steps"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!((steps_of(0), steps_of(1)), (3, 2), "{versions}");
+    let other = api.get(&key, "/v1/workflows/wf-none/versions").await;
+    assert_eq!(other.status(), 404);
 }
 
 async fn ns_workflow_generation(api: &TestApi, wf: &str) -> i64 {

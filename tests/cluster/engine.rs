@@ -164,6 +164,23 @@ async fn http_steps_pass_outputs_and_secrets_along() {
         "the receiver got an Idempotency-Key: {key}"
     );
     assert_eq!(step(&run, "never").status, StepPhase::Skipped);
+    // The input as it ran, for people: rendered, the secret shown as redacted.
+    let input = step(&run, "ship")
+        .input
+        .clone()
+        .expect("the step's rendered input");
+    assert_eq!(
+        input["body"],
+        json!({"order": 7, "customer": "ada", "run": "chain-1"})
+    );
+    assert_eq!(input["headers"], json!({"x-token": "[redacted]"}));
+    assert!(!input.to_string().contains("s3cret"), "{input}");
+    assert!(!step(&run, "ship").input_truncated);
+    assert_eq!(
+        step(&run, "never").input,
+        None,
+        "a skipped step did not start"
+    );
     assert!(status.duration_ms.is_some() && status.finished_at.is_some());
     assert!(step(&run, "fetch").attempts == 1 && step(&run, "fetch").duration_ms.is_some());
     let kinds: Vec<EventKind> = status.pending_events.iter().map(|e| e.kind).collect();

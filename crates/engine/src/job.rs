@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerStateTerminated, EmptyDirVolumeSource, EnvVar, EnvVarSource,
@@ -17,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, LogParams, ObjectMeta, PostParams};
 use kube::runtime::wait::{Condition, await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -470,15 +472,19 @@ pub async fn run_attempt(client: &Client, namespace: &str, job: Job) -> Result<V
         }
         Err(e) => return Err(format!("creating Job {name} failed: {e}")),
     }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let finished = await_condition(jobs.clone(), &name, |j: Option<&Job>| {
         conditions::is_job_completed().matches_object(j) || job_failed(j)
     });
-    let finished = match finished.await {
+    let finished = tokio::select! {
+        output = succeeded_early(pods.clone(), &name) => return output,
+        finished = finished => finished,
+    };
+    let finished = match finished {
         Ok(job) => job,
         Err(e) => return Err(format!("watching Job {name} failed: {e}")),
     };
     let deadline_exceeded = finished.as_ref().is_some_and(deadline_exceeded);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pod = pods
         .list(&ListParams::default().labels(&format!("job-name={name}")))
         .await
@@ -513,16 +519,7 @@ pub async fn run_attempt(client: &Client, namespace: &str, job: Job) -> Result<V
                 }
                 other => other,
             };
-            if let Some(result) = emitted.and_then(Emitted::result) {
-                return result;
-            }
-            let message = t.message.unwrap_or_default();
-            if message.trim().is_empty() {
-                Ok(json!({}))
-            } else {
-                serde_json::from_str(&message)
-                    .map_err(|_| format!("the step wrote output that is not JSON: {message}"))
-            }
+            succeeded_output(emitted, t)
         }
         ended => {
             let ending = Ending {
@@ -538,6 +535,57 @@ pub async fn run_attempt(client: &Client, namespace: &str, job: Job) -> Result<V
             Err(step_pod::failure_message(&ending, &log))
         }
     }
+}
+
+/// The output of a step whose container exited 0: what the `output` container emitted,
+/// or else the JSON in the step's termination message (`{}` when it left none).
+fn succeeded_output(
+    emitted: Option<Emitted>,
+    step: ContainerStateTerminated,
+) -> Result<Value, String> {
+    if let Some(result) = emitted.and_then(Emitted::result) {
+        return result;
+    }
+    let message = step.message.unwrap_or_default();
+    if message.trim().is_empty() {
+        Ok(json!({}))
+    } else {
+        serde_json::from_str(&message)
+            .map_err(|_| format!("the step wrote output that is not JSON: {message}"))
+    }
+}
+
+/// The output of an attempt whose step container exited 0, as soon as the pod's status
+/// says so and the `output` container's line is in its log. That is a relist of the
+/// kubelet (the `output` container's own exit) and a pass of the Job controller
+/// sooner than the Job's completion. Pends in every other case — a failure, a pod being
+/// deleted (a deadline or a cancel stops it), a line not printed yet — and the Job's
+/// completion decides.
+async fn succeeded_early(pods: Api<Pod>, job: &str) -> Result<Value, String> {
+    let config = watcher::Config::default().labels(&format!("job-name={job}"));
+    let mut seen = std::pin::pin!(
+        watcher(pods.clone(), config)
+            .default_backoff()
+            .applied_objects()
+    );
+    while let Some(pod) = seen.next().await {
+        let Ok(pod) = pod else { continue };
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(step) = terminated(&pod, STEP_CONTAINER).filter(|t| t.exit_code == 0) else {
+            continue;
+        };
+        // The `output` container may not have started, or not printed, yet.
+        let Ok(log) = read_log(&pods, &pod.name_any(), OUTPUT_CONTAINER, LogPart::Head).await
+        else {
+            continue;
+        };
+        if let Some(emitted) = Emitted::from_log(&log) {
+            return succeeded_output(Some(emitted), step);
+        }
+    }
+    std::future::pending().await
 }
 
 /// The terminated state of one of a pod's containers.

@@ -780,6 +780,10 @@ async fn run_step(
             }
         }
     }
+    if step.for_each.is_none() {
+        (record.input, record.input_truncated) = shown_input(step, ctx, &step_secrets, redactor)
+            .map_or((None, false), |(v, cut)| (Some(v), cut));
+    }
     if step.action.is_waiting_kind() {
         return start_waiting(shared, step, record, ctx, redactor);
     }
@@ -1208,6 +1212,23 @@ fn json_type(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// A step's `with` as people read it in its record: rendered with the run's context,
+/// each secret value shown as `[redacted]` (and any that an earlier output carried
+/// redacted too), capped. None when it has no `with` or it cannot be rendered (the
+/// attempt then fails with the reason).
+fn shown_input(
+    step: &Step,
+    ctx: &mut Value,
+    step_secrets: &secrets::StepSecrets,
+    redactor: &Redactor,
+) -> Option<(Value, bool)> {
+    let with = step.with.as_ref()?;
+    let values = std::mem::replace(&mut ctx["secrets"], step_secrets.redacted_context());
+    let rendered = template::render(with, ctx);
+    ctx["secrets"] = values;
+    Some(output::cap_input(redactor.value(rendered.ok()?)))
 }
 
 /// What one attempt runs: its input, not a state or an outcome of the step.

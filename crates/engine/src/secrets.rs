@@ -157,6 +157,12 @@ impl StepSecrets {
         self.context_with(|_, _, value| value.to_owned())
     }
 
+    /// The `secrets` root of a context for rendering what people read: every value
+    /// shown as `[redacted]`.
+    pub fn redacted_context(&self) -> Value {
+        self.context_with(|_, _, _| flowline_core::engine::redact::REDACTED.to_owned())
+    }
+
     /// Every value read, for the redactor.
     pub fn values(&self) -> impl Iterator<Item = &str> {
         self.0

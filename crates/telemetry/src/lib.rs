@@ -14,6 +14,7 @@ pub mod leader_metrics;
 pub mod log_writer;
 pub mod logging;
 pub mod metrics;
+pub mod runtime_metrics;
 pub mod timestamp;
 pub mod traces;
 pub mod undecodable;

@@ -73,6 +73,14 @@ pub struct StepRecordView {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<ApiTime>,
     pub duration_ms: Option<u64>,
+    /// The step's `with` as rendered when it started, for people to read: secret values
+    /// shown as `[redacted]`, at most 4 KiB (else `input_truncated`). `null` for
+    /// `for_each` steps, steps not started, and runs executed before inputs were kept.
+    #[schema(value_type = Option<Value>)]
+    pub input: Option<Value>,
+    /// True when `input` is a string preview of the start of its JSON text (or, when
+    /// `input` is `null`, was dropped to keep the run within its size limits).
+    pub input_truncated: bool,
     /// Output of the action: any JSON value, shaped by the action.
     #[schema(value_type = Option<Value>)]
     pub output: Option<Value>,
@@ -118,6 +126,8 @@ impl From<&StepRecord> for StepRecordView {
             started_at: r.started_at.map(ApiTime),
             finished_at: r.finished_at.map(ApiTime),
             duration_ms: r.duration_ms,
+            input: r.input.clone(),
+            input_truncated: r.input_truncated,
             output: r.output.clone(),
             output_truncated: r.output_truncated,
             error: r.error.clone(),

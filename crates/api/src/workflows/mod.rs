@@ -3,6 +3,7 @@
 
 pub mod backfill;
 pub mod input;
+pub mod versions;
 pub mod views;
 
 #[cfg(test)]
@@ -42,6 +43,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
         .routes(routes!(show, update, remove))
         .routes(routes!(rotate_hook_secret))
         .merge(backfill::router())
+        .merge(versions::router())
 }
 
 /// The workflow from the cache, or `workflow_not_found` (also for other accounts).

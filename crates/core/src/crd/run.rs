@@ -698,6 +698,15 @@ pub struct StepRecord {
     /// `finishedAt - startedAt` in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// The step's `with` as it was rendered when the step started, for people to read:
+    /// every secret value shown as `[redacted]`, capped at 4 KiB (see `inputTruncated`).
+    /// Unset for `forEach` steps (each element renders its own) and steps not started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub input: Option<serde_json::Value>,
+    /// True when `input` is a preview of the start of its JSON text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub input_truncated: bool,
     /// Output of the action (capped at 64 KiB; see `outputTruncated`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_value")]

@@ -19,6 +19,9 @@ use crate::crd::{Run, RunStatus, StepRecord};
 use crate::limits::{cap_error, cap_to};
 
 pub const MAX_STEP_OUTPUT: usize = 64 * 1024;
+/// The most of a step's rendered input its record keeps whole (it is for people to
+/// read: the step itself gets all of it).
+pub const MAX_STEP_INPUT: usize = 4 * 1024;
 pub const MAX_RUN_OUTPUTS: usize = 512 * 1024;
 /// What the engine aims the whole Run object (metadata, spec and status) at: well
 /// under the API server's limit, so a payload, a few errors and the outputs fit together.
@@ -49,10 +52,20 @@ fn preview(v: &Value) -> Value {
 
 /// Caps one output: returns what to store and whether it was truncated.
 pub fn cap(output: Value) -> (Value, bool) {
-    if size(&output) > MAX_STEP_OUTPUT {
-        (preview(&output), true)
+    cap_at(output, MAX_STEP_OUTPUT)
+}
+
+/// Caps a step's rendered input for its record: returns what to store and whether it
+/// was truncated.
+pub fn cap_input(input: Value) -> (Value, bool) {
+    cap_at(input, MAX_STEP_INPUT)
+}
+
+fn cap_at(value: Value, limit: usize) -> (Value, bool) {
+    if size(&value) > limit {
+        (preview(&value), true)
     } else {
-        (output, false)
+        (value, false)
     }
 }
 
@@ -105,6 +118,23 @@ fn output_to_preview(step: &mut StepRecord) -> usize {
 fn drop_output(step: &mut StepRecord) -> usize {
     match step.output.take() {
         Some(out) => size(&out).saturating_sub(mark_truncated(step)),
+        None => 0,
+    }
+}
+
+/// Drops a step's recorded input (it is for display only; `inputTruncated` says it
+/// went).
+fn drop_input(step: &mut StepRecord) -> usize {
+    match step.input.take() {
+        Some(input) => {
+            let marker = if step.input_truncated {
+                0
+            } else {
+                r#","inputTruncated":true"#.len()
+            };
+            step.input_truncated = true;
+            size(&input).saturating_sub(marker)
+        }
         None => 0,
     }
 }
@@ -171,8 +201,8 @@ pub fn status_size(status: &RunStatus) -> usize {
     size(status)
 }
 
-/// The status to write: every error capped, then degraded in stages — outputs to
-/// previews, outputs dropped, step errors shortened, each oldest first — until it
+/// The status to write: every error capped, then degraded in stages — recorded inputs
+/// dropped (they are for display only), outputs to previews, outputs dropped, step errors shortened, each oldest first — until it
 /// serializes to at most `budget` bytes or nothing more can go (last: the iteration
 /// records of `forEach` steps). Phase, times, step
 /// states and events are never touched, so the final phase always gets written.
@@ -188,7 +218,8 @@ pub fn bound(status: RunStatus, budget: usize) -> RunStatus {
     }
     // `current` only ever overestimates: every stage counts at most what it saved.
     let mut current = size(&bounded);
-    let stages: [fn(&mut StepRecord) -> usize; 4] = [
+    let stages: [fn(&mut StepRecord) -> usize; 5] = [
+        drop_input,
         output_to_preview,
         drop_output,
         shorten_error,
@@ -334,6 +365,34 @@ mod tests {
     }
 
     #[test]
+    fn inputs_are_capped_to_a_preview_and_dropped_before_any_output() {
+        let (kept, cut) = cap_input(json!({"url": "https://example.test/a"}));
+        assert_eq!(
+            (kept, cut),
+            (json!({"url": "https://example.test/a"}), false)
+        );
+        let (preview, cut) = cap_input(json!({"body": "b".repeat(MAX_STEP_INPUT)}));
+        assert!(cut && preview.as_str().is_some_and(|p| p.len() <= PREVIEW));
+        let steps = (0..3)
+            .map(|i| StepRecord {
+                step_id: format!("s{i}"),
+                input: Some(json!("i".repeat(3_000))),
+                output: Some(json!("o".repeat(10_000))),
+                ..Default::default()
+            })
+            .collect();
+        let status = RunStatus {
+            steps,
+            ..Default::default()
+        };
+        // Room for everything but one input: the oldest input goes, every output stays.
+        let bounded = bound(status.clone(), size(&status) - 2_000);
+        assert!(bounded.steps[0].input.is_none() && bounded.steps[0].input_truncated);
+        assert!(bounded.steps[1..].iter().all(|s| s.input.is_some()));
+        assert!(bounded.steps.iter().all(|s| !s.output_truncated));
+    }
+
+    #[test]
     fn refused_writes_halve_the_size_then_ask_for_the_least_status() {
         assert_eq!(shrunk_budget(1000, 1), 500);
         assert_eq!(shrunk_budget(500, MAX_SHRINK - 1), 250);
@@ -391,6 +450,8 @@ mod tests {
             started_at: Some(now),
             finished_at: Some(now),
             duration_ms: Some(rng.random()),
+            input: rng.random_bool(0.8).then(|| random_value(rng, 20_000)),
+            input_truncated: false,
             // Outputs beyond the per-step cap too: `bound` must not rely on `cap`.
             output: rng.random_bool(0.8).then(|| random_value(rng, 200_000)),
             output_truncated: false,
