@@ -190,6 +190,19 @@ pub fn awaiting_decision(run: &Run) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// On a cached run summary: the generation of the workflow version it executes (the
+/// pinned copy itself is dropped).
+pub const WORKFLOW_GENERATION: &str = "flowline.io/workflow-generation";
+
+/// The workflow generation `run` executes, from a whole run or a cached summary.
+pub fn workflow_generation(run: &Run) -> Option<i64> {
+    run.workflow_generation().or_else(|| {
+        run.annotations()
+            .get(WORKFLOW_GENERATION)
+            .and_then(|g| g.parse().ok())
+    })
+}
+
 /// [`summarize_run`], for the tests of what lists read from summaries.
 #[cfg(test)]
 pub(crate) fn summarize_for_tests(run: &mut Run) {
@@ -211,6 +224,10 @@ fn summarize_run(run: &mut Run) {
     if !awaiting.is_empty() {
         run.annotations_mut()
             .insert(AWAITING_DECISION.into(), awaiting.join(","));
+    }
+    if let Some(generation) = run.spec.workflow.as_ref().map(|w| w.generation) {
+        run.annotations_mut()
+            .insert(WORKFLOW_GENERATION.into(), generation.to_string());
     }
     run.drop_details(EventDetail::IdentityOnly);
     // Callback tokens are credentials: the cache keeps their digests, which is all a
