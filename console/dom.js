@@ -116,9 +116,9 @@ export async function createShownOnce({ error, once, create, reveal, done }) {
   }
 }
 
-/** Pretty JSON in a <pre>. */
+/** Pretty JSON in a <pre>; focusable, so that the keyboard scrolls a long one. */
 export function json(value) {
-  return h('pre.json', {}, JSON.stringify(value, null, 2));
+  return h('pre.json', { tabindex: '0' }, JSON.stringify(value, null, 2));
 }
 
 /** A heading that receives focus after navigation (screen readers announce the page). */

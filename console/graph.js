@@ -2,7 +2,8 @@
 // `needs` the steps are a chain (each step follows the previous one); as soon as one
 // step has `needs`, only `needs` order them and steps without any start at once.
 // Layout: longest-path layers over the dependencies (left to right), then the steps
-// of each layer ordered by where their dependencies sit. No library.
+// of each layer ordered by where their dependencies sit. No library. The layers go
+// left to right, or top to bottom (`vertical`: in a narrow column beside the cards).
 
 const NS = 'http://www.w3.org/2000/svg';
 const W = 190;
@@ -10,6 +11,9 @@ const H = 56;
 const GX = 56;
 const GY = 30;
 const PAD = 14;
+// Between the nodes of a layer and between layers, when the layers go down.
+const VX = 24;
+const VY = 44;
 
 function svg(tag, attrs, ...children) {
   const el = document.createElementNS(NS, tag);
@@ -145,10 +149,13 @@ function icon(k, x, y) {
  *                   the target: by click-then-click, by keyboard, or by dragging)
  *   status(step)    run page: the step's record ({status, child_run_id, …}) or null
  *   announce(text)  tells screen readers what happened
+ *   vertical()      whether the layers go top to bottom (read at each drawing)
+ * Returns { update(steps), mark(i) } (mark: the step being edited, or null).
  */
 export function graphView(box, opts) {
   let pending = null; // the position whose handle was chosen, waiting for a target
   let steps = [];
+  let marked = null;
   const hint = document.createElement('p');
   hint.className = 'help graph-hint';
   hint.setAttribute('aria-live', 'polite');
@@ -173,25 +180,34 @@ export function graphView(box, opts) {
     const refocus = box.contains(active) ? active.getAttribute('data-focus') : null;
     const { deps, graph, cyclic, layers, place } = layout(steps);
     const tallest = Math.max(1, ...layers.map((l) => l.length));
-    const pos = place.map(({ layer, row }) => ({
-      x: PAD + layer * (W + GX),
-      y: PAD + 8 + (row + (tallest - layers[layer].length) / 2) * (H + GY),
-    }));
-    const width = PAD * 2 + 8 + Math.max(1, layers.length) * (W + GX) - GX + (opts.onConnect ? 10 : 0);
-    const height = PAD * 2 + 8 + tallest * (H + GY) - GY + 14;
+    const deep = Math.max(1, layers.length);
+    const vertical = Boolean(opts.vertical?.());
+    const pos = place.map(({ layer, row }) => {
+      const side = row + (tallest - layers[layer].length) / 2;
+      return vertical
+        ? { x: PAD + side * (W + VX), y: PAD + 8 + layer * (H + VY) }
+        : { x: PAD + layer * (W + GX), y: PAD + 8 + side * (H + GY) };
+    });
+    const width = vertical
+      ? PAD * 2 + 8 + tallest * (W + VX) - VX
+      : PAD * 2 + 8 + deep * (W + GX) - GX + (opts.onConnect ? 10 : 0);
+    const height = vertical
+      ? PAD * 2 + 8 + deep * (H + VY) - VY + 14 + (opts.onConnect ? 10 : 0)
+      : PAD * 2 + 8 + tallest * (H + GY) - GY + 14;
+    // Where edges leave a node (and its connect handle sits), and where they arrive.
+    const exit = (p) => (vertical ? [p.x + W / 2, p.y + H] : [p.x + W, p.y + H / 2]);
+    const entry = (p, step) => (vertical ? [p.x + W / 2, p.y - (step.for_each ? 10 : 2)] : [p.x - 2, p.y + H / 2]);
     const edges = [];
     deps.forEach((ds, j) => ds.forEach((i) => {
-      const a = pos[i];
-      const b = pos[j];
       const back = cyclic.has(`${i}>${j}`);
-      const x1 = a.x + W;
-      const y1 = a.y + H / 2;
-      const x2 = b.x - 2;
-      const y2 = b.y + H / 2;
-      const mid = back ? 40 : (x2 - x1) / 2;
+      const [x1, y1] = exit(pos[i]);
+      const [x2, y2] = entry(pos[j], steps[j]);
+      const mid = back ? 40 : ((vertical ? y2 - y1 : x2 - x1) / 2);
       edges.push(svg('path', {
         class: `edge${back ? ' cycle' : ''}${graph ? '' : ' chain'}`, 'marker-end': 'url(#graph-arrow)',
-        d: `M${x1} ${y1} C${x1 + mid} ${y1} ${x2 - mid} ${y2} ${x2} ${y2}`,
+        d: vertical
+          ? `M${x1} ${y1} C${x1} ${y1 + mid} ${x2} ${y2 - mid} ${x2} ${y2}`
+          : `M${x1} ${y1} C${x1 + mid} ${y1} ${x2 - mid} ${y2} ${x2} ${y2}`,
         'data-edge': `${steps[i].id}>${steps[j].id}`,
       }));
     }));
@@ -208,7 +224,7 @@ export function graphView(box, opts) {
       const said = `${first} ${second}: step ${title}${step.for_each ? ` (${step.action}, for each)` : ''}, `
         + `${needs.length ? `after ${needs.join(', ')}` : 'starts at once'}`;
       const node = svg('g', {
-        class: `node${status ? ` st-${status}` : ''}${pending === i ? ' source' : ''}${pending !== null && pending !== i ? ' target' : ''}`,
+        class: `node${status ? ` st-${status}` : ''}${marked === i ? ' current' : ''}${pending === i ? ' source' : ''}${pending !== null && pending !== i ? ' target' : ''}`,
         // Named by its <title> (the words shown, then the rest), not by aria-label.
         role: 'button', tabindex: 0,
         'data-node': step.id, 'data-focus': `n${i}`, 'data-status': status || null, 'data-kind': k.shape,
@@ -224,14 +240,15 @@ export function graphView(box, opts) {
       svg('text', { x: x + 36, y: y + 42, class: 'kind' }, second));
       const extra = [];
       if (opts.onConnect) {
+        const [px, py] = exit(pos[i]);
         extra.push(svg('g', {
           class: `port${pending === i ? ' on' : ''}`, role: 'button', tabindex: 0, 'data-focus': `h${i}`, 'data-port': step.id,
           'aria-label': pending === i ? `Stop connecting from ${step.id}` : `Connect ${step.id} to a step that needs it`,
           onclick: (e) => { if (!dragged) startConnect(i); dragged = false; e.stopPropagation(); },
           onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); startConnect(i); } },
-          onpointerdown: (e) => drag(e, i, x + W, y + H / 2),
+          onpointerdown: (e) => drag(e, i, px, py),
         }, svg('title', {}, `Connect ${step.id} to a step that needs it (drag to it, or click here then on it)`),
-        svg('circle', { cx: x + W, cy: y + H / 2, r: 9 }), svg('path', { d: `M${x + W - 4} ${y + H / 2} h8 M${x + W} ${y + H / 2 - 4} v8` })));
+        svg('circle', { cx: px, cy: py, r: 9 }), svg('path', { d: `M${px - 4} ${py} h8 M${px} ${py - 4} v8` })));
       }
       if (record?.child_run_id) {
         extra.push(svg('a', { href: `/runs/${record.child_run_id}`, 'data-link': '', class: 'child-link', 'data-child': step.id },
@@ -301,6 +318,17 @@ export function graphView(box, opts) {
       if (pending !== null && pending >= steps.length) pending = null;
       box.hidden = !steps.length;
       draw();
+    },
+    /** Marks step `i` as the one being edited (null: none), scrolled into the graph's view. */
+    mark(i) {
+      marked = i;
+      for (const node of scroller.querySelectorAll('.node')) node.classList.toggle('current', node.getAttribute('data-focus') === `n${i}`);
+      const node = scroller.querySelector('.node.current');
+      if (!node) return;
+      const r = node.getBoundingClientRect();
+      const s = scroller.getBoundingClientRect();
+      if (r.top < s.top || r.bottom > s.bottom) scroller.scrollTop += r.top - s.top - (s.height - r.height) / 2;
+      if (r.left < s.left || r.right > s.right) scroller.scrollLeft += r.left - s.left - (s.width - r.width) / 2;
     },
   };
 }

@@ -1,11 +1,12 @@
 // The visual builder of one workflow (or a new one, maybe from a starter template):
 // name, trigger (with a preview of a schedule's next fire times), settings, the graph of
-// the steps and their cards, undo and redo, save with the API's validation errors shown
-// on their fields, activate / pause / delete, and the YAML manifest (shown, or edited
-// and applied whole).
+// the steps beside their cards (above them on a narrow screen), undo and redo, save with
+// the API's validation errors shown on their fields, activate / pause / delete, the YAML
+// manifest (shown, or edited and applied whole) and the versions of a saved workflow
+// (the kept ones, any two compared).
 
 import { get, post, patch, del, session } from '../api.js';
-import { h, fill, link, toast, badge, pageTitle, errorText, secretOnce, copy, download } from '../dom.js';
+import { h, fill, link, toast, badge, pageTitle, errorText, secretOnce, copy, download, time } from '../dom.js';
 import { navigate, guardLeaving } from '../app.js';
 import { nextTimes, describe } from '../cron.js';
 import { manifest, toYaml, parseYaml, fromManifest } from '../yaml.js';
@@ -13,8 +14,12 @@ import { renderSteps, newStep, toApiSteps, DEFAULT_WITH } from './steps.js';
 import { capabilities } from '../schema.js';
 import { graphView, dependencies, waitsFor } from '../graph.js';
 import { STARTERS } from '../starters.js';
+import { diffLines, diffView, versionYaml } from '../diff.js';
 
 const SAMPLE_KEY = (id) => `flowline.sample.${id || 'new'}`;
+// From this width the graph sits beside the cards (console.css says the same), its
+// layers top to bottom.
+const WIDE = '(min-width: 1100px)';
 
 export async function render(main, params) {
   const id = params.workflowId;
@@ -22,7 +27,7 @@ export async function render(main, params) {
   const starter = !saved && STARTERS.find((t) => t.key === params.template);
   const model = modelOf(saved || (starter && structuredClone(starter.workflow)));
   const canWrite = session.can('write');
-  const view = { model, saved, canWrite, accepts: await capabilities() };
+  const view = { model, saved, canWrite, accepts: await capabilities(), wide: matchMedia(WIDE) };
   // Undo and redo: snapshots of the draft, typing in one field kept as one step.
   view.history = { states: [snapshot(model)], at: 0, source: null, time: 0 };
   draw(main, view);
@@ -43,7 +48,13 @@ export async function render(main, params) {
     }
   };
   document.addEventListener('keydown', saveKey);
-  return () => document.removeEventListener('keydown', saveKey);
+  // Across the width: the graph moves beside the cards or above them, redrawn to fit.
+  const turn = () => view.redrawGraph?.();
+  view.wide.addEventListener('change', turn);
+  return () => {
+    document.removeEventListener('keydown', saveKey);
+    view.wide.removeEventListener('change', turn);
+  };
 }
 
 /** The builder's model of a workflow view (or of a new one). */
@@ -185,7 +196,8 @@ function draw(main, view) {
   // Steps, and the graph they form
   const stepList = h('ol.steps', { id: 'steps', 'aria-label': 'Steps' });
   const stepsHelp = h('p.help', { id: 'steps-help' });
-  const graphBox = h('div.graph', { id: 'builder-graph' });
+  // A region of its own: beside the cards on a wide screen, where it stays in view.
+  const graphBox = h('section.graph', { id: 'builder-graph', 'aria-label': 'Graph of the steps' });
   const select = (i) => {
     const card = stepList.children[i];
     if (!card) return;
@@ -217,6 +229,13 @@ function draw(main, view) {
   const graph = graphView(graphBox, {
     label: 'Graph of the steps', onSelect: select, onConnect: canWrite ? connect : null,
     announce: (text) => { announcer.textContent = text; },
+    vertical: () => view.wide.matches,
+  });
+  view.redrawGraph = () => graph.update(model.steps);
+  // The node of the card being edited is marked in the graph.
+  stepList.addEventListener('focusin', (e) => {
+    const card = e.target.closest('.step-card');
+    if (card) graph.mark([...stepList.children].indexOf(card));
   });
   const drawGraph = () => {
     graph.update(model.steps);
@@ -332,9 +351,12 @@ function draw(main, view) {
   h('section.steps-section', { 'aria-labelledby': 'steps-title' },
     h('h2', { id: 'steps-title' }, 'Steps'),
     stepsHelp,
-    graphBox,
-    stepList,
-    canWrite ? h('div.row', {}, newAction, h('button.secondary', { type: 'button', id: 'add-step', onclick: addStep }, 'Add step')) : null),
+    // The graph comes first (also for the keyboard): it is the map of the cards.
+    h('div.steps-layout', {},
+      graphBox,
+      h('div.steps-cards', {},
+        stepList,
+        canWrite ? h('div.row', {}, newAction, h('button.secondary', { type: 'button', id: 'add-step', onclick: addStep }, 'Add step')) : null))),
   canWrite ? h('div.row.sticky', {}, h('button.primary', { type: 'submit', id: 'save' }, id ? 'Save changes' : 'Create workflow'), undoButton, redoButton) : null);
 
   // Editing a manifest: pasted, imported from a file, or the builder's own; the server
@@ -404,16 +426,34 @@ function draw(main, view) {
       yamlError,
       h('div.row', {}, h('button.primary', { type: 'button', id: 'yaml-apply', onclick: (e) => applyYaml(e.currentTarget) }, id ? 'Check and apply' : 'Check and create'))) : null);
 
-  const tab = (name, label, panel, other, otherTab) => h('button', {
-    type: 'button', role: 'tab', id: `tab-${name}`, 'aria-selected': name === 'builder' ? 'true' : 'false',
-    'aria-controls': name === 'builder' ? 'builder' : 'yaml-panel',
-    onclick: (e) => {
-      panel().hidden = false; other().hidden = true;
-      e.target.setAttribute('aria-selected', 'true');
-      document.getElementById(`tab-${otherTab}`).setAttribute('aria-selected', 'false');
-      changed();
+  // A saved workflow's versions: loaded each time their tab opens.
+  const versionsPanel = id ? h('section', { id: 'versions-panel', hidden: true, role: 'tabpanel', 'aria-labelledby': 'tab-versions' },
+    h('p.help', {}, 'The versions this server keeps: the workflow now, and each earlier version that a kept run executed. '
+      + 'Choose two to see what changed between them.'),
+    h('div', { id: 'versions' })) : null;
+  const panels = [['builder', 'Builder', builderPanel], ['yaml', 'YAML', yamlPanel], ['versions', 'Versions', versionsPanel]]
+    .filter(([, , panel]) => panel);
+  const show = (name) => {
+    for (const [n, , panel] of panels) {
+      panel.hidden = n !== name;
+      document.getElementById(`tab-${n}`).setAttribute('aria-selected', String(n === name));
+    }
+    if (name === 'versions') drawVersions(document.getElementById('versions'), id);
+    else changed();
+  };
+  const tabs = panels.map(([name, label, panel], i) => h('button', {
+    type: 'button', role: 'tab', id: `tab-${name}`, 'aria-selected': String(name === 'builder'), 'aria-controls': panel.id,
+    onclick: () => show(name),
+    // Arrow Left / Arrow Right go to the previous or next tab, as in a tab list.
+    onkeydown: (e) => {
+      const by = { ArrowLeft: -1, ArrowRight: 1 }[e.key];
+      if (!by) return;
+      e.preventDefault();
+      const next = tabs[(i + by + tabs.length) % tabs.length];
+      next.focus();
+      next.click();
     },
-  }, label);
+  }, label));
 
   // Header: state and lifecycle
   const header = [];
@@ -431,11 +471,10 @@ function draw(main, view) {
     canWrite ? null : h('p.notice', { id: 'read-only' }, 'This key can read only: editing, activating and deleting need the write scope.'),
     once,
     formError,
-    h('div.tabs', { role: 'tablist' },
-      tab('builder', 'Builder', () => builderPanel, () => yamlPanel, 'yaml'),
-      tab('yaml', 'YAML', () => yamlPanel, () => builderPanel, 'builder')),
+    h('div.tabs', { role: 'tablist', 'aria-label': 'Views of the workflow' }, tabs),
     builderPanel,
     yamlPanel,
+    versionsPanel,
     announcer);
   drawTrigger();
   drawCancelOn();
@@ -502,6 +541,61 @@ function draw(main, view) {
       showErrors(main, formError, e, model.steps);
     }
   }
+}
+
+/**
+ * The versions of a workflow (GET /v1/workflows/{id}/versions, newest first): each
+ * with the kept runs that executed it and a link to the last one, and a diff of the
+ * YAML of any two. A server without the endpoint answers 404: said in a line.
+ */
+async function drawVersions(box, id) {
+  fill(box, h('p.muted', {}, 'Loading…'));
+  let answer;
+  try {
+    answer = await get(`/workflows/${encodeURIComponent(id)}/versions`);
+  } catch (e) {
+    fill(box, e.status === 404 && e.code !== 'workflow_not_found'
+      ? h('p.notice', { id: 'versions-unavailable' }, 'Version history is not available on this server.')
+      : h('p.error', { role: 'alert' }, errorText(e)));
+    return;
+  }
+  const versions = answer.data || [];
+  const name = (v) => `version ${v.generation}${v.current ? ' (current)' : ''}`;
+  const rows = versions.map((v) => h('tr', { dataset: { generation: String(v.generation) } },
+    h('td', { 'data-label': 'Version' }, String(v.generation), v.current ? [' ', h('span.badge.s-active', {}, 'current')] : null),
+    h('td', { 'data-label': 'Name' }, v.version?.name || ''),
+    h('td', { 'data-label': 'Kept runs' }, String(v.runs)),
+    h('td', { 'data-label': 'Last run' }, v.last_run_id ? [link(`/runs/${encodeURIComponent(v.last_run_id)}`, v.last_run_id), ' ', time(v.last_run_at)] : h('span.muted', {}, 'none kept'))));
+  const picker = (which, label, at) => {
+    const select = h('select', { id: `versions-${which}`, onchange: () => compare() },
+      versions.map((v, i) => h('option', { value: String(v.generation), selected: i === at }, name(v))));
+    return [h('label', { for: select.id }, label), select];
+  };
+  const diff = h('div', { id: 'versions-diff' });
+  const compare = () => {
+    const pick = (which) => versions.find((v) => String(v.generation) === document.getElementById(`versions-${which}`).value);
+    const from = pick('from');
+    const to = pick('to');
+    // A version whose run went meanwhile (or that predates pinned versions) has no content.
+    const gone = [from, to].find((v) => !v.version);
+    fill(diff, from === to
+      ? h('p', { id: 'diff-summary' }, 'The same version on both sides: choose two different ones.')
+      : gone ? h('p', { id: 'diff-summary' }, `The content of version ${gone.generation} could not be read (its run is gone): choose another.`)
+        : diffView(diffLines(versionYaml(from.version, id), versionYaml(to.version, id)), `version ${from.generation}`, `version ${to.generation}`));
+  };
+  fill(box,
+    h('table.list', { id: 'versions-list' },
+      h('caption.sr-only', {}, 'Versions of the workflow, newest first'),
+      h('thead', {}, h('tr', {}, ['Version', 'Name', 'Kept runs', 'Last run'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, rows)),
+    answer.truncated ? h('p.help', { id: 'versions-truncated' }, 'Only the newest versions are listed.') : null,
+    versions.length > 1
+      ? h('section.card', { 'aria-labelledby': 'versions-compare-title' },
+        h('h2', { id: 'versions-compare-title' }, 'Compare two versions'),
+        h('div.row', {}, picker('from', 'From', 1), picker('to', 'to', 0)),
+        diff)
+      : h('p.muted', {}, 'Only one version is kept: there is nothing to compare yet.'));
+  if (versions.length > 1) compare();
 }
 
 function drawLifecycle(box, view, main) {

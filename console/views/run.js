@@ -1,6 +1,7 @@
 // One run: the graph of its steps with their status and a live timeline (a bar per
 // step spanning its attempts), redrawn while the run is unfinished, without reloading;
-// each step's input (from the version the run executes), output, error and attempts;
+// each step's input (as rendered when the run recorded it, else the template of the
+// version the run executes), output, error and attempts;
 // a diff of that version against the workflow now; decisions, cancel and retry.
 
 import { get, post, session } from '../api.js';
@@ -8,8 +9,7 @@ import { h, fill, link, time, badge, duration, json, pageTitle, errorText, toast
 import { navigate } from '../app.js';
 import { hasLog, logViewer } from './logs.js';
 import { graphView } from '../graph.js';
-import { manifest, toYaml } from '../yaml.js';
-import { diffLines } from '../diff.js';
+import { diffLines, diffView, versionYaml } from '../diff.js';
 
 /**
  * How long to wait before the next poll: every second while the run is young, then
@@ -206,11 +206,7 @@ export async function render(main, params) {
         h('dt', {}, 'Started'), h('dd', {}, time(step.started_at)),
         h('dt', {}, 'Finished'), h('dd', {}, time(step.finished_at)),
         step.reused ? [h('dt', {}, 'Output'), h('dd', {}, 'kept from the run this one retries')] : null),
-      h('h3', {}, 'Input'),
-      decl ? json(decl.with || {}) : h('p.muted', {}, 'The step is no longer in the workflow.'),
-      decl ? h('p.help', {}, pinned()
-        ? `As declared in the version this run executed (version ${pinned().generation}; templates unrendered).`
-        : 'As declared in the workflow now (templates unrendered).') : null,
+      stepInput(step, decl, box),
       h('h3', {}, 'Output'),
       step.output === null || step.output === undefined ? h('p.muted', {}, 'None yet.') : json(step.output),
       step.output_truncated ? h('p.notice', {}, 'Stored truncated: the output was over 64 KiB.') : null,
@@ -241,6 +237,31 @@ export async function render(main, params) {
     if (focused?.isConnected && focused !== document.activeElement) focused.focus();
   }
 
+  /**
+   * What the step was given: its input as rendered for its last attempt when the run
+   * recorded it (secrets shown as "[redacted]"), else the template it declares.
+   */
+  function stepInput(step, decl, box) {
+    const template = decl ? json(decl.with || {}) : h('p.muted', {}, 'The step is no longer in the workflow.');
+    const from = pinned()
+      ? `the version this run executed (version ${pinned().generation})` : 'the workflow now';
+    if (step.input === null || step.input === undefined) {
+      return [h('h3', {}, 'Input (template)'), template,
+        decl ? h('p.help', {}, `As declared in ${from}, templates unrendered: this run did not record the input it rendered`
+          + `${step.input_truncated ? ' (it was dropped to keep the run within its size limit)' : ''}.`) : null];
+    }
+    return [
+      h('h3', {}, 'Input (as run)'),
+      // A truncated input is a string: the start of its JSON text, shown as it is.
+      h('div.step-input', {}, step.input_truncated ? h('pre.json', { tabindex: '0' }, String(step.input)) : json(step.input)),
+      step.input_truncated ? h('p.notice', {}, 'Truncated: the input was too large to keep whole; this is the start of its JSON.') : null,
+      h('p.help', {}, 'As the step received it on its last attempt, templates rendered; secret values show as [redacted].'),
+      // Kept open across the redraws of a poll.
+      decl ? h('details.template', { open: box.querySelector('details.template')?.open }, h('summary', {}, 'The template it was rendered from'), template,
+        h('p.help', {}, `As declared in ${from}.`)) : null,
+    ];
+  }
+
   /** The run's version against the workflow now: a line diff of their YAML. */
   async function toggleCompare(button) {
     if (button.getAttribute('aria-expanded') === 'true') {
@@ -259,7 +280,7 @@ export async function render(main, params) {
     const lines = diffLines(versionYaml(version, run.workflow_id), versionYaml(workflow, run.workflow_id));
     fill(compare, h('section.card', { 'aria-labelledby': 'diff-title' },
       h('h2', { id: 'diff-title' }, `Version ${version.generation} (this run) against the workflow now`),
-      diffView(lines)));
+      diffView(lines, 'this run\'s version', 'the workflow now')));
   }
 
   draw();
@@ -337,34 +358,4 @@ function drawTimeline(box, run) {
         h('span.lane-meta', {}, `${step.status} · ${duration(elapsed(step, end))}${step.attempts > 1 ? ` · ${step.attempts} attempts` : ''}`));
     }),
     h('div.axis', {}, h('span', {}, '0'), h('span', {}, duration(span))));
-}
-
-/** The parts of a workflow a run's version keeps, as manifest YAML (to compare two). */
-export function versionYaml(v, id) {
-  const { name, steps, timeout_ms: timeout, concurrency, rate_limit: rate, debounce, parallelism, output } = v;
-  return toYaml(manifest({ id, name, steps, timeout_ms: timeout, concurrency, rate_limit: rate, debounce, parallelism, output }));
-}
-
-/** A line diff as a list: removed lines marked "−", added "+", long unchanged runs folded. */
-export function diffView(lines) {
-  const removed = lines.filter((l) => l.op === '-').length;
-  const added = lines.filter((l) => l.op === '+').length;
-  if (!removed && !added) return h('p', { id: 'diff-summary' }, 'No differences: the same steps and settings.');
-  const rows = [];
-  lines.forEach((l, i) => {
-    // Three lines of context either side of a change; the rest is folded.
-    const near = lines.slice(Math.max(0, i - 3), i + 4).some((x) => x.op !== ' ');
-    if (l.op === ' ' && !near) {
-      if (rows.length && rows[rows.length - 1].fold) rows[rows.length - 1].fold += 1;
-      else rows.push({ fold: 1 });
-      return;
-    }
-    rows.push(l);
-  });
-  return [
-    h('p', { id: 'diff-summary' }, `${removed} line${removed === 1 ? '' : 's'} removed, ${added} added (− in this run's version, + in the workflow now).`),
-    h('pre.diff', { id: 'diff', tabindex: '0', 'aria-label': 'Differences' }, rows.map((r) => (r.fold
-      ? h('span.fold', {}, `  … ${r.fold} unchanged line${r.fold === 1 ? '' : 's'}\n`)
-      : h(`span.${r.op === '-' ? 'del' : r.op === '+' ? 'ins' : 'same'}`, {}, `${r.op === '-' ? '−' : r.op} ${r.text}\n`)))),
-  ];
 }

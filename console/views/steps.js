@@ -1,7 +1,7 @@
 // Step cards of the builder: one card per step, in order, each with what it needs (a
-// picker of the other steps), the form of its action (a JSON value with a preview of
-// what the step receives), retry and timeout, `when`, and a list of the values its
-// fields may reference. Reordered by dragging the handle (pointer events: mouse, pen
+// picker of the other steps), the form of its action (its JSON, "Name: value" and list
+// fields with a preview of what the step receives), retry and timeout, `when`, and a
+// list of the values its fields may reference. Reordered by dragging the handle (pointer events: mouse, pen
 // and touch) or with Arrow Up / Arrow Down on the focused handle.
 
 import { h, fill } from '../dom.js';
@@ -178,15 +178,13 @@ function card(step, index, ctx, move, redraw) {
     } else if (['pairs', 'lines', 'json'].includes(spec.kind)) {
       input = h('textarea.mono', { rows: 3, placeholder: spec.placeholder, oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
       input.value = show(spec.kind, current);
-      if (spec.kind === 'json') {
-        input.dataset.kind = 'json';
-        const name = spec.key === null ? 'with' : `with.${spec.key}`;
-        const said = h('div.value-preview', { id: `${step.key}-${name.replace(/[^a-z0-9]/gi, '-')}-preview`, 'aria-live': 'polite' });
-        const look = () => jsonPreview(input, said, ctx.sample());
-        input.addEventListener('input', look);
-        look();
-        return field(spec.label, name, input, null, said);
-      }
+      if (spec.kind === 'json') input.dataset.kind = 'json';
+      const name = spec.key === null ? 'with' : `with.${spec.key}`;
+      const said = h('div.value-preview', { id: `${step.key}-${name.replace(/[^a-z0-9]/gi, '-')}-preview`, 'aria-live': 'polite' });
+      const look = () => valuePreview(spec.kind, input, said, ctx.sample());
+      input.addEventListener('input', look);
+      look();
+      return field(spec.label, name, input, null, said);
     } else {
       input = h('input', { type: 'text', placeholder: spec.placeholder, value: show(spec.kind, current), oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
       // Suggestions from the account's workflows, when the builder listed them.
@@ -350,21 +348,27 @@ function drawDeps(box, step, index, ctx, redraw) {
     ctx.disabled || !others.length ? null : [picker, h('button.secondary', { type: 'button', id: `${step.key}-add-need`, onclick: add }, 'Add')]);
 }
 
-/** Under a JSON field: what the step would receive, or why the text is not JSON. */
-function jsonPreview(input, box, sample) {
+/**
+ * Under a field of `kind` (json, pairs, lines): once it holds a template, what the step
+ * would receive, written as the field is; for JSON, why the text is not JSON.
+ */
+function valuePreview(kind, input, box, sample) {
   const t = input.value.trim();
   if (!t) return void fill(box);
-  if (/^[[{]/.test(t)) {
-    try { JSON.parse(t); } catch (e) {
-      input.setAttribute('aria-invalid', 'true');
-      fill(box, h('p.field-error', {}, `Not valid JSON (${e.message}): the step would receive this text as one string.`));
-      return;
+  if (kind === 'json') {
+    if (/^[[{]/.test(t)) {
+      try { JSON.parse(t); } catch (e) {
+        input.setAttribute('aria-invalid', 'true');
+        fill(box, h('p.field-error', {}, `Not valid JSON (${e.message}): the step would receive this text as one string.`));
+        return;
+      }
     }
+    if (input.getAttribute('aria-invalid') && !input.nextElementSibling?.classList.contains('field-error')) input.removeAttribute('aria-invalid');
   }
-  if (input.getAttribute('aria-invalid') && !input.nextElementSibling?.classList.contains('field-error')) input.removeAttribute('aria-invalid');
   if (!t.includes('{{')) return void fill(box);
+  const value = preview(parseInput(kind, input.value), sample);
   fill(box, h('p.help', {}, 'The step receives (with the sample payload; what only the run knows stays a template):'),
-    h('pre.json.preview-value', {}, JSON.stringify(preview(parseInput('json', input.value), sample), null, 2)));
+    h('pre.json.preview-value', { tabindex: '0' }, kind === 'json' ? JSON.stringify(value, null, 2) : show(kind, value)));
 }
 
 function insert(input, text) {

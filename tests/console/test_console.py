@@ -514,6 +514,84 @@ class Console(unittest.TestCase):
         self.wait.until(lambda d: api("GET", f"/runs/{run['id']}")[1]["status"] == "succeeded")
         self.assertEqual(api("GET", f"/runs/{run['id']}")[1]["steps"][0]["output"], {"who": {"email": "ada@example.com"}})
 
+    def test_04d_the_graph_sits_beside_the_cards_on_a_wide_window(self):
+        self.ensure_admin()
+        chain = [{"id": f"s{i}", "action": "transform", "with": {"value": {"n": i}}} for i in range(1, 7)]
+        chain[2]["needs"] = ["s1"]
+        for i in (1, 3, 4, 5):
+            chain[i]["needs"] = [f"s{i}"]
+        wf = self.make_workflow("Beside", chain, state="draft")
+        rect = "const r = arguments[0].getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, h: innerHeight, w: innerWidth};"
+        in_view = lambda r: r["top"] < r["h"] and r["bottom"] > 0 and r["left"] < r["w"] and r["right"] > 0
+        self.driver.set_window_size(1400, 900)
+        try:
+            self.go(f"/workflows/{wf}", "#steps .step-card")
+            graph = self.find("#builder-graph")
+            self.assertEqual(graph.tag_name, "section")
+            self.assertEqual(graph.get_attribute("aria-label"), "Graph of the steps")
+            self.driver.execute_script("document.getElementById('steps-title').scrollIntoView()")
+            # The graph is to the right of the cards, and both are in view at once.
+            g = self.driver.execute_script(rect, graph)
+            cards = self.driver.execute_script(rect, self.find("#steps"))
+            first = self.driver.execute_script(rect, self.find("#steps .step-card"))
+            self.assertGreaterEqual(g["left"], cards["right"], (g, cards))
+            self.assertTrue(in_view(g) and in_view(first), (g, first))
+            # Beside the cards its layers go down the column, as the cards do.
+            node = lambda step: self.driver.execute_script(rect, self.node("builder-graph", step))
+            self.assertLess(node("s1")["bottom"], node("s2")["top"])
+            self.assertGreater(cards["bottom"], g["h"], "the cards are taller than the window")
+            self.shot("builder-graph-beside")
+            # Scrolled to the last card, the graph is still in view (sticky).
+            last = self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card")[-1]
+            self.driver.execute_script("arguments[0].scrollIntoView({block: 'end'})", last)
+            self.wait.until(lambda d: in_view(d.execute_script(rect, graph)) and d.execute_script(rect, graph)["top"] >= 0)
+            self.assertTrue(in_view(self.driver.execute_script(rect, last)))
+            self.assertGreater(self.driver.execute_script("return scrollY"), 0)
+            self.shot("builder-graph-beside-scrolled")
+            # A node chosen with the keyboard selects its card and puts the focus in it;
+            # the node of the card being edited is marked.
+            self.driver.execute_script("arguments[0].focus()", self.node("builder-graph", "s2"))
+            self.keys(Keys.ENTER)
+            self.wait.until(lambda d: d.switch_to.active_element.get_attribute("data-field") == "steps[1].id")
+            self.assertIn("selected", self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card")[1].get_attribute("class"))
+            self.wait.until(lambda d: "current" in self.node("builder-graph", "s2").get_attribute("class"))
+            self.assertTrue(in_view(self.driver.execute_script(rect, graph)))
+            # A narrower window stacks them again: the graph above the cards.
+            self.driver.set_window_size(1000, 900)
+
+            def stacked(d):
+                d.execute_script("document.getElementById('steps-title').scrollIntoView()")
+                return d.execute_script(rect, graph)["bottom"] <= d.execute_script(rect, d.find_element(By.ID, "steps"))["top"]
+            self.wait.until(stacked)
+            self.assertLess(node("s1")["right"], node("s2")["left"], "layers left to right again")
+        finally:
+            self.driver.set_window_size(1280, 1000)
+
+    def test_04e_a_name_value_field_previews_an_inserted_template(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-name")
+        self.set_value(self.find("#wf-name"), "Headers")
+        self.set_value(self.find("#sample-payload"), '{"customer": {"id": "c-42"}}')
+        index = self.add_step("http.request", "call")
+        self.set_value(self.step_field(index, "with.url"), "https://example.test/hook")
+        headers = self.step_field(index, "with.headers")
+        self.set_value(headers, "Accept: application/json\nX-Customer: ")
+        card = self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card")[index]
+        self.press(card.find_element(By.CSS_SELECTOR, "details.refs summary"))
+        chip = WebDriverWait(card, WAIT).until(lambda c: c.find_element(By.XPATH, ".//button[text()='trigger.payload.customer.id']"))
+        self.press(chip)
+        # Inserted as a template (no quotes: this is not JSON), previewed as the step
+        # receives it, written as the field is.
+        self.assertEqual(headers.get_attribute("value"), "Accept: application/json\nX-Customer: {{ trigger.payload.customer.id }}")
+        preview = self.find(f"#steps .step-card:nth-child({index + 1}) [id$='-with-headers-preview'] .preview-value")
+        self.assertEqual(preview.text, "Accept: application/json\nX-Customer: c-42")
+        self.shot("builder-name-value-preview")
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        steps = self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1]["steps"])
+        self.assertEqual(steps[0]["with"]["headers"], {"Accept": "application/json", "X-Customer": "{{ trigger.payload.customer.id }}"})
+
     def test_05_api_validation_errors_show_on_their_field(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}", "#steps .step-card")
@@ -953,7 +1031,9 @@ class Console(unittest.TestCase):
         # A node opens its step's panel.
         self.click('#run-graph [data-node="d"]')
         self.wait.until(lambda d: d.find_element(By.ID, "step-d").get_attribute("open") is not None)
-        self.text_in("#step-d", "version")
+        # Its input: as rendered (a server that records it), else from the run's version.
+        self.wait.until(lambda d: "Input (as run)" in d.find_element(By.ID, "step-d").text
+                        or "version" in d.find_element(By.ID, "step-d").text)
         self.shot("run-graph-succeeded")
 
     def test_10_cancel_a_running_run(self):
@@ -1150,6 +1230,102 @@ class Console(unittest.TestCase):
         self.assertIn("+   - id: s2", lines("#diff .ins"))
         self.assertEqual(self.find("#compare-version").get_attribute("aria-expanded"), "true")
         self.shot("run-version-diff")
+
+    def test_10h_the_workflow_page_lists_its_versions_and_compares_any_two(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-name")
+        self.set_value(self.find("#wf-name"), "History")
+        index = self.add_step("transform", "t")
+        self.set_value(self.step_field(index, "with.value"), '{"v": "first"}')
+        self.click("#save")
+        self.wait.until(EC.url_matches(r"/workflows/wf-[a-z0-9]+$"))
+        wf = self.driver.current_url.rsplit("/", 1)[1]
+        self.click("#activate")
+        self.find("#pause")
+        runs = []
+
+        def run_once():
+            status, run = api("POST", f"/workflows/{wf}/runs", {})
+            self.assertEqual(status, 201, run)
+            self.wait.until(lambda d: api("GET", f"/runs/{run['id']}")[1]["status"] == "succeeded")
+            runs.append(run["id"])
+
+        run_once()
+        # A server without the endpoint (404): the page says so and goes on.
+        self.driver.execute_script(
+            "const f = window.fetch; window.__realFetch = f;"
+            "window.fetch = (u, o) => String(u).includes('/versions') ? Promise.resolve(new Response("
+            "  JSON.stringify({error: {code: 'not_found', message: 'no such route'}}), {status: 404, headers: {'Content-Type': 'application/json'}}))"
+            "  : f(u, o);")
+        self.click("#tab-versions")
+        self.text_in("#versions-unavailable", "not available")
+        self.driver.execute_script("window.fetch = window.__realFetch")
+        self.click("#tab-builder")
+        self.set_value(self.step_field(0, "with.value"), '{"v": "second"}')
+        self.click("#save")
+        self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1]["steps"][0]["with"] == {"value": {"v": "second"}})
+        run_once()
+        self.click("#tab-versions")
+        self.wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#versions-list tbody tr")) == 2)
+        self.assertEqual(self.find("#tab-versions").get_attribute("aria-selected"), "true")
+        kept = api("GET", f"/workflows/{wf}/versions")[1]["data"]
+        rows = self.driver.find_elements(By.CSS_SELECTOR, "#versions-list tbody tr")
+        self.assertEqual([r.get_attribute("data-generation") for r in rows], [str(v["generation"]) for v in kept])
+        self.assertGreater(int(rows[0].get_attribute("data-generation")), int(rows[1].get_attribute("data-generation")))
+        # Newest first: the current one, each used by one kept run, linked.
+        self.assertIn("current", rows[0].text)
+        self.assertNotIn("current", rows[1].text)
+        for row, run in zip(rows, reversed(runs)):
+            self.assertEqual(row.find_element(By.CSS_SELECTOR, "td[data-label='Kept runs']").text, "1")
+            self.assertEqual(row.find_element(By.CSS_SELECTOR, "td[data-label='Last run'] a").get_attribute("href"), f"{BASE}/runs/{run}")
+        # The older against the newer, by default: the changed line.
+        lines = lambda css: [e.get_attribute("textContent").rstrip("\n") for e in self.driver.find_elements(By.CSS_SELECTOR, css)]
+        self.text_in("#versions-diff #diff-summary", "1 line removed, 1 added")
+        self.assertEqual(lines("#versions-diff .del"), ["− " + " " * 8 + "v: first"])
+        self.assertEqual(lines("#versions-diff .ins"), ["+ " + " " * 8 + "v: second"])
+        self.shot("workflow-versions")
+        # Any two, either way round.
+        Select(self.find("#versions-from")).select_by_value(rows[0].get_attribute("data-generation"))
+        Select(self.find("#versions-to")).select_by_value(rows[1].get_attribute("data-generation"))
+        self.wait.until(lambda d: lines("#versions-diff .del") == ["− " + " " * 8 + "v: second"])
+        Select(self.find("#versions-to")).select_by_value(rows[0].get_attribute("data-generation"))
+        self.text_in("#versions-diff", "The same version on both sides")
+        # The last run of the older version is one click away.
+        self.click(f'#versions-list a[href="/runs/{runs[0]}"]')
+        self.wait.until(EC.url_matches(rf"/runs/{runs[0]}$"))
+        self.find("#run-status")
+
+    def test_10i_a_run_shows_each_steps_input_as_rendered(self):
+        self.ensure_admin()
+        wf = self.make_workflow("Rendered", [
+            {"id": "greet", "action": "transform", "with": {"value": {"greeting": "hello {{ trigger.payload.x }}"}}},
+            {"id": "big", "action": "transform", "with": {"value": {"who": "{{ trigger.payload.x }}", "pad": "p" * 6000}}},
+            {"id": "never", "action": "transform", "when": "trigger.payload.x == 'nobody'",
+             "with": {"value": "{{ trigger.payload.x }}"}}])
+        status, run = api("POST", f"/workflows/{wf}/runs", {"payload": {"x": "Ada"}})
+        self.assertEqual(status, 201, run)
+        self.wait.until(lambda d: api("GET", f"/runs/{run['id']}")[1]["status"] == "succeeded")
+        self.go(f"/runs/{run['id']}", "#step-greet")
+        self.click("#step-greet summary")
+        # The value the step got, not its template.
+        self.text_in("#step-greet", "Input (as run)")
+        shown = self.find("#step-greet .step-input").text
+        self.assertEqual(json.loads(shown), {"value": {"greeting": "hello Ada"}})
+        self.assertNotIn("{{", shown)
+        # The template stays one click away.
+        self.click("#step-greet details.template summary")
+        self.text_in("#step-greet details.template", "hello {{ trigger.payload.x }}")
+        # Too large to keep whole: the start of its JSON, said to be cut.
+        self.click("#step-big summary")
+        self.text_in("#step-big", "Truncated")
+        self.assertTrue(self.find("#step-big .step-input").text.startswith('{"value":'))
+        # Not started (its `when` was false): no rendered input, the template instead.
+        self.click("#step-never summary")
+        self.text_in("#step-never", "Input (template)")
+        self.assertFalse(self.driver.find_elements(By.CSS_SELECTOR, "#step-never .step-input"))
+        self.text_in("#step-never", "{{ trigger.payload.x }}")
+        self.driver.execute_script("document.getElementById('step-greet').scrollIntoView()")
+        self.shot("run-rendered-input")
 
     def test_11_runs_list_filters_by_status(self):
         self.ensure_admin()
