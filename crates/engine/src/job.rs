@@ -576,16 +576,33 @@ async fn succeeded_early(pods: Api<Pod>, job: &str) -> Result<Value, String> {
         let Some(step) = terminated(&pod, STEP_CONTAINER).filter(|t| t.exit_code == 0) else {
             continue;
         };
-        // The `output` container may not have started, or not printed, yet.
-        let Ok(log) = read_log(&pods, &pod.name_any(), OUTPUT_CONTAINER, LogPart::Head).await
-        else {
-            continue;
-        };
-        if let Some(emitted) = Emitted::from_log(&log) {
+        if let Some(emitted) = printed_output(&pods, &pod.name_any()).await {
             return succeeded_output(Some(emitted), step);
         }
     }
     std::future::pending().await
+}
+
+/// Looks at the `output` container's log this often, this many times, once the step's
+/// container has exited: it prints within milliseconds of the step's processes ending,
+/// but the pod's status may show the step exited just before that.
+const PRINT_LOOK_EVERY: Duration = Duration::from_millis(50);
+const PRINT_LOOKS: u32 = 10;
+
+/// The `output` container's line, once it is in its log; None when it has not come
+/// within [`PRINT_LOOKS`] looks (not started yet, say): the pod's next status change
+/// brings another look.
+async fn printed_output(pods: &Api<Pod>, pod: &str) -> Option<Emitted> {
+    for look in 0..PRINT_LOOKS {
+        if look > 0 {
+            tokio::time::sleep(PRINT_LOOK_EVERY).await;
+        }
+        let log = read_log(pods, pod, OUTPUT_CONTAINER, LogPart::Head).await;
+        if let Some(emitted) = log.ok().as_deref().and_then(Emitted::from_log) {
+            return Some(emitted);
+        }
+    }
+    None
 }
 
 /// The terminated state of one of a pod's containers.
