@@ -69,34 +69,16 @@ export const patch = (path, body) => call('PATCH', path, { body });
 export const del = (path) => call('DELETE', path);
 
 /**
- * The scopes of a key. /v1 has no "who am I"; each scope is read from how the API
- * answers one request that changes nothing: 403 `insufficient_scope` means the scope
- * is missing, any other answer that it is there. Every valid key can read.
- *   admin   GET  /v1/api-keys?limit=1
- *   write   POST /v1/workflows {}          → 400 validation_error (nothing created)
- *   execute POST /v1/runs/<no such run>/cancel → 404 run_not_found
+ * The scopes of a key, as `GET /v1/me` says them (admin includes every other scope;
+ * every valid key can read). A key the API refuses throws, as any call does.
  */
 export async function probeScopes(key) {
-  await call('GET', '/workflows', { key, query: { limit: 1 } });
-  const has = async (method, path, body, query) => {
-    try {
-      await call(method, path, { key, body, query });
-      return true;
-    } catch (e) {
-      if (e.code === 'insufficient_scope') return false;
-      if (e.status === 400 || e.status === 404) return true;
-      throw e;
-    }
-  };
-  const [admin, write, execute] = await Promise.all([
-    has('GET', '/api-keys', undefined, { limit: 1 }),
-    has('POST', '/workflows', {}),
-    has('POST', '/runs/console-scope-probe/cancel'),
-  ]);
+  const me = await call('GET', '/me', { key });
+  const has = (scope) => me.scopes.includes(scope) || me.scopes.includes('admin');
   const scopes = ['read'];
-  if (write || admin) scopes.push('write');
-  if (execute || admin) scopes.push('execute');
-  if (admin) scopes.push('admin');
+  if (has('write')) scopes.push('write');
+  if (has('execute')) scopes.push('execute');
+  if (has('admin')) scopes.push('admin');
   return scopes;
 }
 

@@ -116,9 +116,30 @@ export async function createShownOnce({ error, once, create, reveal, done }) {
   }
 }
 
-/** Pretty JSON in a <pre>; focusable, so that the keyboard scrolls a long one. */
+/** Pretty JSON in a <pre> (a Tab stop only when it scrolls: see `scrollStop`). */
 export function json(value) {
-  return h('pre.json', { tabindex: '0' }, JSON.stringify(value, null, 2));
+  return scrollStop(h('pre.json', {}, JSON.stringify(value, null, 2)));
+}
+
+/**
+ * Makes `box` (an output that may scroll) a Tab stop only while its content overflows
+ * it, so that the keyboard can scroll a long one and a short one adds no stop. Checked
+ * when its size changes (drawn, shown, the window resized) and when its content does.
+ */
+export function scrollStop(box) {
+  const check = () => {
+    const overflows = box.scrollHeight > box.clientHeight || box.scrollWidth > box.clientWidth;
+    if (overflows) box.setAttribute('tabindex', '0');
+    else box.removeAttribute('tabindex');
+  };
+  // Views draw their boxes afresh: once one has left the page, it is let go.
+  let shown = false;
+  const sized = new ResizeObserver(() => {
+    if (box.isConnected) { shown = true; check(); } else if (shown) sized.disconnect();
+  });
+  sized.observe(box);
+  new MutationObserver(check).observe(box, { childList: true, characterData: true, subtree: true });
+  return box;
 }
 
 /** A heading that receives focus after navigation (screen readers announce the page). */

@@ -316,8 +316,9 @@ function draw(main, view) {
     redoButton.disabled = view.history.at >= view.history.states.length - 1;
   };
 
-  const builderPanel = h('form.builder', {
-    id: 'builder', role: 'tabpanel', 'aria-labelledby': 'tab-builder', onsubmit: (e) => { e.preventDefault(); save(); }, novalidate: true,
+  // The tab panel wraps the form (a form may not take the tabpanel role).
+  const builderForm = h('form.builder', {
+    id: 'builder', onsubmit: (e) => { e.preventDefault(); save(); }, novalidate: true,
   },
   h('fieldset', { disabled: !canWrite },
     h('legend', {}, 'Workflow'),
@@ -358,6 +359,7 @@ function draw(main, view) {
         stepList,
         canWrite ? h('div.row', {}, newAction, h('button.secondary', { type: 'button', id: 'add-step', onclick: addStep }, 'Add step')) : null))),
   canWrite ? h('div.row.sticky', {}, h('button.primary', { type: 'submit', id: 'save' }, id ? 'Save changes' : 'Create workflow'), undoButton, redoButton) : null);
+  const builderPanel = h('div', { id: 'builder-panel', role: 'tabpanel', 'aria-labelledby': 'tab-builder' }, builderForm);
 
   // Editing a manifest: pasted, imported from a file, or the builder's own; the server
   // judges it whole (a refused one changes nothing).

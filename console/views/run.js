@@ -5,7 +5,7 @@
 // a diff of that version against the workflow now; decisions, cancel and retry.
 
 import { get, post, session } from '../api.js';
-import { h, fill, link, time, badge, duration, json, pageTitle, errorText, toast } from '../dom.js';
+import { h, fill, link, time, badge, duration, json, scrollStop, pageTitle, errorText, toast } from '../dom.js';
 import { navigate } from '../app.js';
 import { hasLog, logViewer } from './logs.js';
 import { graphView } from '../graph.js';
@@ -253,7 +253,7 @@ export async function render(main, params) {
     return [
       h('h3', {}, 'Input (as run)'),
       // A truncated input is a string: the start of its JSON text, shown as it is.
-      h('div.step-input', {}, step.input_truncated ? h('pre.json', { tabindex: '0' }, String(step.input)) : json(step.input)),
+      h('div.step-input', {}, step.input_truncated ? scrollStop(h('pre.json', {}, String(step.input))) : json(step.input)),
       step.input_truncated ? h('p.notice', {}, 'Truncated: the input was too large to keep whole; this is the start of its JSON.') : null,
       h('p.help', {}, 'As the step received it on its last attempt, templates rendered; secret values show as [redacted].'),
       // Kept open across the redraws of a poll.

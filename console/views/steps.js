@@ -1,10 +1,10 @@
 // Step cards of the builder: one card per step, in order, each with what it needs (a
-// picker of the other steps), the form of its action (its JSON, "Name: value" and list
-// fields with a preview of what the step receives), retry and timeout, `when`, and a
+// picker of the other steps), the form of its action (its typed fields with a preview
+// of what the step receives once they hold a template), retry and timeout, `when`, and a
 // list of the values its fields may reference. Reordered by dragging the handle (pointer events: mouse, pen
 // and touch) or with Arrow Up / Arrow Down on the focused handle.
 
-import { h, fill } from '../dom.js';
+import { h, fill, scrollStop } from '../dom.js';
 import { references, quoteAt, preview } from '../templates.js';
 import { dependencies, waitsFor } from '../graph.js';
 
@@ -76,7 +76,7 @@ function show(kind, v) {
     case 'lines': return Array.isArray(v) ? v.join('\n') : String(v);
     case 'statuses': return Array.isArray(v) ? v.join(', ') : String(v);
     case 'json': return typeof v === 'string' ? v : JSON.stringify(v, null, 2);
-    default: return String(v);
+    default: return v && typeof v === 'object' ? JSON.stringify(v) : String(v);
   }
 }
 
@@ -179,18 +179,20 @@ function card(step, index, ctx, move, redraw) {
       input = h('textarea.mono', { rows: 3, placeholder: spec.placeholder, oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
       input.value = show(spec.kind, current);
       if (spec.kind === 'json') input.dataset.kind = 'json';
-      const name = spec.key === null ? 'with' : `with.${spec.key}`;
-      const said = h('div.value-preview', { id: `${step.key}-${name.replace(/[^a-z0-9]/gi, '-')}-preview`, 'aria-live': 'polite' });
-      const look = () => valuePreview(spec.kind, input, said, ctx.sample());
-      input.addEventListener('input', look);
-      look();
-      return field(spec.label, name, input, null, said);
     } else {
       input = h('input', { type: 'text', placeholder: spec.placeholder, value: show(spec.kind, current), oninput: (e) => set(parseInput(spec.kind, e.target.value)) });
       // Suggestions from the account's workflows, when the builder listed them.
       if (spec.list) input.setAttribute('list', spec.list);
     }
-    return field(spec.label, spec.key === null ? 'with' : `with.${spec.key}`, input);
+    const name = spec.key === null ? 'with' : `with.${spec.key}`;
+    if (spec.kind === 'select' || spec.kind === 'bool') return field(spec.label, name, input);
+    // Every string of `with` is a template when the step runs: each typed field
+    // (one line or many) previews what the step receives once it holds one.
+    const said = h('div.value-preview', { id: `${step.key}-${name.replace(/[^a-z0-9]/gi, '-')}-preview`, 'aria-live': 'polite' });
+    const look = () => valuePreview(spec.kind, input, said, ctx.sample());
+    input.addEventListener('input', look);
+    look();
+    return field(spec.label, name, input, null, said);
   });
 
   // Step fields newer servers accept (schema.js): dependencies and fan-out.
@@ -349,8 +351,9 @@ function drawDeps(box, step, index, ctx, redraw) {
 }
 
 /**
- * Under a field of `kind` (json, pairs, lines): once it holds a template, what the step
- * would receive, written as the field is; for JSON, why the text is not JSON.
+ * Under a field of `kind` (json, pairs, lines, or a single line: text, int, statuses):
+ * once it holds a template, what the step would receive, written as the field is; for
+ * JSON, why the text is not JSON.
  */
 function valuePreview(kind, input, box, sample) {
   const t = input.value.trim();
@@ -368,7 +371,7 @@ function valuePreview(kind, input, box, sample) {
   if (!t.includes('{{')) return void fill(box);
   const value = preview(parseInput(kind, input.value), sample);
   fill(box, h('p.help', {}, 'The step receives (with the sample payload; what only the run knows stays a template):'),
-    h('pre.json.preview-value', { tabindex: '0' }, kind === 'json' ? JSON.stringify(value, null, 2) : show(kind, value)));
+    scrollStop(h('pre.json.preview-value', {}, kind === 'json' ? JSON.stringify(value, null, 2) : show(kind, value))));
 }
 
 function insert(input, text) {

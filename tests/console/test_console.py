@@ -4,7 +4,7 @@ hack/console-test.sh, which starts the operator and passes its URL and two keys)
 Every wait is on a positive signal (WebDriverWait on an element or a state), never a
 sleep. After each scenario the browser log must hold no JavaScript error, CSP
 violation or console.error: only the network lines Chromium prints for the 4xx
-answers the console asks for on purpose (the scope probe, a refused save) are
+answers the console asks for on purpose (a refused save, say) are
 allowed. Each page is saved as a screenshot under $FLOWLINE_CONSOLE_OUT/screenshots,
 and checked with axe-core ($FLOWLINE_AXE, npm's axe-core, injected into the page): a
 critical or serious violation fails the scenario.
@@ -338,7 +338,14 @@ class Console(unittest.TestCase):
         self.assertEqual(self.find("#api-key").get_attribute("aria-invalid"), "true")
 
     def test_03_sign_in_and_out(self):
-        self.sign_in(ADMIN_KEY)
+        # Signing in asks the key's scopes once (GET /v1/me): no refused request is
+        # left in the browser's log, for any key.
+        for key, scope in ((READ_KEY, "read"), (ADMIN_KEY, "admin")):
+            self.driver.get_log("browser")
+            self.sign_in(key)
+            self.text_in("#scopes", scope)
+            failed = [e for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
+            self.assertEqual(failed, [], f"signing in with the {scope} key")
         self.text_in("#scopes", "admin")
         self.find('nav a[href="/api-keys"]')
         self.click("#sign-out")
@@ -591,6 +598,32 @@ class Console(unittest.TestCase):
         wf = self.driver.current_url.rsplit("/", 1)[1]
         steps = self.wait.until(lambda d: api("GET", f"/workflows/{wf}")[1]["steps"])
         self.assertEqual(steps[0]["with"]["headers"], {"Accept": "application/json", "X-Customer": "{{ trigger.payload.customer.id }}"})
+
+    def test_04f_a_single_line_field_previews_an_inserted_template(self):
+        self.ensure_admin()
+        self.go("/workflows/new", "#wf-name")
+        self.set_value(self.find("#wf-name"), "Single line")
+        self.set_value(self.find("#sample-payload"), '{"order": {"id": 7}}')
+        index = self.add_step("http.request", "fetch")
+        url = self.step_field(index, "with.url")
+        self.set_value(url, "https://api.example.test/orders/")
+        # No template yet: nothing to preview.
+        said = f"#steps .step-card:nth-child({index + 1}) [id$='-with-url-preview']"
+        self.assertEqual(self.driver.find_element(By.CSS_SELECTOR, said).get_attribute("textContent"), "")
+        card = self.driver.find_elements(By.CSS_SELECTOR, "#steps .step-card")[index]
+        self.press(card.find_element(By.CSS_SELECTOR, "details.refs summary"))
+        chip = WebDriverWait(card, WAIT).until(lambda c: c.find_element(By.XPATH, ".//button[text()='trigger.payload.order.id']"))
+        self.press(chip)
+        # Inserted at the cursor as a bare template; the preview fills in the sample's value.
+        self.assertEqual(url.get_attribute("value"), "https://api.example.test/orders/{{ trigger.payload.order.id }}")
+        preview = self.find(f"{said} .preview-value")
+        self.assertEqual(preview.text, "https://api.example.test/orders/7")
+        # A one-line output does not overflow its box: no Tab stop.
+        self.assertIsNone(preview.get_attribute("tabindex"))
+        self.shot("builder-url-preview")
+        # Typed by hand, the preview follows; a value only the run knows stays a template.
+        self.set_value(url, "https://api.example.test/{{ trigger.payload.order.id }}/{{ run.id }}")
+        self.text_in(f"{said} .preview-value", "https://api.example.test/7/{{ run.id }}")
 
     def test_05_api_validation_errors_show_on_their_field(self):
         self.ensure_admin()
@@ -907,6 +940,23 @@ class Console(unittest.TestCase):
     def test_07_yaml_view_of_the_manifest(self):
         self.ensure_admin()
         self.go(f"/workflows/{Console.workflow_id}", "#steps .step-card")
+        # The builder's tab panel wraps its form (a form may not be a tab panel); Arrow
+        # Right and Arrow Left move between the tabs and show their panels.
+        tab = self.find("#tab-builder")
+        self.assertEqual(tab.get_attribute("aria-controls"), "builder-panel")
+        self.assertEqual(self.find("#builder-panel").get_attribute("role"), "tabpanel")
+        self.assertIsNone(self.find("#builder").get_attribute("role"))
+        self.assertEqual(self.driver.execute_script("return document.getElementById('builder').parentElement.id"), "builder-panel")
+        self.driver.execute_script("arguments[0].focus()", tab)
+        self.keys(Keys.ARROW_RIGHT)
+        self.wait.until(lambda d: d.switch_to.active_element.get_attribute("id") == "tab-yaml")
+        self.find("#yaml-panel")
+        self.assertEqual(self.find("#tab-yaml").get_attribute("aria-selected"), "true")
+        self.assertFalse(self.driver.find_element(By.ID, "builder-panel").is_displayed())
+        self.keys(Keys.ARROW_LEFT)
+        self.find("#builder-panel #steps .step-card")
+        self.assertEqual(self.driver.switch_to.active_element.get_attribute("id"), "tab-builder")
+        self.assertFalse(self.driver.find_element(By.ID, "yaml-panel").is_displayed())
         self.click("#tab-yaml")
         yaml = self.find("#yaml").text
         self.assertIn("apiVersion: flowline.io/v1", yaml)
@@ -1312,6 +1362,17 @@ class Console(unittest.TestCase):
         shown = self.find("#step-greet .step-input").text
         self.assertEqual(json.loads(shown), {"value": {"greeting": "hello Ada"}})
         self.assertNotIn("{{", shown)
+        # An output box is a Tab stop only while its content overflows it: re-checked
+        # when the content changes (made long, then short again).
+        focusable = "return document.querySelector(arguments[0]).tabIndex >= 0"
+        self.driver.execute_script(
+            "const pre = document.querySelector('#step-greet .step-input pre');"
+            "pre.dataset.was = pre.textContent; pre.textContent = 'line\\n'.repeat(200);")
+        self.wait.until(lambda d: d.execute_script(focusable, "#step-greet .step-input pre"))
+        self.driver.execute_script(
+            "const pre = document.querySelector('#step-greet .step-input pre'); pre.textContent = pre.dataset.was;")
+        self.wait.until(lambda d: not d.execute_script(focusable, "#step-greet .step-input pre"))
+        self.assertIsNone(self.find("#step-greet .step-input pre").get_attribute("tabindex"))
         # The template stays one click away.
         self.click("#step-greet details.template summary")
         self.text_in("#step-greet details.template", "hello {{ trigger.payload.x }}")
@@ -1319,6 +1380,12 @@ class Console(unittest.TestCase):
         self.click("#step-big summary")
         self.text_in("#step-big", "Truncated")
         self.assertTrue(self.find("#step-big .step-input").text.startswith('{"value":'))
+        # Its output (6000 characters) scrolls: a Tab stop; the inputs fit: none.
+        self.wait.until(lambda d: d.execute_script(focusable, "#step-big > pre.json"))
+        self.assertEqual(self.find("#step-big > pre.json").get_attribute("tabindex"), "0")
+        for short in ("#step-big .step-input pre", "#step-greet .step-input pre"):
+            self.assertIsNone(self.find(short).get_attribute("tabindex"), short)
+            self.assertFalse(self.driver.execute_script(focusable, short), short)
         # Not started (its `when` was false): no rendered input, the template instead.
         self.click("#step-never summary")
         self.text_in("#step-never", "Input (template)")

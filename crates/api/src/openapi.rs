@@ -662,7 +662,7 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         let paths = doc["paths"].as_object().unwrap();
         let ops: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!((paths.len(), ops), (26, 34));
+        assert_eq!((paths.len(), ops), (27, 35));
         let hook = &doc["paths"]["/v1/hooks/{workflow_id}"]["post"];
         assert_eq!(hook["security"], json!([{}]), "hooks take no API key");
         let callback = &doc["paths"]["/v1/callbacks/{token}"]["post"];

@@ -103,3 +103,28 @@ async fn unknown_keys_are_not_found_as_other_accounts_keys_are() {
         .error(405, "method_not_allowed");
     api.assert_untouched();
 }
+
+#[tokio::test]
+async fn every_key_reads_its_own_scopes_and_nothing_else() {
+    let api = World::default().start();
+    api.send(call("GET", "/v1/me").build())
+        .await
+        .error(401, "unauthenticated");
+    for (key, id, scopes) in [
+        (READ, "key-read", json!(["read"])),
+        (WRITE, "key-write", json!(["write"])),
+        (EXECUTE, "key-execute", json!(["execute"])),
+        (ADMIN, "key-admin", json!(["admin"])),
+        (OTHER_ADMIN, "key-other", json!(["admin"])),
+    ] {
+        let answer = api.send(call("GET", "/v1/me").key(key).build()).await;
+        assert_eq!(answer.status, 200, "{key}");
+        assert_eq!(answer.body["id"], id);
+        assert_eq!(answer.body["scopes"], scopes);
+        assert!(!answer.raw.windows(key.len()).any(|w| w == key.as_bytes()));
+    }
+    api.send(call("GET", "/v1/me").key(NO_SCOPE).build())
+        .await
+        .error(403, "insufficient_scope");
+    api.assert_untouched();
+}

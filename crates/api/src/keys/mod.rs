@@ -35,6 +35,7 @@ pub fn router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
         .routes(routes!(list, create))
         .routes(routes!(remove))
+        .routes(routes!(current))
 }
 
 /// A key just created: its object, its record, and its value (shown once).
@@ -139,6 +140,17 @@ async fn create(
             key: key.value.clone(),
         }),
     ))
+}
+
+#[utoipa::path(get, path = "/v1/me", operation_id = "apiKeys.current", summary = "The calling key", tag = "api-keys",
+    description = "Scope: `read` (every scope includes it). The key the request is made with — its id, name and scopes, never its value — so a client can tell what it may do without trying.",
+    responses((status = 200, description = "The calling key", body = ApiKeyView)))]
+async fn current(
+    State(state): State<ApiState>,
+    who: Authorized<needs::Read>,
+) -> ApiResult<Json<ApiKeyView>> {
+    let key = find(&state, &who.namespace, &who.key_id)?;
+    Ok(Json(ApiKeyView::from(&key)))
 }
 
 #[utoipa::path(delete, path = "/v1/api-keys/{id}", operation_id = "apiKeys.delete", summary = "Revoke an API key", tag = "api-keys", description = "Scope: `admin`. Revokes the key.",
