@@ -15,21 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::{TestNamespace, eventually, finished_run, loopback_client};
 
-/// The test image: busybox with its applets.
-const TOOLBOX: &str = "flowline.local/toolbox:1";
-
-/// The step image `make images` imported into the node.
-fn step_image() -> String {
-    let path = crate::support::repo_root().join(".flowline/cluster/step-image");
-    std::fs::read_to_string(&path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} is missing: these tests need the real node and its images (make cluster images)",
-                path.display()
-            )
-        })
-}
+use crate::support::{TOOLBOX, step_image};
 
 struct Node {
     ns: TestNamespace,

@@ -949,3 +949,19 @@ pub async fn assert_error_saying(
 pub fn message_of(body: &serde_json::Value) -> &str {
     body["error"]["message"].as_str().unwrap_or_default()
 }
+
+/// The test image on the real node: busybox with its applets.
+pub const TOOLBOX: &str = "flowline.local/toolbox:1";
+
+/// The step image `make images` imported into the real node.
+pub fn step_image() -> String {
+    let path = repo_root().join(".flowline/cluster/step-image");
+    std::fs::read_to_string(&path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: these tests need the real node and its images (make cluster images)",
+                path.display()
+            )
+        })
+}

@@ -77,8 +77,8 @@ impl Stage {
         self.api.ns.client.clone()
     }
 
-    /// Flags of every operator: trust and reach the receiver, complete step Jobs in
-    /// kwok, and make callback URLs that reach the API process.
+    /// Flags of every operator: trust and reach the receiver, run step Jobs on the real
+    /// node, and make callback URLs that reach the API process.
     pub fn operator_flags(&self) -> Vec<String> {
         [
             crate::delivery::flags(&self.receiver.pki),

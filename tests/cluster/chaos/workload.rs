@@ -5,8 +5,9 @@
 //! to the step endpoint, which calls it back, a `forEach` of slow calls, and one that
 //! waits for an event), started
 //! through `/v1` at a steady rate with an event posted every other run (see `inbound`),
-//! and the local endpoint their `http.request` steps call. Job pods "run" in kwok, which completes them with the termination message the
-//! operator annotates them with.
+//! and the local endpoint their `http.request` steps call. Step Jobs run on the local
+//! cluster's real node: the toolbox image for the container step, the step image for
+//! built-in steps.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,16 +24,9 @@ use crate::support::TestApi;
 /// them runs interrupts it.
 pub const LONG_STEPS: [&str; 5] = ["pause", "boxed", "first", "second", "each"];
 
-/// Operator flags that make step Jobs complete in kwok with a JSON output.
+/// Operator flags for step Jobs on the real node: its step image.
 pub fn job_flags() -> Vec<String> {
-    [
-        "--step-image",
-        "flowline:test",
-        "--job-pod-annotation",
-        r#"flowline.io/fake-termination-message={"boxed": true}"#,
-    ]
-    .map(String::from)
-    .into()
+    vec!["--step-image".into(), crate::support::step_image()]
 }
 
 /// The place of the rate-limited workflow among [`workflows`], and its limit: at most
@@ -118,10 +112,11 @@ pub async fn workflows(api: &TestApi, sink: &StepSink) -> Vec<String> {
         WorkflowBuilder::new("Inline").steps(json!([prep, pause, call(sink),
             {"id": "done", "action": "transform", "with": {"value": "{{ steps.call.output.status }}"}}])),
         WorkflowBuilder::new("Mixed").steps(json!([prep, {"id": "boxed", "action": "container",
-            "with": {"image": "busybox", "command": ["true"]}}, pause, call(sink)])),
+            "with": {"image": crate::support::TOOLBOX, "command": ["sh", "-c",
+                "echo '{\"boxed\": true}' > \"$FLOWLINE_OUTPUT\""]}}, pause, call(sink)])),
         WorkflowBuilder::new("In jobs").executor("job").steps(json!([
             {"id": "first", "action": "transform", "with": {"value": 1}},
-            {"id": "second", "action": "transform", "with": {"value": "{{ steps.first.output.boxed }}"}}])),
+            {"id": "second", "action": "transform", "with": {"value": "{{ steps.first.output }}"}}])),
     ];
     let mut ids = Vec::new();
     for wf in shapes {
