@@ -9,7 +9,9 @@ posts an event that starts a run of an event-triggered workflow; and reads (the 
 run list, a run, the workflow list). Every run.succeeded and run.failed event is
 delivered to a local receiver.
 
-Every SAMPLE seconds it records, for each process, its resident memory, open file
+Posted events are kept for SOAK_EVENT_RETENTION (5m; the operator's default is 7d,
+under which the events of the soak, one a second, would be a steady climb of both
+processes' caches rather than a leak). Every SAMPLE seconds it records, for each process, its resident memory, open file
 descriptors and threads (from /proc) and its live async tasks
 (`flowline_runtime_tasks_alive` from its /metrics), the p99 of the
 soak's own API calls in that window, and the API server's writes per run started in it
@@ -36,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINUTES = float(os.environ.get("SOAK_MINUTES", "30"))
 SAMPLE = float(os.environ.get("SOAK_SAMPLE_SECONDS", "15"))
+# The operator's --event-retention (see `run`); SOAK_EVENT_RETENTION=7d keeps the default.
+EVENT_RETENTION = os.environ.get("SOAK_EVENT_RETENTION", "5m")
 FLOWLINE = os.environ.get("FLOWLINE_BIN", os.path.join(REPO, "target/debug/flowline"))
 OUT = os.path.join(REPO, ".flowline/soak")
 KUBECTL = os.path.join(REPO, ".flowline/bin/kubectl")
@@ -185,7 +189,11 @@ def run(ns, procs):
     common = ["--watch-namespace", ns, "--allow-http"]
     op_log = open(os.path.join(OUT, "operator.log"), "w")
     api_log = open(os.path.join(OUT, "api.log"), "w")
+    # Events are kept for --event-retention (7 days by default): at one event a second
+    # they would grow both processes' caches for the whole soak. A short retention
+    # makes their number steady, as the runs' (kept per workflow) are.
     operator = subprocess.Popen([FLOWLINE, "operator", "--no-api", "--listen", f"127.0.0.1:{op_port}", *common,
+                                 "--event-retention", EVENT_RETENTION,
                                  "--leader-election-namespace", ns, "--allow-cidr", "127.0.0.0/8",
                                  "--public-url", f"http://127.0.0.1:{api_port}"], stderr=op_log, stdout=op_log)
     procs.append(operator)
