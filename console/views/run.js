@@ -238,7 +238,7 @@ export async function render(main, params) {
   }
 
   /**
-   * What the step was given: its input as rendered for its last attempt when the run
+   * What the step was given: its input as rendered when the step started, when the run
    * recorded it (secrets shown as "[redacted]"), else the template it declares.
    */
   function stepInput(step, decl, box) {
@@ -255,7 +255,7 @@ export async function render(main, params) {
       // A truncated input is a string: the start of its JSON text, shown as it is.
       h('div.step-input', {}, step.input_truncated ? scrollStop(h('pre.json', {}, String(step.input))) : json(step.input)),
       step.input_truncated ? h('p.notice', {}, 'Truncated: the input was too large to keep whole; this is the start of its JSON.') : null,
-      h('p.help', {}, 'As the step received it on its last attempt, templates rendered; secret values show as [redacted].'),
+      h('p.help', {}, 'As rendered when the step started, templates filled in; secret values show as [redacted].'),
       // Kept open across the redraws of a poll.
       decl ? h('details.template', { open: box.querySelector('details.template')?.open }, h('summary', {}, 'The template it was rendered from'), template,
         h('p.help', {}, `As declared in ${from}.`)) : null,
