@@ -88,12 +88,14 @@ fn shrink_oldest_first(
 
 /// Sets `outputTruncated`; returns the bytes that costs (the key appears when set).
 fn mark_truncated(step: &mut StepRecord) -> usize {
-    let cost = if step.output_truncated {
-        0
-    } else {
-        r#","outputTruncated":true"#.len()
-    };
-    step.output_truncated = true;
+    set_flag(&mut step.output_truncated, r#","outputTruncated":true"#)
+}
+
+/// Sets a flag that is serialized only when true; returns the bytes of its `key` that
+/// setting it adds.
+fn set_flag(flag: &mut bool, key: &str) -> usize {
+    let cost = if *flag { 0 } else { key.len() };
+    *flag = true;
     cost
 }
 
@@ -126,15 +128,10 @@ fn drop_output(step: &mut StepRecord) -> usize {
 /// went).
 fn drop_input(step: &mut StepRecord) -> usize {
     match step.input.take() {
-        Some(input) => {
-            let marker = if step.input_truncated {
-                0
-            } else {
-                r#","inputTruncated":true"#.len()
-            };
-            step.input_truncated = true;
-            size(&input).saturating_sub(marker)
-        }
+        Some(input) => size(&input).saturating_sub(set_flag(
+            &mut step.input_truncated,
+            r#","inputTruncated":true"#,
+        )),
         None => 0,
     }
 }
