@@ -94,6 +94,10 @@ client-test: build ## Validate and lint /v1/openapi.json (redocly, spectral) and
 console-test: build cluster install-crds ## The web console in headless Chromium (selenium) against a real operator; screenshots in .flowline/console-test/
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/console-test.sh
 
+.PHONY: bench
+bench: cluster install-crds ## Every bench, three runs each (BENCH_RUNS), one table: figure, reference, ratio, goal, met
+	python3 hack/bench_report.py run --runs $(or $(BENCH_RUNS),3) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
+
 .PHONY: bench-api
 bench-api: cluster install-crds ## /v1 reads (watch caches) vs the same reads from kube-apiserver
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/bench-api.sh

@@ -523,15 +523,24 @@ async fn a_parked_run_keeps_its_concurrency_slot() {
     parked(&api, &first, "ok").await;
     let second = api.start_run(&key, &wf, None).await;
     let runs = api.ns.api::<Run>();
+    // Recorded once its wait has settled (`/v1` shows it queued before that), and
+    // then visible to kubectl with what it waits for.
     eventually(
-        "the second run to be queued",
-        Duration::from_secs(30),
+        "the second run to be recorded queued",
+        Duration::from_secs(60),
         || async {
             let r = runs.get(&second).await.ok()?;
             (r.phase() == flowline_core::crd::RunPhase::Queued).then_some(())
         },
     )
     .await;
+    let out = api.ns.kubectl(&["get", "runs", &second, "-o", "wide"]);
+    let wide = crate::support::text(&out.stdout);
+    assert!(wide.contains("queued"), "{wide}");
+    assert!(
+        wide.contains("concurrency"),
+        "the Queued-For column: {wide}"
+    );
     let res = api
         .send("POST", &key, &decision_path(&first, "ok", "approve"), None)
         .await;

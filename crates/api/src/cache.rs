@@ -229,7 +229,10 @@ fn summarize_run(run: &mut Run) {
         run.annotations_mut()
             .insert(WORKFLOW_GENERATION.into(), generation.to_string());
     }
+    // What tells whether a run not recorded `queued` yet waits (`runs::waiting`).
+    let flow_control = flowline_core::admission::summarize(run);
     run.drop_details(EventDetail::IdentityOnly);
+    run.spec.workflow = flow_control;
     // Callback tokens are credentials: the cache keeps their digests, which is all a
     // call's look-up compares.
     if let Some(status) = run.status.as_mut() {

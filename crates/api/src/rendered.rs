@@ -1,7 +1,7 @@
-//! JSON answers of single reads, kept while the watch cache holds the very copy they
-//! were rendered from: a repeated `GET /v1/workflows/{id}` sends the same bytes
-//! without shaping and serializing the view again (a tenth of a single GET's CPU,
-//! measured with perf).
+//! JSON answers of single reads (and items of lists), kept while the watch cache holds
+//! the very copy they were rendered from: a repeated `GET /v1/workflows/{id}` sends
+//! the same bytes without shaping and serializing the view again (a tenth of a single
+//! GET's CPU, measured with perf), and `GET /v1/workflows` joins its page's kept items.
 //!
 //! Validity is identity, not time: a reflector replaces an object's `Arc` on every
 //! change, so an answer rendered from the `Arc` the cache holds now is current. The

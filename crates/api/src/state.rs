@@ -77,6 +77,8 @@ pub struct Shared {
     pub key_index: Arc<KeyIndex>,
     /// `GET /v1/workflows/{id}` answers, kept per cached copy (see `rendered`).
     pub rendered_workflows: Arc<Rendered<Workflow>>,
+    /// `GET /v1/workflows` items, kept the same way (`workflows::list_page`).
+    pub rendered_workflow_items: Arc<Rendered<Workflow>>,
     pub config: Arc<ApiConfig>,
     /// Where the rate limiter's refusals are counted (registered nowhere unless
     /// [`ApiState::with_metrics`] says).
@@ -109,6 +111,7 @@ impl ApiState {
             )),
             key_index: Arc::new(KeyIndex::default()),
             rendered_workflows: Arc::new(Rendered::default()),
+            rendered_workflow_items: Arc::new(Rendered::default()),
             config: Arc::new(config),
             metrics: HttpMetrics::default(),
             follows: crate::plumbing::places::Places::new(

@@ -297,16 +297,26 @@ async fn reconcile(
         }
         return Ok(wake_at(fanout::expires_at(event, ctx.retention)));
     }
-    // The watch keeps events without their payloads (see `run`): read this one whole.
-    let whole: Api<Lenient<FlowlineEvent>> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(Lenient::Decoded(event)) = whole.get_opt(&name).await? else {
-        return Ok(Action::await_change());
+    // The watch keeps a pending event's payload up to `KEPT_PAYLOAD_BYTES`; a larger
+    // one is read whole. Fanning out from the cached event is safe even when the
+    // cache is behind: every step of a fan-out is idempotent (runs are named after the
+    // event and the workflow, cancels and resumes are decided on the runs as they
+    // are), so a fan-out done twice ends as one.
+    let read;
+    let event = if payload_dropped(event) {
+        let whole: Api<Lenient<FlowlineEvent>> = Api::namespaced(ctx.client.clone(), &ns);
+        let Some(Lenient::Decoded(fresh)) = whole.get_opt(&name).await? else {
+            return Ok(Action::await_change());
+        };
+        if fresh.phase() == EventPhase::Done || fresh.uid() != object.uid() {
+            // Done meanwhile, or replaced: its own watch event brings it back.
+            return Ok(Action::await_change());
+        }
+        read = fresh;
+        &*read
+    } else {
+        &**event
     };
-    if event.phase() == EventPhase::Done || event.uid() != object.uid() {
-        // Done meanwhile, or replaced: its own watch event brings it back.
-        return Ok(Action::await_change());
-    }
-    let event = &*event;
 
     let workflows: Api<Lenient<Workflow>> = Api::namespaced(ctx.client.clone(), &ns);
     let listed: Vec<Workflow> = workflows
@@ -436,8 +446,9 @@ pub async fn run(
         telemetry,
         backoff: Default::default(),
     });
-    // The watch keeps no payloads (up to 1 MiB each, for the whole retention): a
-    // pending event is read whole when it is fanned out, a done one needs none.
+    // The watch keeps no payload of a done event (up to 1 MiB each, for the whole
+    // retention), nor a large one of a pending event: that one is read whole when it
+    // is fanned out.
     let (store, writer) = kube::runtime::reflector::store();
     let watch = lenient::compact_watch(events, watcher::Config::default(), drop_payload);
     let applied = kube::runtime::reflector(writer, watch)
@@ -467,9 +478,34 @@ pub async fn run(
         .await;
 }
 
-/// What the controller's watch keeps of an event: everything but its payload.
+/// The largest payload of a pending event the watch keeps: most events' (a fan-out
+/// then needs no read of its event), and little memory, since an event is pending
+/// only until it is fanned out.
+const KEPT_PAYLOAD_BYTES: usize = 16 * 1024;
+
+/// Marks a cached event whose payload the watch dropped. Set only in memory; a
+/// user's own value is dropped first, so an event can never pass for one kept whole.
+const PAYLOAD_DROPPED: &str = "flowline.io/payload-dropped";
+
+/// What the controller's watch keeps of an event: everything, but the payload of a
+/// done event or a large one.
 fn drop_payload(event: &mut FlowlineEvent) {
-    event.spec.payload = None;
+    event.annotations_mut().remove(PAYLOAD_DROPPED);
+    let Some(payload) = event.spec.payload.as_ref() else {
+        return;
+    };
+    let small = || serde_json::to_vec(payload).is_ok_and(|b| b.len() <= KEPT_PAYLOAD_BYTES);
+    if event.phase() == EventPhase::Done || !small() {
+        event.spec.payload = None;
+        event
+            .annotations_mut()
+            .insert(PAYLOAD_DROPPED.into(), "true".into());
+    }
+}
+
+/// Whether the watch dropped `event`'s payload ([`drop_payload`]).
+fn payload_dropped(event: &FlowlineEvent) -> bool {
+    event.annotations().contains_key(PAYLOAD_DROPPED)
 }
 
 /// How long events are kept (`--event-retention`).
@@ -569,6 +605,59 @@ mod tests {
         assert_eq!(run.spec.workflow.as_ref().map(|w| w.generation), Some(4));
         let owner = &run.meta().owner_references.as_ref().unwrap()[0];
         assert_eq!((owner.uid.as_str(), owner.controller), ("w-1", Some(true)));
+    }
+
+    #[test]
+    fn the_watch_keeps_the_payload_of_a_small_pending_event_only() {
+        let (event, _) = fixtures();
+        let with = |payload: Value, phase: Option<&str>, forged: bool| {
+            let mut e = event.clone();
+            e.spec.payload = Some(payload);
+            if let Some(phase) = phase {
+                e.status = serde_json::from_value(json!({"phase": phase})).unwrap();
+            }
+            if forged {
+                e.annotations_mut()
+                    .insert(PAYLOAD_DROPPED.into(), "true".into());
+            }
+            drop_payload(&mut e);
+            (e.spec.payload.is_some(), payload_dropped(&e))
+        };
+        let big = json!({"blob": "x".repeat(KEPT_PAYLOAD_BYTES)});
+        // (what, payload, phase, a forged marker, (payload kept, marked dropped))
+        let rows = [
+            (
+                "small and pending",
+                json!({"order": 1}),
+                None,
+                false,
+                (true, false),
+            ),
+            ("large and pending", big.clone(), None, false, (false, true)),
+            (
+                "small and done",
+                json!({"order": 1}),
+                Some("done"),
+                false,
+                (false, true),
+            ),
+            (
+                "a marker set by its author",
+                json!({"order": 1}),
+                None,
+                true,
+                (true, false),
+            ),
+        ];
+        for (what, payload, phase, forged, expected) in rows {
+            assert_eq!(with(payload, phase, forged), expected, "{what}");
+        }
+        let mut none = event.clone();
+        drop_payload(&mut none);
+        assert!(
+            !payload_dropped(&none),
+            "an event without a payload needs no read"
+        );
     }
 
     fn fixtures() -> (FlowlineEvent, Workflow) {

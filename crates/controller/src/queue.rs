@@ -5,9 +5,10 @@
 //! The state itself is in the Runs' statuses, so it holds across restarts.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::metrics::family::Family;
@@ -16,6 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use flowline_core::admission::group_summaries::{Membership, Summaries};
+use flowline_core::admission::unrecorded::Unrecorded;
 use flowline_core::admission::{self, Local, Member};
 use flowline_core::crd::{QueuedFor, Run, RunPhase};
 use flowline_kube::lenient::Lenient;
@@ -255,10 +257,13 @@ impl Queue {
         loop {
             let mut now: HashMap<&'static str, i64> = HashMap::new();
             if let Some((store, _)) = self.runs.get() {
-                for run in store.state().iter().filter_map(|o| o.decoded()) {
-                    if run.phase() == RunPhase::Queued && counts(run) {
-                        *now.entry(queued_for(run)).or_default() += 1;
-                    }
+                let state = store.state();
+                let runs = state
+                    .iter()
+                    .filter_map(|o| o.decoded())
+                    .filter(|r| counts(r));
+                for waits_for in waiting(runs, flowline_core::clock::now_ms()) {
+                    *now.entry(waits_for.as_str()).or_default() += 1;
                 }
             }
             for reason in QueuedFor::ALL.map(QueuedFor::as_str) {
@@ -284,12 +289,39 @@ impl Queue {
     }
 }
 
-/// What a queued run waits for, as its status says (a status recorded before the field
-/// existed waited for a concurrency slot).
-fn queued_for(run: &Run) -> &'static str {
-    run.status
-        .as_ref()
-        .and_then(|s| s.queued_for)
-        .unwrap_or(QueuedFor::Concurrency)
-        .as_str()
+/// What each waiting run of `runs` waits for: a run recorded queued as its status
+/// says (a status recorded before the field existed waited for a concurrency slot),
+/// and one whose wait is not recorded yet as its admission says at `now`
+/// ([`Unrecorded`], from its workflow's runs).
+fn waiting<'a>(runs: impl Iterator<Item = &'a Arc<Run>>, now: Timestamp) -> Vec<QueuedFor> {
+    let mut found = Vec::new();
+    let mut held_back: HashMap<(String, &str), Vec<&Run>> = HashMap::new();
+    for run in runs {
+        if run.phase() == RunPhase::Queued {
+            found.push(
+                (run.status.as_ref())
+                    .and_then(|s| s.queued_for)
+                    .unwrap_or(QueuedFor::Concurrency),
+            );
+        } else if run
+            .spec
+            .workflow
+            .as_ref()
+            .is_some_and(|v| v.holds_runs_back())
+        {
+            let key = (
+                run.namespace().unwrap_or_default(),
+                run.spec.workflow_ref.as_str(),
+            );
+            held_back.entry(key).or_default().push(run);
+        }
+    }
+    for runs in held_back.values() {
+        if runs.iter().all(|r| r.status.is_some()) {
+            continue;
+        }
+        let unrecorded = Unrecorded::of(runs.iter().copied());
+        found.extend(runs.iter().filter_map(|r| unrecorded.waits_for(r, now)));
+    }
+    found
 }

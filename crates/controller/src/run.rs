@@ -20,6 +20,7 @@ use super::run_cache::RunCache;
 use super::shard::Shards;
 use flowline_core::admission::account_bound::{AccountBound, Take};
 use flowline_core::admission::timing::{self, Gate, Ledger};
+use flowline_core::admission::unrecorded;
 use flowline_core::admission::{self, Admission};
 use flowline_core::crd::{
     ConcurrencyPolicy, Executor, QueuedFor, Run, RunPhase, RunStatus, StepPhase, Workflow,
@@ -625,8 +626,6 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
             flowline_core::clock::now_ms(),
         )
     };
-    // What the run waits for, as the last look at it (`AskSlot`) said.
-    let mut queued_for = None;
     loop {
         let decision = triage(&observed);
         tracing::trace!(run = %object.name_any(), ?decision, "run triaged");
@@ -646,11 +645,12 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                 let still = ctx.still_queued(run);
                 observed.waits_for_slot = Some(still.waits);
                 observed.slot_opens_at = still.opens_at;
-                queued_for = still.waits_for;
+                observed.queued_for = still.waits_for;
             }
             Decision::Read => observed.read = Some(read(&ctx, run).await?),
             Decision::MarkQueued => {
-                mark_queued(&ctx, run, queued_for.unwrap_or(QueuedFor::Concurrency)).await
+                let waits_for = observed.queued_for.unwrap_or(QueuedFor::Concurrency);
+                mark_queued(&ctx, run, waits_for).await
             }
             Decision::SyncQueuedLabels => super::run_labels::sync(&ctx.client, run).await?,
             Decision::Act(need) => {
@@ -664,7 +664,7 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                 };
                 act(&ctx, current, workflow.as_deref(), &uid, need).await?;
             }
-            Decision::LeaveAlone | Decision::LookAgainAfter(_) => {}
+            Decision::LeaveAlone | Decision::LookAgainAfter(_) | Decision::WaitUnrecorded(_) => {}
         }
         if let Some(then) = then {
             return Ok(then);
@@ -936,13 +936,16 @@ async fn request_cancel(
     }
 }
 
-/// Records that `run` waits for a slot of its concurrency group: status `queued`, its
-/// steps pending, no start time yet (its run timeout counts from when it leaves the
-/// queue).
+/// Records that `run` waits (for `waits_for`): status `queued`, its steps pending, no
+/// start time yet (its run timeout counts from when it leaves the queue). Not before
+/// its wait has settled ([`unrecorded::record_put_off`]): a later look writes it then.
 async fn mark_queued(ctx: &Context, run: &Run, waits_for: QueuedFor) {
     let Some(version) = run.spec.workflow.as_ref() else {
         return;
     };
+    if unrecorded::record_put_off(run, waits_for, flowline_core::clock::now_ms()).is_some() {
+        return;
+    }
     let mut status = runner::initial_status(run, version);
     status.phase = RunPhase::Queued;
     status.started_at = None;

@@ -18,6 +18,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::run_cache::RunCache;
+use flowline_core::admission::unrecorded::Unrecorded;
 use flowline_core::crd::{
     Concurrency, ConcurrencyPolicy, Condition, ConditionStatus, EventKind, Overlap, PendingEvent,
     Run, RunPhase, RunTrigger, TriggerType, Webhook, Workflow, WorkflowState, WorkflowStatus,
@@ -122,8 +123,15 @@ pub fn plan(
     // Counts, last run, retention.
     let mut counts = flowline_core::crd::RunCounts::default();
     let mut finished: Vec<(&Arc<Run>, RunPhase)> = Vec::new();
+    // A run whose wait is not recorded yet counts as queued, as `/v1` shows it.
+    let unrecorded = (runs.iter().any(|r| r.status.is_none()))
+        .then(|| Unrecorded::of(runs.iter().map(|r| &**r)));
     for run in runs {
-        let phase = run.phase();
+        let unrecorded_wait = (unrecorded.as_ref()).and_then(|u| u.waits_for(run, now));
+        let phase = match unrecorded_wait {
+            Some(_) => RunPhase::Queued,
+            None => run.phase(),
+        };
         match phase {
             RunPhase::Running => counts.running += 1,
             RunPhase::Queued => counts.queued += 1,

@@ -15,7 +15,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::crd::{Run, StepPhase, Workflow, WorkflowState};
+use crate::admission::unrecorded;
+use crate::crd::{QueuedFor, Run, StepPhase, Workflow, WorkflowState};
 use crate::engine::waiting;
 
 /// How often an unfinished run is reconciled without a watch event: the backstop that
@@ -38,6 +39,8 @@ pub struct Observed<'a> {
     /// Whether the run must wait for a slot, judged from the cache alone: the answer
     /// to [`Decision::AskSlot`].
     pub waits_for_slot: Option<bool>,
+    /// What it waits for, with that answer.
+    pub queued_for: Option<QueuedFor>,
     /// When it must wait for a time (a rate limit's window, a debounce), the earliest
     /// time it may start: it is looked at again then, not at the next resync.
     pub slot_opens_at: Option<Timestamp>,
@@ -74,6 +77,7 @@ impl<'a> Observed<'a> {
             now,
             kept_up: false,
             waits_for_slot: None,
+            queued_for: None,
             slot_opens_at: None,
             read: None,
             child_ended: ChildEnded(&|_| false),
@@ -126,7 +130,13 @@ pub enum Decision {
     /// replaced (a run that just finished here looks "running, not executing"), so a
     /// decision that writes is taken on a fresh read.
     Read,
-    /// It waits for a slot and its status was never written: record it `queued`
+    /// It waits for a slot, its status was never written and its wait has not
+    /// settled ([`unrecorded`]): no write (`/v1` shows it queued from its caches); look
+    /// again when the wait settles, or sooner when its gate opens. A freed slot wakes
+    /// it as it wakes any waiting run.
+    WaitUnrecorded(Duration),
+    /// It waits for a slot, its wait has settled, and its status was never written:
+    /// record it `queued`
     /// (without reading it again: one request, not three, when many runs arrive at
     /// once; the write is conditional on the cached version, so a stale cache costs a
     /// conflict and a fresh look, never a wrong status).
@@ -228,7 +238,16 @@ pub fn triage(observed: &Observed) -> Decision {
     if !observed.executing && !run.spec.cancel && awaiting_slot {
         match observed.waits_for_slot {
             None => return Decision::AskSlot,
-            Some(true) if run.status.is_none() => return Decision::MarkQueued,
+            Some(true) if run.status.is_none() => {
+                let waits_for = observed.queued_for.unwrap_or(QueuedFor::Concurrency);
+                return match unrecorded::record_put_off(run, waits_for, observed.now) {
+                    None => Decision::MarkQueued,
+                    Some(settles_in) => Decision::WaitUnrecorded(match observed.slot_opens_at {
+                        Some(opens_at) => settles_in.min(gate_wait(opens_at, observed.now)),
+                        None => settles_in,
+                    }),
+                };
+            }
             Some(true) => return Decision::SyncQueuedLabels,
             Some(false) => {}
         }
@@ -280,7 +299,7 @@ pub fn look_again(decision: &Decision, observed: &Observed) -> LookAgain {
     let finished = observed.cached.is_none_or(|run| run.phase().is_finished());
     match decision {
         Decision::LeaveAlone => LookAgain::WhenChanged,
-        Decision::LookAgainAfter(wait) => LookAgain::After(*wait),
+        Decision::LookAgainAfter(wait) | Decision::WaitUnrecorded(wait) => LookAgain::After(*wait),
         _ if finished => LookAgain::WhenChanged,
         Decision::MarkQueued | Decision::SyncQueuedLabels => match observed.slot_opens_at {
             Some(opens_at) => LookAgain::After(gate_wait(opens_at, observed.now)),
@@ -519,6 +538,11 @@ mod tests {
         let active = workflow("active", None);
         let new = run(Value::Null, false);
         let new_pinned = pinned(new.clone(), &active);
+        let mut just_created = new_pinned.clone();
+        just_created.annotations_mut().insert(
+            crate::crd::timestamps::CREATED_AT_ANNOTATION.into(),
+            at(NOW).to_string(),
+        );
         let running = pinned(run(json!({"phase": "running"}), false), &active);
         let queued = pinned(run(json!({"phase": "queued"}), false), &active);
         let succeeded = run(json!({"phase": "succeeded"}), false);
@@ -581,8 +605,33 @@ mod tests {
                 Decision::AskSlot,
             ),
             (
-                "a new run that must wait is marked queued",
+                "a new run whose wait has settled is marked queued",
                 kept_up(&new_pinned, false, Some(true)),
+                Decision::MarkQueued,
+            ),
+            (
+                "a new run that must wait is not marked before its wait settles",
+                Observed {
+                    now: at(NOW) + Duration::from_secs(2),
+                    ..kept_up(&just_created, false, Some(true))
+                },
+                Decision::WaitUnrecorded(Duration::from_secs(8)),
+            ),
+            (
+                "...or before its gate opens, if sooner",
+                Observed {
+                    now: at(NOW) + Duration::from_secs(2),
+                    slot_opens_at: Some(at(NOW) + Duration::from_secs(5)),
+                    ..kept_up(&just_created, false, Some(true))
+                },
+                Decision::WaitUnrecorded(Duration::from_millis(2_750)),
+            ),
+            (
+                "a new run waiting for its account's bound is marked at once",
+                Observed {
+                    queued_for: Some(QueuedFor::Account),
+                    ..kept_up(&just_created, false, Some(true))
+                },
                 Decision::MarkQueued,
             ),
             (

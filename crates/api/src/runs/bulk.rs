@@ -136,13 +136,12 @@ fn chosen(
                 .filter_map(|id| cache::get(&state.caches.runs, namespace, id))
                 .collect()
         }
-        Selection::Filter(filter) => state
-            .caches
-            .runs
-            .in_namespace(namespace)
-            .into_iter()
-            .filter(|r| filter.matches(r))
-            .collect(),
+        Selection::Filter(filter) => {
+            super::waiting::shown(state, state.caches.runs.in_namespace(namespace))
+                .into_iter()
+                .filter(|r| filter.matches(r))
+                .collect()
+        }
     };
     runs.retain(|r| eligible(r));
     runs.sort_by_key(|r| std::cmp::Reverse((created_at(&r.metadata), r.name_any())));

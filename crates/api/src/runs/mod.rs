@@ -10,6 +10,7 @@ mod keyed_start;
 pub mod logs;
 pub mod retry;
 pub mod views;
+mod waiting;
 
 #[cfg(test)]
 mod error_paths;
@@ -63,7 +64,8 @@ pub(crate) fn find(state: &ApiState, namespace: &str, id: &str) -> ApiResult<std
 fn full(state: &ApiState, run: &Run) -> RunView {
     let ns = run.namespace().unwrap_or_default();
     let wf = cache::get(&state.caches.workflows, &ns, &run.spec.workflow_ref);
-    views::run(run, wf.as_deref())
+    let shown = waiting::shown_one(state, run);
+    views::run(shown.as_ref().unwrap_or(run), wf.as_deref())
 }
 
 #[utoipa::path(get, path = "/v1/workflows/{id}/runs", operation_id = "runs.list", summary = "List runs of a workflow", tag = "runs", description = "Scope: `read`. Newest first.",
@@ -80,7 +82,7 @@ async fn list(
     find_workflow(&state, &who.namespace, &workflow_id)?;
     let filter = RunFilter::from_query(query.as_deref(), false)?;
     let runs = state.caches.runs_of_workflow(&who.namespace, &workflow_id);
-    page_of(runs, &filter, query.as_deref())
+    page_of(&state, runs, &filter, query.as_deref())
 }
 
 #[utoipa::path(get, path = "/v1/runs", operation_id = "runs.listAll", summary = "List runs of every workflow", tag = "runs",
@@ -98,17 +100,18 @@ async fn list_all(
         Some(workflow) => state.caches.runs_of_workflow(&who.namespace, workflow),
         None => state.caches.runs.in_namespace(&who.namespace),
     };
-    page_of(runs, &filter, query.as_deref())
+    page_of(&state, runs, &filter, query.as_deref())
 }
 
 /// The page the query asks for of the `runs` that pass `filter`, newest first.
 fn page_of(
+    state: &ApiState,
     runs: Vec<std::sync::Arc<Run>>,
     filter: &RunFilter,
     query: Option<&str>,
 ) -> ApiResult<Json<Page<RunListItem>>> {
     let q = pagination::parse_query(query, None)?;
-    let runs = runs
+    let runs = waiting::shown(state, runs)
         .into_iter()
         .filter(|r| filter.matches(r))
         .map(|r| (SortKey::new(created_at(&r.metadata), &r.name_any()), r))

@@ -3,6 +3,7 @@
 
 pub mod backfill;
 pub mod input;
+pub mod list_page;
 pub mod versions;
 pub mod views;
 
@@ -13,6 +14,7 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use kube::api::{DeleteParams, Patch};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -26,12 +28,12 @@ use crate::hooks::secret as hook_secret;
 use crate::plumbing::auth::{Authorized, needs};
 use crate::plumbing::error::{ApiError, ApiResult, Missing, not_found_as, write_error};
 use crate::plumbing::json::Valid;
-use crate::plumbing::pagination::{self, Page, SortKey};
+use crate::plumbing::pagination::{self, Page};
 use crate::plumbing::path::Path;
 use crate::plumbing::validation::Problems;
 use crate::state::ApiState;
 use flowline_core::clock::{format_ts, now_ms};
-use flowline_core::crd::timestamps::{UPDATED_AT_ANNOTATION, created_at, creation_annotations};
+use flowline_core::crd::timestamps::{UPDATED_AT_ANNOTATION, creation_annotations};
 use flowline_core::crd::{TriggerType, Workflow, WorkflowSpec, WorkflowState};
 use flowline_core::ids::new_id;
 
@@ -67,29 +69,17 @@ async fn list(
     State(state): State<ApiState>,
     who: Authorized<needs::Read>,
     RawQuery(query): RawQuery,
-) -> ApiResult<Json<Page<WorkflowListItem>>> {
-    let q = pagination::parse_query(
-        query.as_deref(),
-        Some(("state", &["draft", "active", "paused"])),
-    )?;
-    let items = state
-        .caches
-        .workflows
-        .in_namespace(&who.namespace)
-        .into_iter()
-        .filter(|wf| {
-            q.filter
-                .as_deref()
-                .is_none_or(|s| wf.spec.state.as_str() == s)
-        })
-        .map(|wf| {
-            (
-                SortKey::new(created_at(&wf.metadata), &wf.name_any()),
-                WorkflowListItem::from(&*wf),
-            )
-        })
-        .collect();
-    Ok(Json(pagination::paginate(items, &q)))
+) -> ApiResult<Response> {
+    let q = pagination::parse_query(query.as_deref(), Some(list_page::STATE_FILTER))?;
+    let workflows = state.caches.workflows.in_namespace(&who.namespace);
+    let json = list_page::render(
+        &state.rendered_workflow_items,
+        &who.namespace,
+        workflows,
+        &q,
+    )
+    .map_err(|e| ApiError::Internal(e.into()))?;
+    Ok(json_answer(json))
 }
 
 #[utoipa::path(get, path = "/v1/workflows/{id}", operation_id = "workflows.get", summary = "Get a workflow", tag = "workflows", description = "Scope: `read`.",
@@ -109,14 +99,19 @@ async fn show(
             serde_json::to_vec(&WorkflowView::from(wf))
         })
         .map_err(|e| ApiError::Internal(e.into()))?;
-    Ok((
+    Ok(json_answer(json))
+}
+
+/// A 200 with JSON rendered beforehand.
+fn json_answer(json: Bytes) -> Response {
+    (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
         json,
     )
-        .into_response())
+        .into_response()
 }
 
 #[utoipa::path(post, path = "/v1/workflows", operation_id = "workflows.create", summary = "Create a workflow", tag = "workflows", description = "Scope: `write`. Creates a draft with no steps.",

@@ -5,6 +5,7 @@
 pub mod account_bound;
 pub mod group_summaries;
 pub mod timing;
+pub mod unrecorded;
 
 use jiff::Timestamp;
 use kube::ResourceExt;
@@ -149,7 +150,7 @@ const CACHED_GROUP: &str = "flowline.io/cached-concurrency-group";
 /// The concurrency group of `run`: its pinned version's key rendered over its trigger
 /// (no concurrency setting or no key: the workflow's one group).
 pub fn group_of(run: &Run) -> Result<String, String> {
-    if run.phase().is_finished()
+    if is_compacted(run)
         && let Some(group) = run.annotations().get(CACHED_GROUP)
     {
         return Ok(group.clone());
@@ -173,11 +174,40 @@ pub fn group_of(run: &Run) -> Result<String, String> {
 /// records can go. Any value a user put in the annotations these are kept in is
 /// dropped first.
 pub fn compact_for_cache(run: &mut Run) {
-    run.annotations_mut().remove(CACHED_GROUP);
-    timing::cache_for_compaction(run);
+    forget_cached(run);
     if !run.phase().is_finished() {
         return;
     }
+    cache_what_admission_reads(run);
+    let version = run.spec.workflow.take();
+    run.drop_details(crate::crd::EventDetail::Whole);
+    run.spec.workflow = version.map(|version| crate::crd::WorkflowSnapshot {
+        steps: Vec::new(),
+        ..version
+    });
+}
+
+/// Marks a run whose rendered group and keys were filed in its annotations by
+/// [`compact_for_cache`] or [`summarize`] (its payload, which they are rendered from,
+/// then goes). Set only in memory, never written; a user's own value is dropped
+/// first, so a run can never pass off a group or a key of its choosing.
+const CACHED_ADMISSION: &str = "flowline.io/cached-admission";
+
+/// Whether admission reads `run`'s group and keys from its annotations.
+fn is_compacted(run: &Run) -> bool {
+    run.annotations().contains_key(CACHED_ADMISSION)
+}
+
+/// Drops every annotation a compaction files, whoever set it.
+fn forget_cached(run: &mut Run) {
+    run.annotations_mut().remove(CACHED_GROUP);
+    run.annotations_mut().remove(CACHED_ADMISSION);
+    timing::forget_cached(run);
+}
+
+/// Files in `run`'s annotations what admission reads of it once its payload is gone:
+/// its rendered concurrency group, its rate limit and debounce keys, its start.
+fn cache_what_admission_reads(run: &mut Run) {
     let concurrency = run
         .spec
         .workflow
@@ -188,12 +218,32 @@ pub fn compact_for_cache(run: &mut Run) {
     {
         run.annotations_mut().insert(CACHED_GROUP.into(), group);
     }
-    let version = run.spec.workflow.take();
-    run.drop_details(crate::crd::EventDetail::Whole);
-    run.spec.workflow = version.map(|version| crate::crd::WorkflowSnapshot {
+    timing::cache_keys(run);
+    run.annotations_mut()
+        .insert(CACHED_ADMISSION.into(), "true".into());
+}
+
+/// What a cache of run summaries (the API's, which drops every run's payload and
+/// pinned version) keeps so that [`unrecorded::Unrecorded`] can tell whether a run
+/// waits: for a run of a version that holds runs back, its group, keys and start in
+/// its annotations, and, returned, its version without steps or output template (the
+/// settings admission reads). Call it before the details are dropped, and put the
+/// returned version back after. Any value a user put in those annotations is dropped
+/// first.
+pub fn summarize(run: &mut Run) -> Option<crate::crd::WorkflowSnapshot> {
+    forget_cached(run);
+    let version = run
+        .spec
+        .workflow
+        .as_ref()
+        .filter(|v| v.holds_runs_back())?
+        .clone();
+    cache_what_admission_reads(run);
+    Some(crate::crd::WorkflowSnapshot {
         steps: Vec::new(),
+        output: None,
         ..version
-    });
+    })
 }
 
 /// Where `run` stands among waiting runs.

@@ -128,7 +128,7 @@ pub(super) const CACHED_START: &str = "flowline.io/cached-start";
 /// start time for the API.
 pub fn execution_start(run: &Run) -> Option<Timestamp> {
     let status = run.status.as_ref()?;
-    if status.phase.is_finished()
+    if super::is_compacted(run)
         && let Some(cached) = run.annotations().get(CACHED_START)
     {
         return cached.parse().ok();
@@ -155,8 +155,7 @@ pub fn keys_of(run: &Run) -> Vec<(Kind, Result<String, String>)> {
         return Vec::new();
     };
     let cached = |annotation: &str| {
-        run.phase()
-            .is_finished()
+        super::is_compacted(run)
             .then(|| run.annotations().get(annotation).cloned())
             .flatten()
     };
@@ -583,15 +582,17 @@ impl Ledger {
     }
 }
 
-/// Keeps in `run`'s annotations what [`keys_of`] and [`execution_start`] read of it
-/// once the compact cache drops its payload and steps (it is finished).
-pub(super) fn cache_for_compaction(run: &mut Run) {
+/// Drops the annotations [`cache_keys`] files, whoever set them.
+pub(super) fn forget_cached(run: &mut Run) {
     for annotation in [CACHED_RATE_KEY, CACHED_DEBOUNCE_KEY, CACHED_START] {
         run.annotations_mut().remove(annotation);
     }
-    if !run.phase().is_finished() {
-        return;
-    }
+}
+
+/// Files in `run`'s annotations what [`keys_of`] and [`execution_start`] read of it
+/// once its payload and steps are dropped ([`super::compact_for_cache`],
+/// [`super::summarize`]).
+pub(super) fn cache_keys(run: &mut Run) {
     let start = execution_start(run);
     for (kind, key) in keys_of(run) {
         if let Ok(key) = key {
