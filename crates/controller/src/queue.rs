@@ -325,3 +325,57 @@ fn waiting<'a>(runs: impl Iterator<Item = &'a Arc<Run>>, now: Timestamp) -> Vec<
     }
     found
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn run(name: &str, workflow: &str, settings: Value, status: Value) -> Arc<Run> {
+        let mut version = json!({"generation": 1, "name": "W",
+            "steps": [{"id": "a", "action": "delay", "with": {"ms": 1}}]});
+        for (k, v) in settings.as_object().unwrap() {
+            version[k] = v.clone();
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "flowline.io/v1", "kind": "Run",
+                "metadata": {"name": name, "namespace": "n", "uid": name,
+                    "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"workflowRef": workflow, "workflow": version},
+                "status": status,
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// The gauge counts a recorded wait by its status, and a wait not recorded yet as
+    /// its admission decides it; a run that may start is not counted.
+    #[test]
+    fn waiting_runs_are_counted_recorded_or_not() {
+        let limit = json!({"concurrency": {"limit": 1}});
+        let runs = [
+            run(
+                "rated",
+                "r",
+                json!({}),
+                json!({"phase": "queued", "queuedFor": "rate_limit"}),
+            ),
+            run("old", "q", json!({}), json!({"phase": "queued"})),
+            run("holder", "l", limit.clone(), json!({"phase": "running"})),
+            run("behind", "l", limit.clone(), Value::Null),
+            run("free", "f", limit, Value::Null),
+            run("plain", "p", json!({}), Value::Null),
+        ];
+        let mut found = waiting(runs.iter(), jiff::Timestamp::now());
+        found.sort_by_key(|q| q.as_str());
+        assert_eq!(
+            found,
+            [
+                QueuedFor::Concurrency,
+                QueuedFor::Concurrency,
+                QueuedFor::RateLimit
+            ]
+        );
+    }
+}
