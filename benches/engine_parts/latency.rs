@@ -99,16 +99,26 @@ fn p50_p99(mut samples: Vec<f64>) -> (f64, f64) {
 /// The API in this process over namespace `ns`, with an admin key: its base URL and
 /// the key.
 async fn api(client: &Client, ns: &str, stop: &CancellationToken) -> (String, String) {
+    use flowline_api::plumbing::ratelimit::{Plan, PlanDefaults};
     use flowline_api::state::{ApiConfig, ApiState};
     let scope = flowline_kube::WatchScope::from_list(&[ns.to_string()]);
     let caches = flowline_api::cache::Caches::start(client.clone(), &scope, stop.clone());
     let seal = flowline_kube::seal_key::load(client, "default", "flowline-seal-key")
         .await
         .expect("the seal key");
+    // A budget no bench reaches: 1,000 runs started in a few seconds would pass the
+    // default plan's, and the bench measures latency, not refusals.
+    let config = ApiConfig {
+        plans: PlanDefaults {
+            plan: Plan::Enterprise,
+            enterprise_requests: 1_000_000,
+        },
+        ..ApiConfig::default()
+    };
     let app = flowline_api::router(ApiState::new(
         client.clone(),
         caches.clone(),
-        ApiConfig::default(),
+        config,
         Arc::new(seal),
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
