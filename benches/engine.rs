@@ -19,9 +19,9 @@
 //! (h) a parent run calling 10 child runs in sequence (`workflow` steps, each child one
 //!     10 ms delay step) vs one run of the same 10 steps: the ratio of their create →
 //!     finished times (goal: at most 1.5x), and the API-server writes each child adds.
-//! (i) event fan-out: one event to 100 subscribed workflows, and 1,000 events to 10
-//!     workflows, from the event's create to every run finished, vs creating the same
-//!     runs directly (goal: at least 0.9x).
+//! (i) event fan-out: one event to 100 subscribed workflows (the median of 5 rounds),
+//!     and 1,000 events to 10 workflows, from the event's create to every run finished,
+//!     vs creating the same runs directly (goal: at least 0.9x).
 //! (l) start latency: `POST /v1/workflows/{id}/runs` to the step started and to the run
 //!     seen finished, 1,000 one-step runs in sequence, p50 and p99, vs creating a Run
 //!     and seeing it through a watch (goal: p50 at most 1.5x, p99 at most 3x).
@@ -552,9 +552,11 @@ async fn part_i(client: &Client, ns: &str) {
     let runs: Api<Run> = Api::namespaced(client.clone(), ns);
     let events: Api<FlowlineEvent> = Api::namespaced(client.clone(), ns);
     println!("(i) event fan-out vs the same runs created directly");
-    for (shape, workflows, posts) in [
-        ("one event, 100 workflows", 100, 1),
-        ("1,000 events, 10 workflows", 10, 1000),
+    // The one-event shape takes half a second: its median of 5 rounds, each a fresh
+    // event and 100 fresh direct runs, is what one figure of it says.
+    for (shape, workflows, posts, rounds) in [
+        ("one event, 100 workflows", 100, 1, 5),
+        ("1,000 events, 10 workflows", 10, 1000, 1),
     ] {
         let name = format!("bench.{workflows}");
         let mut subscribed = Vec::new();
@@ -566,50 +568,64 @@ async fn part_i(client: &Client, ns: &str) {
             subscribed.push(workflow(client, ns, &format!("sub-{workflows}-{w}"), spec).await);
         }
         let total = workflows * posts;
-        let already = runs.list(&Default::default()).await.unwrap().items.len();
-        let t = Instant::now();
-        let waiting = until_count_finished(&runs, already + total);
-        let posting = in_parallel(posts, |i| {
-            let events = events.clone();
-            let name = name.clone();
-            async move {
-                let event = FlowlineEvent::new(
-                    &format!("evt-b{workflows}x{i}"),
-                    FlowlineEventSpec {
-                        name,
-                        payload: Some(json!({"i": i})),
-                        client_id: None,
-                        received_at: jiff::Timestamp::now(),
-                    },
-                );
-                events.create(&PostParams::default(), &event).await.unwrap();
-            }
+        let mut measured = Vec::new();
+        for round in 0..rounds {
+            let already = runs.list(&Default::default()).await.unwrap().items.len();
+            let t = Instant::now();
+            let waiting = until_count_finished(&runs, already + total);
+            let posting = in_parallel(posts, |i| {
+                let events = events.clone();
+                let name = name.clone();
+                async move {
+                    let event = FlowlineEvent::new(
+                        &format!("evt-b{workflows}x{round}x{i}"),
+                        FlowlineEventSpec {
+                            name,
+                            payload: Some(json!({"i": i})),
+                            client_id: None,
+                            received_at: jiff::Timestamp::now(),
+                        },
+                    );
+                    events.create(&PostParams::default(), &event).await.unwrap();
+                }
+            });
+            tokio::join!(waiting, posting);
+            let fanned = t.elapsed();
+            let t = Instant::now();
+            let waiting = until_count_finished(&runs, already + 2 * total);
+            let creating = in_parallel(total, |i| {
+                let runs = runs.clone();
+                let wf = subscribed[i % workflows].clone();
+                async move {
+                    runs.create(
+                        &PostParams::default(),
+                        &run_object(&format!("direct-{workflows}-{round}-{i}"), &wf),
+                    )
+                    .await
+                    .unwrap();
+                }
+            });
+            tokio::join!(waiting, creating);
+            measured.push((fanned, t.elapsed()));
+        }
+        // The round with the median ratio.
+        measured.sort_by(|a, b| {
+            (a.1.as_secs_f64() / a.0.as_secs_f64())
+                .total_cmp(&(b.1.as_secs_f64() / b.0.as_secs_f64()))
         });
-        tokio::join!(waiting, posting);
-        let fanned = t.elapsed();
-        let t = Instant::now();
-        let waiting = until_count_finished(&runs, already + 2 * total);
-        let creating = in_parallel(total, |i| {
-            let runs = runs.clone();
-            let wf = subscribed[i % workflows].clone();
-            async move {
-                runs.create(
-                    &PostParams::default(),
-                    &run_object(&format!("direct-{workflows}-{i}"), &wf),
-                )
-                .await
-                .unwrap();
-            }
-        });
-        tokio::join!(waiting, creating);
-        let direct = t.elapsed();
+        let (fanned, direct) = measured[measured.len() / 2];
         println!(
-            "    {shape}: {total} runs; fan-out {:.2} s ({:.0} runs/s), direct {:.2} s ({:.0} runs/s); ratio {:.2}x (goal ≥ 0.9x)",
+            "    {shape}: {total} runs; fan-out {:.2} s ({:.0} runs/s), direct {:.2} s ({:.0} runs/s); ratio {:.2}x (goal ≥ 0.9x){}",
             fanned.as_secs_f64(),
             total as f64 / fanned.as_secs_f64(),
             direct.as_secs_f64(),
             total as f64 / direct.as_secs_f64(),
-            direct.as_secs_f64() / fanned.as_secs_f64()
+            direct.as_secs_f64() / fanned.as_secs_f64(),
+            if rounds > 1 {
+                format!(", the median of {rounds} rounds")
+            } else {
+                String::new()
+            }
         );
     }
     stop.cancel();

@@ -642,7 +642,9 @@ pub struct RunStatus {
     /// True while the run is parked: every step that can make progress is `waiting`
     /// (a `wait` or an `approval`), and no process executes it until a step's time
     /// comes, a decision arrives or the run is cancelled.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    // Always serialized, `false` included: statuses are merge patches, and a field
+    // left out would keep the stored `true` of the park before.
+    #[serde(default)]
     pub parked: bool,
     /// A succeeded run of a workflow with `output`: that template rendered with the
     /// run's context (capped at 64 KiB; see `outputTruncated`). Unset otherwise.

@@ -230,6 +230,11 @@ pub fn still_parked(
     if !status.parked || run.spec.cancel || status.phase.is_finished() {
         return None;
     }
+    // Parked with no step waiting: the flag outlived the park (a process killed after
+    // it resumed the run, before it wrote again), so the run must be executed.
+    if !status.steps.iter().any(|r| r.status == StepPhase::Waiting) {
+        return None;
+    }
     let mut earliest: Option<Timestamp> = None;
     let mut earlier = |t: Timestamp| {
         earliest = Some(earliest.map_or(t, |e: Timestamp| e.min(t)));
@@ -524,7 +529,7 @@ mod tests {
             None
         );
         // A run that is not parked is executed.
-        let mut unparked = status;
+        let mut unparked = status.clone();
         unparked["parked"] = json!(false);
         assert_eq!(
             still_parked(
@@ -534,5 +539,28 @@ mod tests {
             ),
             None
         );
+        // ...and so is one whose flag outlived its park: no step waits any more (it
+        // was resumed, then its process was killed before it wrote again).
+        let mut resumed = status;
+        resumed["steps"] = json!([{"stepId": "ok", "name": "ok", "status": "succeeded"},
+                                  {"stepId": "nap", "name": "nap", "status": "pending"}]);
+        assert_eq!(
+            still_parked(
+                &parked_run(resumed, json!([]), false, None),
+                at(105),
+                &nothing_ended
+            ),
+            None,
+            "a stale parked flag"
+        );
+    }
+
+    /// Statuses are merge patches: an unparked status must say so, or the stored
+    /// `parked: true` of the park before stays.
+    #[test]
+    fn an_unparked_status_clears_the_flag_in_a_merge_patch() {
+        let status = crate::crd::RunStatus::default();
+        let written = serde_json::to_value(&status).unwrap();
+        assert_eq!(written["parked"], json!(false));
     }
 }
