@@ -48,6 +48,7 @@ lint: ## cargo fmt --check and clippy with warnings denied
 .PHONY: unit-test
 unit-test: ## Tests that need no cluster
 	$(CARGO) test --workspace
+	python3 -m unittest hack/test_bench_report.py
 
 .PHONY: cluster-test
 cluster-test: build cluster images install-crds python-deps ## Tests against the control plane (fails, never skips, without one)
