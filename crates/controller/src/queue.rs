@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use flowline_core::admission::group_summaries::{Membership, Summaries};
-use flowline_core::admission::unrecorded::Unrecorded;
+use flowline_core::admission::unrecorded::{self, Unrecorded};
 use flowline_core::admission::{self, Local, Member};
 use flowline_core::crd::{QueuedFor, Run, RunPhase};
 use flowline_kube::lenient::Lenient;
@@ -294,34 +294,30 @@ impl Queue {
 /// and one whose wait is not recorded yet as its admission says at `now`
 /// ([`Unrecorded`], from its workflow's runs).
 fn waiting<'a>(runs: impl Iterator<Item = &'a Arc<Run>>, now: Timestamp) -> Vec<QueuedFor> {
-    let mut found = Vec::new();
-    let mut held_back: HashMap<(String, &str), Vec<&Run>> = HashMap::new();
-    for run in runs {
-        if run.phase() == RunPhase::Queued {
-            found.push(
-                (run.status.as_ref())
-                    .and_then(|s| s.queued_for)
-                    .unwrap_or(QueuedFor::Concurrency),
-            );
-        } else if run
-            .spec
-            .workflow
-            .as_ref()
-            .is_some_and(|v| v.holds_runs_back())
-        {
-            let key = (
-                run.namespace().unwrap_or_default(),
-                run.spec.workflow_ref.as_str(),
-            );
-            held_back.entry(key).or_default().push(run);
+    let runs: Vec<&Run> = runs.map(|r| &**r).collect();
+    let workflow_of = |r: &'a Run| {
+        let namespace = r.metadata.namespace.as_deref().unwrap_or_default();
+        (namespace, r.spec.workflow_ref.as_str())
+    };
+    let mut found: Vec<QueuedFor> = (runs.iter())
+        .filter(|r| r.phase() == RunPhase::Queued)
+        .map(|r| (r.status.as_ref()).and_then(|s| s.queued_for))
+        .map(|q| q.unwrap_or(QueuedFor::Concurrency))
+        .collect();
+    // Only the workflows with a run whose wait may be unrecorded are looked at whole
+    // (this runs every second over the whole cache).
+    let mut concerned: HashMap<(&str, &str), Vec<&Run>> = (runs.iter())
+        .filter(|r| unrecorded::may_wait_unrecorded(r))
+        .map(|r| (workflow_of(r), Vec::new()))
+        .collect();
+    for run in &runs {
+        if let Some(of_workflow) = concerned.get_mut(&workflow_of(run)) {
+            of_workflow.push(run);
         }
     }
-    for runs in held_back.values() {
-        if runs.iter().all(|r| r.status.is_some()) {
-            continue;
-        }
-        let unrecorded = Unrecorded::of(runs.iter().copied());
-        found.extend(runs.iter().filter_map(|r| unrecorded.waits_for(r, now)));
+    for of_workflow in concerned.values() {
+        let book = Unrecorded::of(of_workflow.iter().copied());
+        found.extend(of_workflow.iter().filter_map(|r| book.waits_for(r, now)));
     }
     found
 }

@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::run_cache::RunCache;
-use flowline_core::admission::unrecorded::Unrecorded;
+use flowline_core::admission::unrecorded::{Unrecorded, may_wait_unrecorded};
 use flowline_core::crd::{
     Concurrency, ConcurrencyPolicy, Condition, ConditionStatus, EventKind, Overlap, PendingEvent,
     Run, RunPhase, RunTrigger, TriggerType, Webhook, Workflow, WorkflowState, WorkflowStatus,
@@ -124,7 +124,7 @@ pub fn plan(
     let mut counts = flowline_core::crd::RunCounts::default();
     let mut finished: Vec<(&Arc<Run>, RunPhase)> = Vec::new();
     // A run whose wait is not recorded yet counts as queued, as `/v1` shows it.
-    let unrecorded = (runs.iter().any(|r| r.status.is_none()))
+    let unrecorded = (runs.iter().any(|r| may_wait_unrecorded(r)))
         .then(|| Unrecorded::of(runs.iter().map(|r| &**r)));
     for run in runs {
         let unrecorded_wait = (unrecorded.as_ref()).and_then(|u| u.waits_for(run, now));

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use crate::state::ApiState;
-use flowline_core::admission::unrecorded::Unrecorded;
+use flowline_core::admission::unrecorded::{Unrecorded, may_wait_unrecorded};
 use flowline_core::crd::{QueuedFor, Run, RunPhase, RunStatus};
 
 /// `runs` as `/v1` shows them: each run without a status that its admission holds
@@ -49,13 +49,6 @@ pub(crate) fn shown_one(state: &ApiState, run: &Run) -> Option<Run> {
     let waits_for = book_of(state, &namespace, &run.spec.workflow_ref)
         .waits_for(run, flowline_core::clock::now_ms())?;
     Some(queued(run, waits_for))
-}
-
-/// Whether `run` may be waiting without its wait recorded: no status yet, and pinned
-/// to a version with a concurrency limit, a rate limit or a debounce.
-fn may_wait_unrecorded(run: &Run) -> bool {
-    run.status.is_none()
-        && (run.spec.workflow.as_ref()).is_some_and(|version| version.holds_runs_back())
 }
 
 fn book_of(state: &ApiState, namespace: &str, workflow: &str) -> Unrecorded {

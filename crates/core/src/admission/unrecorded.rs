@@ -26,6 +26,14 @@ use crate::crd::{ConcurrencyPolicy, QueuedFor, Run};
 /// How long a run waits before its wait is written.
 pub const QUEUED_SETTLE: Duration = Duration::from_secs(10);
 
+/// Whether `run` may be waiting without its wait recorded: no status yet, and pinned
+/// to a version with a concurrency limit, a rate limit or a debounce. Only such runs
+/// need [`Unrecorded`]; a view of any other takes its status as it is.
+pub fn may_wait_unrecorded(run: &Run) -> bool {
+    run.status.is_none()
+        && (run.spec.workflow.as_ref()).is_some_and(|version| version.holds_runs_back())
+}
+
 /// How much longer the `queued` record of `run`, which must wait for `waits_for`, is
 /// put off at `now`; None: write it now (its wait has settled, it is the account's
 /// bound, or it has a status already).
@@ -33,7 +41,7 @@ pub fn record_put_off(run: &Run, waits_for: QueuedFor, now: Timestamp) -> Option
     if run.status.is_some() || waits_for == QueuedFor::Account {
         return None;
     }
-    let settled = super::order_of(run).created + QUEUED_SETTLE;
+    let settled = crate::crd::timestamps::created_at(&run.metadata) + QUEUED_SETTLE;
     let left = settled.duration_since(now);
     (left.is_positive()).then(|| left.unsigned_abs())
 }
@@ -90,10 +98,7 @@ impl Unrecorded {
     /// cancelled, or is about to be ended without starting (superseded, a key that
     /// cannot be rendered, `cancel_newest` with no slot).
     pub fn waits_for(&self, run: &Run, now: Timestamp) -> Option<QueuedFor> {
-        if run.status.is_some() || run.spec.cancel {
-            return None;
-        }
-        if !run.spec.workflow.as_ref()?.holds_runs_back() {
+        if !may_wait_unrecorded(run) || run.spec.cancel {
             return None;
         }
         match self.ledger.gate_for(run, now) {
