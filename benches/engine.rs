@@ -287,6 +287,14 @@ async fn part_j(client: &Client, ns: &str) {
                 .count()
         })
         .collect();
+    // How long after its place opened each run started: the start `limit` places
+    // before it left the window one period after it began.
+    let mut late: Vec<i64> = (limit..n)
+        .map(|i| starts[i] - (starts[i - limit] + 1000))
+        .collect();
+    late.sort();
+    let late_at =
+        |q: f64| late.get(((late.len() as f64 * q) as usize).min(late.len().saturating_sub(1)));
     let free_rate = n as f64 * 1000.0 / (free.starts[n - 1] - free.starts[0]).max(1) as f64;
     println!("(j) a rate-limited drain");
     println!(
@@ -294,6 +302,12 @@ async fn part_j(client: &Client, ns: &str) {
          {:.2}x of the limit (goal: at least 0.95x); most starts in one second: {most} \
          (must be at most {limit}); starts in each second from the first: {per_second:?}",
         rate / limit as f64
+    );
+    println!(
+        "    a run's start after its place opened, ms: p10 {:?}, p50 {:?}, p90 {:?}",
+        late_at(0.1),
+        late_at(0.5),
+        late_at(0.9)
     );
     println!(
         "    API-server writes per run: {:.2} limited, {:.2} without a limit; the same runs \

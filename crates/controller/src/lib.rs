@@ -4,6 +4,7 @@
 pub mod backoff;
 mod catch_up;
 pub mod event;
+mod freshness;
 mod hook_secret;
 pub mod leader;
 pub mod queue;

@@ -5,16 +5,18 @@
 //! arrives. A Run or Workflow deleted while a run executes stops that execution.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::{ReconcileBackoff, object_key};
+use super::freshness::FreshRecord;
 use super::queue::Queue;
 use super::run_cache::RunCache;
 use super::shard::Shards;
@@ -22,6 +24,7 @@ use flowline_core::admission::account_bound::{AccountBound, Take};
 use flowline_core::admission::timing::{self, Gate, Ledger};
 use flowline_core::admission::unrecorded;
 use flowline_core::admission::{self, Admission};
+use flowline_core::cached_read;
 use flowline_core::crd::{
     ConcurrencyPolicy, Executor, QueuedFor, Run, RunPhase, RunStatus, StepPhase, Workflow,
     WorkflowSnapshot,
@@ -32,7 +35,7 @@ use flowline_core::triage::{
 };
 use flowline_engine::runner::{self, Engine, Outside};
 use flowline_engine::status_writer::StatusWriter;
-use flowline_kube::lenient::Lenient;
+use flowline_kube::lenient::{self, DecodedStore, Lenient};
 use flowline_kube::name_index::SharedNameIndex;
 use flowline_telemetry::engine_metrics::{ControllerLabel, EngineTelemetry};
 
@@ -46,6 +49,10 @@ pub enum ReconcileError {
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
 }
+
+/// How many times in a row a run is held for a gate about to open before it is left to
+/// be looked at again.
+const MAX_HOLDS: usize = 4;
 
 /// Reconciles in flight at once. Unbounded, a start-up over 10,000 runs spawned one
 /// task per run at once (about 9 KB each: 89 MB at the peak, which the allocator
@@ -79,6 +86,11 @@ pub struct Context {
     backoff: ReconcileBackoff,
     /// The `wait_for_event` steps caught up with events their fan-out missed.
     event_waits: Arc<super::catch_up::EventWaits>,
+    /// What decides whether the caches may stand in for a new run's fresh read.
+    fresh: FreshRecord,
+    /// The workflows, compact (no steps: only a pinned run, which carries its own, is
+    /// decided from this cache). Set when the controller starts.
+    workflows: OnceLock<DecodedStore<Workflow>>,
 }
 
 /// What admission gave a run that is ready to execute.
@@ -92,10 +104,12 @@ enum Admitted {
     },
     /// Wait for a slot; first cancel these runs of its group; record it `queued` for
     /// what `mark` says when it is set (a run that waits for its account's bound keeps a
-    /// status it has: a run that started never goes back to `queued`).
+    /// status it has: a run that started never goes back to `queued`), unless its gate
+    /// opens soon (`opens_at`).
     Queue {
         cancel_others: Vec<String>,
         mark: Option<QueuedFor>,
+        opens_at: Option<jiff::Timestamp>,
     },
     /// Record it as ended, with this phase and error.
     End(RunPhase, String),
@@ -185,6 +199,8 @@ impl Context {
             peers: Arc::default(),
             backoff: ReconcileBackoff::default(),
             event_waits: Arc::default(),
+            fresh: FreshRecord::default(),
+            workflows: OnceLock::new(),
         })
     }
 
@@ -260,6 +276,8 @@ impl Context {
             peers: self.peers.clone(),
             backoff: ReconcileBackoff::default(),
             event_waits: Arc::default(),
+            fresh: FreshRecord::default(),
+            workflows: OnceLock::new(),
         })
     }
 
@@ -269,6 +287,19 @@ impl Context {
 
     fn token(&self, uid: &str) -> Option<CancellationToken> {
         self.lock().get(uid).map(|e| e.cancel.clone())
+    }
+
+    /// The cached `run` and its cached workflow, when they may stand in for a fresh
+    /// read of both ([`cached_read`]): a new run then starts without a round trip.
+    fn cached_read(&self, run: &Arc<Run>) -> Option<Read> {
+        let namespace = run.namespace().unwrap_or_default();
+        let workflow = (self.workflows.get()?)
+            .get(&ObjectRef::new(&run.spec.workflow_ref).within(&namespace))?;
+        let freshness = self.fresh.of(run, &self.shards);
+        cached_read::stands_in(run, Some(&workflow), freshness).then(|| Read {
+            run: Some(run.clone()),
+            workflow: WorkflowRead::Found(workflow),
+        })
     }
 
     /// Passes `run`'s decisions, and which of the children it waits for ended, on to
@@ -373,16 +404,18 @@ impl Context {
             Take::Wait => Admitted::Queue {
                 cancel_others: Vec::new(),
                 mark: run.status.is_none().then_some(QueuedFor::Account),
+                opens_at: None,
             },
         };
         // Refused by its workflow: a place of its account it may have been woken for
         // goes to the account's next waiting run.
-        let queue = |ctx: &Arc<Self>, cancel_others, waits_for| {
+        let queue = |ctx: &Arc<Self>, cancel_others, waits_for, opens_at| {
             ctx.account_bound.forget(&namespace, &order);
             ctx.wake_account(&namespace);
             Admitted::Queue {
                 cancel_others,
                 mark: (run.phase() != RunPhase::Queued).then_some(waits_for),
+                opens_at,
             }
         };
         let mut executing = self.lock();
@@ -395,7 +428,7 @@ impl Context {
                 if timing::imminent(opens_at, now) {
                     return Admitted::Hold(opens_at, waits_for);
                 }
-                return queue(self, Vec::new(), waits_for);
+                return queue(self, Vec::new(), waits_for, Some(opens_at));
             }
             Ok((Gate::Superseded { by }, _)) => {
                 return Admitted::End(RunPhase::Cancelled, format!("superseded by {by}"));
@@ -410,8 +443,8 @@ impl Context {
             Some(Ok(Admission::CancelOthers {
                 names,
                 start: false,
-            })) => queue(self, names, QueuedFor::Concurrency),
-            Some(Ok(Admission::Queue)) => queue(self, Vec::new(), QueuedFor::Concurrency),
+            })) => queue(self, names, QueuedFor::Concurrency, None),
+            Some(Ok(Admission::Queue)) => queue(self, Vec::new(), QueuedFor::Concurrency, None),
             Some(Ok(Admission::CancelSelf(error))) => Admitted::End(RunPhase::Cancelled, error),
             Some(Err(error)) => Admitted::End(RunPhase::Failed, error),
         }
@@ -647,10 +680,15 @@ async fn reconcile(object: Arc<Lenient<Run>>, ctx: Arc<Context>) -> Result<Actio
                 observed.slot_opens_at = still.opens_at;
                 observed.queued_for = still.waits_for;
             }
-            Decision::Read => observed.read = Some(read(&ctx, run).await?),
+            Decision::Read => {
+                observed.read = Some(match ctx.cached_read(run) {
+                    Some(cached) => cached,
+                    None => read(&ctx, run).await?,
+                })
+            }
             Decision::MarkQueued => {
                 let waits_for = observed.queued_for.unwrap_or(QueuedFor::Concurrency);
-                mark_queued(&ctx, run, waits_for).await
+                mark_queued(&ctx, run, waits_for, observed.slot_opens_at).await
             }
             Decision::SyncQueuedLabels => super::run_labels::sync(&ctx.client, run).await?,
             Decision::Act(need) => {
@@ -771,9 +809,13 @@ async fn execute_admitted(
 ) -> Result<(), ReconcileError> {
     let namespace = run.namespace().unwrap_or_default();
     let mut admitted = ctx.admit(&run, uid);
-    // Held for a gate about to open: asked again when it opens (a second hold, after a
-    // clock step, waits like any queued run).
-    if let Admitted::Hold(opens_at, _) = admitted {
+    // Held for a gate about to open: asked again when it opens. The gate may have moved
+    // a moment on meanwhile (a start this process counted at its admission, recorded a
+    // few milliseconds later by its status): held again, up to [`MAX_HOLDS`] times.
+    for _ in 0..MAX_HOLDS {
+        let Admitted::Hold(opens_at, _) = admitted else {
+            break;
+        };
         let wait = opens_at.duration_since(flowline_core::clock::now_ms());
         tokio::time::sleep(wait.try_into().unwrap_or_default()).await;
         admitted = ctx.admit(&run, uid);
@@ -785,6 +827,7 @@ async fn execute_admitted(
             approvals,
             cancel_others,
         } => {
+            ctx.fresh.touch(uid);
             for name in cancel_others {
                 request_cancel(&ctx.client, &namespace, &name).await?;
             }
@@ -817,22 +860,26 @@ async fn execute_admitted(
         Admitted::Queue {
             cancel_others,
             mark,
+            opens_at,
         } => {
             for name in cancel_others {
                 request_cancel(&ctx.client, &namespace, &name).await?;
             }
             if let Some(waits_for) = mark {
-                mark_queued(ctx, &run, waits_for).await;
+                mark_queued(ctx, &run, waits_for, opens_at).await;
             }
         }
         Admitted::End(phase, error) => {
             tracing::info!(run = %run.name_any(), %error, "run not admitted");
             end_without_executing(ctx, &run, workflow, phase, Some(error)).await;
         }
-        Admitted::Hold(_, waits_for) => {
+        Admitted::Hold(opens_at, waits_for) => {
+            // Still held (a clock step): looked at again at once, not at the next
+            // resync, and it waits like any queued run.
             if run.status.is_none() {
-                mark_queued(ctx, &run, waits_for).await;
+                mark_queued(ctx, &run, waits_for, Some(opens_at)).await;
             }
+            ctx.queue.wake(&run);
         }
     }
     Ok(())
@@ -939,13 +986,20 @@ async fn request_cancel(
 /// Records that `run` waits (for `waits_for`): status `queued`, its steps pending, no
 /// start time yet (its run timeout counts from when it leaves the queue). Not before
 /// its wait has settled ([`unrecorded::record_put_off`]): a later look writes it then.
-async fn mark_queued(ctx: &Context, run: &Run, waits_for: QueuedFor) {
+async fn mark_queued(
+    ctx: &Context,
+    run: &Run,
+    waits_for: QueuedFor,
+    opens_at: Option<jiff::Timestamp>,
+) {
     let Some(version) = run.spec.workflow.as_ref() else {
         return;
     };
-    if unrecorded::record_put_off(run, waits_for, flowline_core::clock::now_ms()).is_some() {
+    let now = flowline_core::clock::now_ms();
+    if unrecorded::record_put_off(run, waits_for, opens_at, now).is_some() {
         return;
     }
+    ctx.fresh.touch(&run.uid().unwrap_or_default());
     let mut status = runner::initial_status(run, version);
     status.phase = RunPhase::Queued;
     status.started_at = None;
@@ -973,6 +1027,7 @@ async fn end_without_executing(
         None => run.status.clone().unwrap_or_default(),
     };
     status.started_at.get_or_insert_with(|| run.started_at());
+    ctx.fresh.touch(&run.uid().unwrap_or_default());
     let unfinished = if phase == RunPhase::Cancelled {
         StepPhase::Cancelled
     } else {
@@ -1092,11 +1147,35 @@ pub fn run(
         Ok(watcher::Event::Apply(run) | watcher::Event::InitApply(run)) => Some(Ok(run.clone())),
         _ => None,
     });
+    // The workflows a new run is decided with when the caches may stand in for its
+    // fresh read (undecodable ones are reported by the workflow controller's watch).
+    let workflows: Api<Lenient<Workflow>> =
+        flowline_kube::scoped_api(&ctx.client, ctx.namespace.as_deref());
+    let (workflows, workflow_events) =
+        lenient::compact_reflector(workflows, watcher::Config::default(), |wf| {
+            wf.spec.steps.clear()
+        });
+    flowline_telemetry::undecodable::spawn_watch(workflow_events, None, shutdown.clone(), |_| {});
+    if ctx.workflows.set(workflows).is_err() {
+        tracing::warn!("a run controller context was started twice");
+    }
     // A run that changed in the cache (the store holds the change when observers see
     // it) makes its groups' summaries stale.
     let observer = ctx.clone();
     runs.subscribe(move |event| {
         let queue = &observer.queue;
+        let fresh = &observer.fresh;
+        match event {
+            Ok(watcher::Event::Init) => fresh.list_begins(&observer.shards),
+            Ok(watcher::Event::InitApply(run)) => {
+                run.decoded().into_iter().for_each(|r| fresh.listed(r))
+            }
+            Ok(watcher::Event::Apply(run)) => {
+                run.decoded().into_iter().for_each(|r| fresh.changed(r))
+            }
+            Ok(watcher::Event::Delete(run)) => fresh.deleted(&run.uid().unwrap_or_default()),
+            _ => {}
+        }
         match event {
             Ok(
                 watcher::Event::Apply(run)
@@ -1404,5 +1483,62 @@ mod tests {
             "same name, other namespace"
         );
         assert!(!stops_for(&wf_gone, "u1", "n", "wf2"));
+    }
+
+    /// The caches stand in for the read of a new run born watched in a held shard and
+    /// owned by the cached workflow, and only then: a listed run, one this process
+    /// touched, or one whose workflow is not cached is read from the API server.
+    #[tokio::test]
+    async fn the_caches_stand_in_for_the_read_of_a_new_run_only_when_it_was_born_watched() {
+        let (client, _) = flowline_kube::mock_api::client(|_| (500, json!({})));
+        let ctx = Context::new(
+            client,
+            flowline_egress::GuardedClient::new(Default::default()).unwrap(),
+            Executor::Inline,
+            Some("n".into()),
+            EngineTelemetry::new(&Default::default(), None),
+            "http://127.0.0.1:8080".into(),
+            Default::default(),
+        );
+        let mut wf = workflow("active", None);
+        wf.metadata.uid = Some("wf-uid".into());
+        let new_run = |uid: &str| {
+            let mut r = run(serde_json::Value::Null, false);
+            r.metadata.uid = Some(uid.into());
+            r.metadata.name = Some(format!("r-{uid}"));
+            r.spec.workflow = Some(WorkflowSnapshot::of(&wf));
+            r.metadata.owner_references = Some(vec![
+                serde_json::from_value(json!({
+                "apiVersion": "flowline.io/v1", "kind": "Workflow", "name": "wf",
+                "uid": "wf-uid", "controller": true}))
+                .unwrap(),
+            ]);
+            Arc::new(r)
+        };
+        let (born, listed, touched) = (new_run("born"), new_run("listed"), new_run("touched"));
+        ctx.fresh.list_begins(&ctx.shards);
+        ctx.fresh.listed(&listed);
+        for r in [&born, &listed, &touched] {
+            ctx.fresh.changed(r);
+        }
+        ctx.fresh.touch("touched");
+        assert!(
+            ctx.cached_read(&born).is_none(),
+            "no workflow cache yet: read"
+        );
+
+        let (reader, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(Lenient::Decoded(Arc::new(wf))));
+        assert!(ctx.workflows.set(DecodedStore::from(reader)).is_ok());
+        let read = ctx
+            .cached_read(&born)
+            .expect("born watched: the caches stand in");
+        assert!(Arc::ptr_eq(read.run.as_ref().unwrap(), &born));
+        assert_eq!(
+            read.workflow.found().unwrap().metadata.uid.as_deref(),
+            Some("wf-uid")
+        );
+        assert!(ctx.cached_read(&listed).is_none(), "listed: read");
+        assert!(ctx.cached_read(&touched).is_none(), "touched here: read");
     }
 }

@@ -97,6 +97,11 @@ impl Shards {
         shard < self.count && self.owned.load(Ordering::SeqCst) & (1 << shard) != 0
     }
 
+    /// The shards this process holds, a bit each.
+    pub fn held_mask(&self) -> u64 {
+        self.owned.load(Ordering::SeqCst)
+    }
+
     /// How many shards this process holds.
     pub fn held(&self) -> u32 {
         self.owned.load(Ordering::SeqCst).count_ones()

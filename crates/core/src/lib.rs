@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod cached_read;
 pub mod clock;
 pub mod crd;
 pub mod cron;

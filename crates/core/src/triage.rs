@@ -240,7 +240,8 @@ pub fn triage(observed: &Observed) -> Decision {
             None => return Decision::AskSlot,
             Some(true) if run.status.is_none() => {
                 let waits_for = observed.queued_for.unwrap_or(QueuedFor::Concurrency);
-                return match unrecorded::record_put_off(run, waits_for, observed.now) {
+                let opens_at = observed.slot_opens_at;
+                return match unrecorded::record_put_off(run, waits_for, opens_at, observed.now) {
                     None => Decision::MarkQueued,
                     Some(settles_in) => Decision::WaitUnrecorded(match observed.slot_opens_at {
                         Some(opens_at) => settles_in.min(gate_wait(opens_at, observed.now)),

@@ -227,18 +227,17 @@ fn cache_what_admission_reads(run: &mut Run) {
 /// pinned version) keeps so that [`unrecorded::Unrecorded`] can tell whether a run
 /// waits: for a run of a version that holds runs back, its group, keys and start in
 /// its annotations, and, returned, its version without steps or output template (the
-/// settings admission reads). Call it before the details are dropped, and put the
-/// returned version back after. Any value a user put in those annotations is dropped
-/// first.
+/// settings admission reads). The version is taken out of `run` (not copied: this
+/// runs on every watch event of such a run); call it before the details are dropped,
+/// and put the returned version back after. Any value a user put in those annotations
+/// is dropped first.
 pub fn summarize(run: &mut Run) -> Option<crate::crd::WorkflowSnapshot> {
     forget_cached(run);
-    let version = run
-        .spec
-        .workflow
-        .as_ref()
-        .filter(|v| v.holds_runs_back())?
-        .clone();
+    if !(run.spec.workflow.as_ref()).is_some_and(|v| v.holds_runs_back()) {
+        return None;
+    }
     cache_what_admission_reads(run);
+    let version = run.spec.workflow.take()?;
     Some(crate::crd::WorkflowSnapshot {
         steps: Vec::new(),
         output: None,

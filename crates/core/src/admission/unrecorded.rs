@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
 use super::timing::{Gate, Ledger};
@@ -34,15 +34,33 @@ pub fn may_wait_unrecorded(run: &Run) -> bool {
         && (run.spec.workflow.as_ref()).is_some_and(|version| version.holds_runs_back())
 }
 
+/// A run whose gate (a rate limit's window, a debounce) opens sooner than this is
+/// about to start: its wait is not written even once settled. A drain longer than
+/// [`QUEUED_SETTLE`] otherwise wrote the waits of every run it had not reached at
+/// once, moments before most of them started, and those writes held the starts back.
+pub const ABOUT_TO_START: Duration = Duration::from_secs(5);
+
 /// How much longer the `queued` record of `run`, which must wait for `waits_for`, is
 /// put off at `now`; None: write it now (its wait has settled, it is the account's
-/// bound, or it has a status already).
-pub fn record_put_off(run: &Run, waits_for: QueuedFor, now: Timestamp) -> Option<Duration> {
+/// bound, or it has a status already). A wait whose gate opens at `opens_at`, within
+/// [`ABOUT_TO_START`], is put off until then.
+pub fn record_put_off(
+    run: &Run,
+    waits_for: QueuedFor,
+    opens_at: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<Duration> {
     if run.status.is_some() || waits_for == QueuedFor::Account {
         return None;
     }
-    let settled = crate::crd::timestamps::created_at(&run.metadata) + QUEUED_SETTLE;
-    let left = settled.duration_since(now);
+    let mut until = crate::crd::timestamps::created_at(&run.metadata) + QUEUED_SETTLE;
+    if let Some(opens_at) = opens_at
+        && opens_at.duration_since(now)
+            < SignedDuration::try_from(ABOUT_TO_START).unwrap_or_default()
+    {
+        until = until.max(opens_at);
+    }
+    let left = until.duration_since(now);
     (left.is_positive()).then(|| left.unsigned_abs())
 }
 
@@ -193,11 +211,23 @@ mod tests {
             json!({}),
         );
         // (what, run, waits for, now, put off)
-        let rows: Vec<(&str, &Run, QueuedFor, i64, Option<Duration>)> = vec![
+        let soon = ABOUT_TO_START.as_millis() as i64;
+        let ms = |ms: i64| Some(Duration::from_millis(ms as u64));
+        // (what, run, waits for, its gate opens at, now, put off)
+        type Row<'a> = (
+            &'a str,
+            &'a Run,
+            QueuedFor,
+            Option<i64>,
+            i64,
+            Option<Duration>,
+        );
+        let rows: Vec<Row> = vec![
             (
                 "just created",
                 &new,
                 QueuedFor::Concurrency,
+                None,
                 NOW,
                 Some(QUEUED_SETTLE),
             ),
@@ -205,28 +235,73 @@ mod tests {
                 "half-way",
                 &new,
                 QueuedFor::RateLimit,
+                None,
                 NOW + settle / 2,
                 Some(QUEUED_SETTLE / 2),
             ),
-            ("settled", &new, QueuedFor::Debounce, NOW + settle, None),
+            (
+                "settled",
+                &new,
+                QueuedFor::Debounce,
+                None,
+                NOW + settle,
+                None,
+            ),
             (
                 "long after",
                 &new,
                 QueuedFor::Concurrency,
+                None,
                 NOW + 10 * settle,
                 None,
             ),
-            ("the account's bound", &new, QueuedFor::Account, NOW, None),
+            (
+                "settled, but its gate opens in a second: put off until then",
+                &new,
+                QueuedFor::RateLimit,
+                Some(NOW + settle + 1_000),
+                NOW + settle,
+                ms(1_000),
+            ),
+            (
+                "settled, and its gate opens later than that: written",
+                &new,
+                QueuedFor::RateLimit,
+                Some(NOW + settle + soon),
+                NOW + settle,
+                None,
+            ),
+            (
+                "not settled yet, its gate about to open: put off until the later",
+                &new,
+                QueuedFor::Debounce,
+                Some(NOW + 1_000),
+                NOW,
+                Some(QUEUED_SETTLE),
+            ),
+            (
+                "the account's bound",
+                &new,
+                QueuedFor::Account,
+                None,
+                NOW,
+                None,
+            ),
             (
                 "recorded already",
                 &queued,
                 QueuedFor::Concurrency,
+                Some(NOW + 1_000),
                 NOW,
                 None,
             ),
         ];
-        for (what, run, waits_for, now, put_off) in rows {
-            assert_eq!(record_put_off(run, waits_for, at(now)), put_off, "{what}");
+        for (what, run, waits_for, opens_at, now, put_off) in rows {
+            assert_eq!(
+                record_put_off(run, waits_for, opens_at.map(at), at(now)),
+                put_off,
+                "{what}"
+            );
         }
     }
 
