@@ -276,6 +276,57 @@ async fn invalid_input_gets_field_level_details_and_changes_nothing() {
     );
 }
 
+/// A list page is kept while the workflow cache does not change: every write the API
+/// answered is in the next list, through a kept page or not.
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_kept_list_page_shows_every_write_answered_before_it() {
+    let api = TestApi::start("api-pages").await;
+    let key = &api.admin_key;
+    let ids = |list: &Value| -> Vec<String> {
+        (list["data"].as_array().unwrap().iter())
+            .map(|w| w["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let api = &api;
+    let list = |path: &'static str| async move {
+        let res = api.get(key, path).await;
+        assert_eq!(res.status(), 200);
+        res.json::<Value>().await.unwrap()
+    };
+    let first = api.create_workflow("Kept one").await;
+    for _ in 0..3 {
+        assert_eq!(ids(&list("/v1/workflows").await), [first.clone()]);
+    }
+    let second = api.create_workflow("Kept two").await;
+    assert_eq!(
+        ids(&list("/v1/workflows").await),
+        [second.clone(), first.clone()],
+        "a create is in the next page"
+    );
+    let renamed = api
+        .send(
+            "PATCH",
+            key,
+            &format!("/v1/workflows/{first}"),
+            Some(json!({"name": "Renamed"})),
+        )
+        .await;
+    assert_eq!(renamed.status(), 200);
+    let page = list("/v1/workflows").await;
+    assert_eq!(
+        page["data"][1]["name"], "Renamed",
+        "an update is in the next page"
+    );
+    let deleted = (api.send("DELETE", key, &format!("/v1/workflows/{second}"), None)).await;
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(
+        ids(&list("/v1/workflows").await),
+        [first],
+        "a delete is in the next page"
+    );
+}
+
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn runs_are_started_listed_read_and_cancelled() {

@@ -66,6 +66,21 @@ where
         self.parts.iter().find_map(|p| p.get_by(key))
     }
 
+    /// A version of everything the cache holds: it changes whenever an object does.
+    /// None while a change is on its way into the cache. A read of the cache between
+    /// two equal versions saw one state of it.
+    pub fn version(&self) -> Option<u64> {
+        let mut sum = 0u64;
+        for index in self.indexes.iter() {
+            let changes = index.changes();
+            if changes % 2 == 1 {
+                return None;
+            }
+            sum = sum.wrapping_add(changes);
+        }
+        Some(sum)
+    }
+
     /// How many objects the cache holds, without copying them.
     pub fn len(&self) -> usize {
         self.parts.iter().map(DecodedStore::len).sum()
@@ -148,12 +163,13 @@ where
     apis.into_iter()
         .map(|(api, config)| {
             let index = new_index();
-            let writer = index.clone();
+            let (writer, settled) = (index.clone(), index.clone());
             let store = spawn_observed(
                 api,
                 config,
                 compact,
                 move |event| writer.apply(event),
+                move || settled.settled(),
                 shutdown.clone(),
             );
             (store, index)
@@ -262,11 +278,14 @@ pub struct Caches {
 
 /// A reflector whose events are shown to `observe` before its store applies them
 /// (see [`lenient::observed_reflector`]).
+/// A reflector whose every watch event `observe` sees before its store applies it, and
+/// after which `settled` is called once the store has.
 fn spawn_observed<K>(
     api: Api<Lenient<K>>,
     config: watcher::Config,
     compact: fn(&mut K),
     observe: impl FnMut(&watcher::Event<Lenient<K>>) + Send + 'static,
+    mut settled: impl FnMut() + Send + 'static,
     shutdown: CancellationToken,
 ) -> DecodedStore<K>
 where
@@ -274,8 +293,9 @@ where
 {
     let (reader, events) = lenient::observed_reflector(api, config, compact, observe);
     // The API's account records no Events: undecodable objects are logged and counted.
-    undecodable::spawn_watch(events, None, shutdown, |event| {
-        if let Err(err) = event {
+    undecodable::spawn_watch(events, None, shutdown, move |event| match event {
+        Ok(_) => settled(),
+        Err(err) => {
             tracing::warn!(error = %err, kind = K::kind(&()).as_ref(), "watch error; retrying");
         }
     });

@@ -79,6 +79,8 @@ pub struct Shared {
     pub rendered_workflows: Arc<Rendered<Workflow>>,
     /// `GET /v1/workflows` items, kept the same way (`workflows::list_page`).
     pub rendered_workflow_items: Arc<Rendered<Workflow>>,
+    /// Whole `GET /v1/workflows` pages, kept while the workflow cache does not change.
+    pub workflow_pages: Arc<crate::workflows::pages::Pages>,
     pub config: Arc<ApiConfig>,
     /// Where the rate limiter's refusals are counted (registered nowhere unless
     /// [`ApiState::with_metrics`] says).
@@ -112,6 +114,7 @@ impl ApiState {
             key_index: Arc::new(KeyIndex::default()),
             rendered_workflows: Arc::new(Rendered::default()),
             rendered_workflow_items: Arc::new(Rendered::default()),
+            workflow_pages: Arc::default(),
             config: Arc::new(config),
             metrics: HttpMetrics::default(),
             follows: crate::plumbing::places::Places::new(

@@ -148,6 +148,9 @@ pub struct NameIndex<K> {
     live: Names,
     relisting: Option<Names>,
     grouping: Grouping<K>,
+    /// Bumped before the store applies each watch event and again after
+    /// ([`NameIndex::settled`]): odd while a change is on its way into the store.
+    changes: u64,
 }
 
 impl<K: Resource + Clone> NameIndex<K> {
@@ -156,6 +159,7 @@ impl<K: Resource + Clone> NameIndex<K> {
             live: Names::new(false),
             relisting: None,
             grouping,
+            changes: 0,
         }
     }
 
@@ -182,8 +186,9 @@ impl<K: Resource + Clone> NameIndex<K> {
         Some((namespace, group, name))
     }
 
-    /// Applies one watch event, as the reflector's store applies it.
+    /// Applies one watch event, as the reflector's store applies it (before it does).
     pub fn apply(&mut self, event: &watcher::Event<Lenient<K>>) {
+        self.changes += 1;
         match event {
             watcher::Event::Init => self.relisting = Some(self.fresh()),
             watcher::Event::InitApply(object) => {
@@ -211,6 +216,18 @@ impl<K: Resource + Clone> NameIndex<K> {
                 }
             }
         }
+    }
+
+    /// The store has applied the event last given to [`NameIndex::apply`].
+    pub fn settled(&mut self) {
+        self.changes += 1;
+    }
+
+    /// How many times the store's objects began or finished changing: even when no
+    /// change is on its way. Equal before and after a read of the store, and even, the
+    /// read saw one state of the store.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// The names filed under `group` in `namespace`.
@@ -267,6 +284,19 @@ impl<K: Resource + Clone> SharedNameIndex<K> {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .apply(event);
+    }
+
+    /// See [`NameIndex::settled`].
+    pub fn settled(&self) {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .settled();
+    }
+
+    /// See [`NameIndex::changes`].
+    pub fn changes(&self) -> u64 {
+        self.read().changes()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, NameIndex<K>> {
@@ -348,6 +378,21 @@ mod tests {
         }
         index.apply(&watcher::Event::InitDone);
         index
+    }
+
+    #[test]
+    fn changes_are_odd_between_an_event_and_its_store_settling() {
+        let mut index = NameIndex::new(by_workflow);
+        assert_eq!(index.changes(), 0);
+        index.apply(&watcher::Event::Apply(run("a", "r1", "wf")));
+        assert_eq!(index.changes() % 2, 1, "on its way into the store");
+        index.settled();
+        assert_eq!(index.changes(), 2);
+        index.apply(&watcher::Event::Delete(run("a", "r1", "wf")));
+        index.settled();
+        index.apply(&watcher::Event::Init);
+        index.settled();
+        assert_eq!(index.changes(), 6, "every event counts, a list's too");
     }
 
     #[test]

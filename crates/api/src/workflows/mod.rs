@@ -4,6 +4,7 @@
 pub mod backfill;
 pub mod input;
 pub mod list_page;
+pub mod pages;
 pub mod versions;
 pub mod views;
 
@@ -71,14 +72,27 @@ async fn list(
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
     let q = pagination::parse_query(query.as_deref(), Some(list_page::STATE_FILTER))?;
-    let workflows = state.caches.workflows.in_namespace(&who.namespace);
+    let key = pages::QueryKey::of(&q);
+    let cache = &state.caches.workflows;
+    let version = cache.version();
+    if let Some(version) = version
+        && let Some(page) = state.workflow_pages.get(version, &who.namespace, &key)
+    {
+        return Ok(json_answer(page));
+    }
     let json = list_page::render(
         &state.rendered_workflow_items,
         &who.namespace,
-        workflows,
+        cache.in_namespace(&who.namespace),
         &q,
     )
     .map_err(|e| ApiError::Internal(e.into()))?;
+    // Kept only when nothing changed while it was built.
+    if let Some(version) = version
+        && cache.version() == Some(version)
+    {
+        (state.workflow_pages).keep(version, &who.namespace, key, json.clone());
+    }
     Ok(json_answer(json))
 }
 
