@@ -80,6 +80,10 @@ impl Pages {
             return;
         }
         let mut kept = self.lock();
+        // Built at a version already passed (a slow request): of no use.
+        if version < kept.version {
+            return;
+        }
         if kept.version != version || kept.bytes + page.len() > MAX_TOTAL_BYTES {
             *kept = Kept {
                 version,
@@ -135,7 +139,14 @@ mod tests {
             None,
             "a newer version starts over"
         );
-        assert_eq!(pages.get(6, "b", &query(100, None)), Some(page));
+        assert_eq!(pages.get(6, "b", &query(100, None)), Some(page.clone()));
+
+        pages.keep(4, "a", query(100, None), page.clone());
+        assert_eq!(
+            pages.get(6, "b", &query(100, None)),
+            Some(page),
+            "a page built at an older version is dropped, not kept over newer ones"
+        );
     }
 
     #[test]
