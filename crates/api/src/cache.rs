@@ -277,9 +277,8 @@ pub struct Caches {
 }
 
 /// A reflector whose events are shown to `observe` before its store applies them
-/// (see [`lenient::observed_reflector`]).
-/// A reflector whose every watch event `observe` sees before its store applies it, and
-/// after which `settled` is called once the store has.
+/// (see [`lenient::observed_reflector`]), and after each of which `settled` is called
+/// once the store has applied it.
 fn spawn_observed<K>(
     api: Api<Lenient<K>>,
     config: watcher::Config,

@@ -8,7 +8,9 @@ use std::sync::Mutex;
 
 use flowline_core::cached_read::Freshness;
 use flowline_core::crd::Run;
+use flowline_kube::lenient::Lenient;
 use kube::ResourceExt;
+use kube::runtime::watcher;
 
 use super::shard::{Shards, of_run};
 
@@ -36,6 +38,20 @@ struct Inner {
 impl FreshRecord {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records what the run watch's `event` says (`shards`: this process's), called
+    /// before the next event is read.
+    pub fn observe(&self, event: &watcher::Event<Lenient<Run>>, shards: &Shards) {
+        match event {
+            watcher::Event::Init => self.list_begins(shards),
+            watcher::Event::InitApply(run) => {
+                run.decoded().into_iter().for_each(|r| self.listed(r))
+            }
+            watcher::Event::Apply(run) => run.decoded().into_iter().for_each(|r| self.changed(r)),
+            watcher::Event::Delete(run) => self.deleted(&run.uid().unwrap_or_default()),
+            watcher::Event::InitDone => {}
+        }
     }
 
     /// The watch begins a list (at start, or after a gap): called before its request

@@ -114,9 +114,8 @@ enum Admitted {
     /// Record it as ended, with this phase and error.
     End(RunPhase, String),
     /// Its rate limit's window or its debounce opens at this time, a moment from now
-    /// ([`timing::LEAD`]): admission is asked again then, without another read. It
-    /// waits for the rate limit or the debounce that says so.
-    Hold(jiff::Timestamp, QueuedFor),
+    /// ([`timing::LEAD`]): admission is asked again then, without another read.
+    Hold(jiff::Timestamp),
 }
 
 /// Whether a run that has not started must wait, judged from the cache alone, and when
@@ -426,7 +425,7 @@ impl Context {
             Ok((Gate::Until(opens_at), waits_for)) => {
                 let waits_for = waits_for.unwrap_or(QueuedFor::RateLimit);
                 if timing::imminent(opens_at, now) {
-                    return Admitted::Hold(opens_at, waits_for);
+                    return Admitted::Hold(opens_at);
                 }
                 return queue(self, Vec::new(), waits_for, Some(opens_at));
             }
@@ -813,7 +812,7 @@ async fn execute_admitted(
     // a moment on meanwhile (a start this process counted at its admission, recorded a
     // few milliseconds later by its status): held again, up to [`MAX_HOLDS`] times.
     for _ in 0..MAX_HOLDS {
-        let Admitted::Hold(opens_at, _) = admitted else {
+        let Admitted::Hold(opens_at) = admitted else {
             break;
         };
         let wait = opens_at.duration_since(flowline_core::clock::now_ms());
@@ -873,14 +872,10 @@ async fn execute_admitted(
             tracing::info!(run = %run.name_any(), %error, "run not admitted");
             end_without_executing(ctx, &run, workflow, phase, Some(error)).await;
         }
-        Admitted::Hold(opens_at, waits_for) => {
-            // Still held (a clock step): looked at again at once, not at the next
-            // resync, and it waits like any queued run.
-            if run.status.is_none() {
-                mark_queued(ctx, &run, waits_for, Some(opens_at)).await;
-            }
-            ctx.queue.wake(&run);
-        }
+        // Still held (a clock step): looked at again at once, not at the next resync.
+        // Its gate opens within a moment, so its wait is not written
+        // ([`unrecorded::record_put_off`]).
+        Admitted::Hold(_) => ctx.queue.wake(&run),
     }
     Ok(())
 }
@@ -1164,17 +1159,8 @@ pub fn run(
     let observer = ctx.clone();
     runs.subscribe(move |event| {
         let queue = &observer.queue;
-        let fresh = &observer.fresh;
-        match event {
-            Ok(watcher::Event::Init) => fresh.list_begins(&observer.shards),
-            Ok(watcher::Event::InitApply(run)) => {
-                run.decoded().into_iter().for_each(|r| fresh.listed(r))
-            }
-            Ok(watcher::Event::Apply(run)) => {
-                run.decoded().into_iter().for_each(|r| fresh.changed(r))
-            }
-            Ok(watcher::Event::Delete(run)) => fresh.deleted(&run.uid().unwrap_or_default()),
-            _ => {}
+        if let Ok(event) = event {
+            observer.fresh.observe(event, &observer.shards);
         }
         match event {
             Ok(

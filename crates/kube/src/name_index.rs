@@ -21,6 +21,7 @@
 //! deleted while the watch was down leave no entry behind.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use kube::Resource;
@@ -148,9 +149,6 @@ pub struct NameIndex<K> {
     live: Names,
     relisting: Option<Names>,
     grouping: Grouping<K>,
-    /// Bumped before the store applies each watch event and again after
-    /// ([`NameIndex::settled`]): odd while a change is on its way into the store.
-    changes: u64,
 }
 
 impl<K: Resource + Clone> NameIndex<K> {
@@ -159,7 +157,6 @@ impl<K: Resource + Clone> NameIndex<K> {
             live: Names::new(false),
             relisting: None,
             grouping,
-            changes: 0,
         }
     }
 
@@ -186,9 +183,8 @@ impl<K: Resource + Clone> NameIndex<K> {
         Some((namespace, group, name))
     }
 
-    /// Applies one watch event, as the reflector's store applies it (before it does).
+    /// Applies one watch event, as the reflector's store applies it.
     pub fn apply(&mut self, event: &watcher::Event<Lenient<K>>) {
-        self.changes += 1;
         match event {
             watcher::Event::Init => self.relisting = Some(self.fresh()),
             watcher::Event::InitApply(object) => {
@@ -218,18 +214,6 @@ impl<K: Resource + Clone> NameIndex<K> {
         }
     }
 
-    /// The store has applied the event last given to [`NameIndex::apply`].
-    pub fn settled(&mut self) {
-        self.changes += 1;
-    }
-
-    /// How many times the store's objects began or finished changing: even when no
-    /// change is on its way. Equal before and after a read of the store, and even, the
-    /// read saw one state of the store.
-    pub fn changes(&self) -> u64 {
-        self.changes
-    }
-
     /// The names filed under `group` in `namespace`.
     pub fn names(&self, namespace: &str, group: &str) -> Vec<Arc<str>> {
         self.live.of(namespace, group)
@@ -248,23 +232,39 @@ impl<K: Resource + Clone> NameIndex<K> {
 }
 
 /// A [`NameIndex`] shared by the watch task that writes it and the handlers that read
-/// it.
-pub struct SharedNameIndex<K>(Arc<RwLock<NameIndex<K>>>);
+/// it, with a count of the store's changes beside it.
+pub struct SharedNameIndex<K> {
+    index: Arc<RwLock<NameIndex<K>>>,
+    /// Bumped before the store applies each watch event ([`SharedNameIndex::apply`])
+    /// and again after ([`SharedNameIndex::settled`]): odd while a change is on its way
+    /// into the store. An atomic beside the lock: every event of every kind pays it.
+    changes: Arc<AtomicU64>,
+}
 
 impl<K> Clone for SharedNameIndex<K> {
     fn clone(&self) -> Self {
-        SharedNameIndex(self.0.clone())
+        SharedNameIndex {
+            index: self.index.clone(),
+            changes: self.changes.clone(),
+        }
     }
 }
 
 impl<K: Resource + Clone> SharedNameIndex<K> {
+    fn of(index: NameIndex<K>) -> Self {
+        SharedNameIndex {
+            index: Arc::new(RwLock::new(index)),
+            changes: Arc::default(),
+        }
+    }
+
     pub fn new(grouping: Grouping<K>) -> Self {
-        SharedNameIndex(Arc::new(RwLock::new(NameIndex::new(grouping))))
+        Self::of(NameIndex::new(grouping))
     }
 
     /// [`NameIndex::with_homes`], shared.
     pub fn with_homes(grouping: Grouping<K>) -> Self {
-        SharedNameIndex(Arc::new(RwLock::new(NameIndex::with_homes(grouping))))
+        Self::of(NameIndex::with_homes(grouping))
     }
 
     /// The objects named `name`, in whichever namespaces hold one (`lookup` by
@@ -277,30 +277,31 @@ impl<K: Resource + Clone> SharedNameIndex<K> {
             .collect()
     }
 
+    /// Applies one watch event, before the reflector's store does.
     pub fn apply(&self, event: &watcher::Event<Lenient<K>>) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
         // A panic while holding the lock cannot leave the maps half-written in a way
         // that matters: readers verify every name against the store.
-        self.0
+        self.index
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .apply(event);
     }
 
-    /// See [`NameIndex::settled`].
+    /// The store has applied the event last given to [`SharedNameIndex::apply`].
     pub fn settled(&self) {
-        self.0
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .settled();
+        self.changes.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// See [`NameIndex::changes`].
+    /// How many times the store's objects began or finished changing: even when no
+    /// change is on its way. Equal before and after a read of the store, and even, the
+    /// read saw one state of the store.
     pub fn changes(&self) -> u64 {
-        self.read().changes()
+        self.changes.load(Ordering::SeqCst)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, NameIndex<K>> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner)
+        self.index.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The objects filed under `group` in `namespace`: each name, looked up in the
@@ -382,7 +383,7 @@ mod tests {
 
     #[test]
     fn changes_are_odd_between_an_event_and_its_store_settling() {
-        let mut index = NameIndex::new(by_workflow);
+        let index = SharedNameIndex::new(by_workflow);
         assert_eq!(index.changes(), 0);
         index.apply(&watcher::Event::Apply(run("a", "r1", "wf")));
         assert_eq!(index.changes() % 2, 1, "on its way into the store");
