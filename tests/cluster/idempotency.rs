@@ -66,6 +66,25 @@ async fn run_answers(api: &TestApi, run: &str, status: u16) {
     .await;
 }
 
+/// Waits until the API's cache no longer lists `run` among `wf_id`'s runs: a GET of
+/// the run answers 404 as soon as the API server has deleted it, while the cache that
+/// keyed starts walk may hold it a moment longer.
+async fn unlisted(api: &TestApi, wf_id: &str, run: &str) {
+    crate::support::eventually(
+        &format!("run {run} to leave the API's cache"),
+        std::time::Duration::from_secs(10),
+        || async {
+            let res = api
+                .get(&api.admin_key, &format!("/v1/workflows/{wf_id}/runs"))
+                .await;
+            let page: Value = res.json().await.ok()?;
+            let listed = (page["data"].as_array()?.iter()).any(|r| r["id"] == run);
+            (!listed).then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 #[ignore = "needs cluster"]
 async fn the_same_key_returns_the_first_run_with_200() {
@@ -260,10 +279,12 @@ async fn expired_deleted_and_kubectl_holders() {
     // Retention deletes the expired head: the live run still answers.
     runs.delete(&head, &Default::default()).await.unwrap();
     run_answers(&api, &head, 404).await;
+    unlisted(&api, &wf_id, &head).await;
     assert_eq!(keyed_id(&api, &wf_id, "old").await, (200, fresh_id.clone()));
     // Once the key's run is deleted, the key starts a new run.
     runs.delete(&fresh_id, &Default::default()).await.unwrap();
     run_answers(&api, &fresh_id, 404).await;
+    unlisted(&api, &wf_id, &fresh_id).await;
     let (status, renewed) = start_keyed(&api, &wf_id, "old", None).await;
     assert_eq!(status, 201, "{renewed}");
     assert_eq!(renewed["id"], head.as_str());
